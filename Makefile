@@ -1,0 +1,78 @@
+# nvswap: the two commands of the quick start, and a few helpers.
+#   make demo   set up, build, run the main job (1 GiB through the handle)
+#   make test   set up, build, run every suite: plain, ASan+UBSan, TSan,
+#               plus the format and banned-call checks
+# Everything else is for developers: build, bench, format, clean.
+
+DEBIAN_PACKAGES := gcc make meson ninja-build pkg-config libaio-dev \
+	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
+	libjansson-dev fio clang-format
+SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || \
+	find src include tests examples bench -name '*.[ch]')
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+.PHONY: all deps build demo test test-plain test-asan test-tsan \
+	check-format check-banned format bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh $(DEBIAN_PACKAGES)
+
+build/build.ninja: | deps
+	meson setup build
+
+build: deps build/build.ninja
+	ninja -C build
+
+demo: build
+	./build/examples/nvswap-demo --dir nvme_swap --size 1G
+
+build-asan/build.ninja: | deps
+	meson setup build-asan -Db_sanitize=address,undefined \
+		-Db_lundef=false -Dexamples=false
+
+build-tsan/build.ninja: | deps
+	meson setup build-tsan -Db_sanitize=thread -Db_lundef=false \
+		-Dexamples=false
+
+test-plain: build
+	scripts/run-tests.sh build plain unit integration headers
+
+test-asan: deps build-asan/build.ninja
+	ninja -C build-asan
+	$(SAN_ENV) scripts/run-tests.sh build-asan asan+ubsan unit integration
+
+# Criterion cannot run under TSan (its fork arena collides with TSan's
+# shadow memory), so TSan runs the Criterion-free threaded driver.
+test-tsan: deps build-tsan/build.ninja
+	ninja -C build-tsan
+	$(TSAN_ENV) scripts/run-tests.sh build-tsan tsan threads
+
+check-format: deps
+	@clang-format --dry-run --Werror $(SOURCES) && echo "clang-format: clean"
+
+check-banned:
+	@scripts/check-banned.sh
+
+test: deps
+	@rm -f build/.totals; mkdir -p build; \
+	export NVS_TOTALS=$$PWD/build/.totals; rc=0; \
+	$(MAKE) --no-print-directory check-format || rc=1; \
+	$(MAKE) --no-print-directory check-banned || rc=1; \
+	$(MAKE) --no-print-directory test-plain || rc=1; \
+	$(MAKE) --no-print-directory test-asan || rc=1; \
+	$(MAKE) --no-print-directory test-tsan || rc=1; \
+	awk '{p+=$$2; f+=$$3; s+=$$4} END {printf "\ntotal: %d passed, %d failed, %d skipped\n", p, f, s}' build/.totals; \
+	exit $$rc
+
+bench: build
+	bench/fio_compare.sh
+
+format:
+	clang-format -i $(SOURCES)
+
+clean:
+	rm -rf build build-asan build-tsan nvme_swap

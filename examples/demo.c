@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nvswap demo: write a buffer (1 GiB by default) to a swap file through an
+ * aio handle, read it back into a second buffer, verify every byte, and
+ * print GB/s for each direction. Uses only the public API.
+ *
+ *   nvswap-demo [--dir D] [--size BYTES[K|M|G]] [--block-size B]
+ *               [--queue-depth N] [--parallelism N] [--overlap]
+ */
+#include <nvswap/nvswap.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'G':
+	case 'g':
+		v <<= 30;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		v <<= 20;
+		end++;
+		break;
+	case 'K':
+	case 'k':
+		v <<= 10;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (*end || end == s)
+		return -EINVAL;
+	*out = (size_t)v;
+	return 0;
+}
+
+/* 2 MiB-aligned anonymous memory, huge-page hinted: few, large segments
+ * per request, as pinned memory will be. */
+static void *alloc_buf(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, n, MADV_HUGEPAGE);
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"size", required_argument, NULL, 's'},
+		{"block-size", required_argument, NULL, 'b'},
+		{"queue-depth", required_argument, NULL, 'q'},
+		{"parallelism", required_argument, NULL, 'p'},
+		{"overlap", no_argument, NULL, 'o'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = "nvme_swap";
+	size_t size = 1ull << 30, bs;
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+	char path[4096];
+	unsigned char *wbuf, *rbuf;
+	double t0, tw, tr;
+	int c, ret;
+
+	nvs_aio_opts_init(&o);
+	while ((c = getopt_long(argc, argv, "d:s:b:q:p:oh", longopts, NULL)) !=
+	       -1) {
+		switch (c) {
+		case 'd':
+			dir = optarg;
+			break;
+		case 's':
+			if (parse_size(optarg, &size) < 0) {
+				fprintf(stderr, "bad --size %s\n", optarg);
+				return 2;
+			}
+			break;
+		case 'b':
+			if (parse_size(optarg, &bs) < 0) {
+				fprintf(stderr, "bad --block-size %s\n",
+					optarg);
+				return 2;
+			}
+			o.block_size = (uint32_t)bs;
+			break;
+		case 'q':
+			o.queue_depth = (uint32_t)atoi(optarg);
+			break;
+		case 'p':
+			o.intra_op_parallelism = (uint32_t)atoi(optarg);
+			break;
+		case 'o':
+			o.overlap_events = true;
+			break;
+		default:
+			fprintf(stderr,
+				"usage: %s [--dir D] [--size N[K|M|G]] "
+				"[--block-size N] [--queue-depth N] "
+				"[--parallelism N] [--overlap]\n",
+				argv[0]);
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "mkdir %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/demo.swp", dir);
+	wbuf = alloc_buf(size);
+	rbuf = alloc_buf(size);
+	if (!wbuf || !rbuf) {
+		fprintf(stderr, "cannot allocate 2 x %zu bytes\n", size);
+		return 1;
+	}
+	for (size_t i = 0; i < size; i += 8) {
+		uint64_t v = (i * 0x9E3779B97F4A7C15ull) ^ 0xA5A5A5A5u;
+		memcpy(wbuf + i, &v, size - i < 8 ? size - i : 8);
+	}
+	memset(rbuf, 0, size);
+
+	ret = nvs_aio_create(&o, &h);
+	if (ret < 0) {
+		fprintf(stderr, "nvs_aio_create: %s\n", nvs_last_error());
+		return 1;
+	}
+	printf("nvswap %s demo: %zu MiB to %s, backend %s, block %u KiB, "
+	       "queue depth %u, parallelism %u, %s\n",
+	       nvs_version(), size >> 20, path, nvs_aio_backend_name(h),
+	       nvs_aio_get_block_size(h) >> 10, nvs_aio_get_queue_depth(h),
+	       nvs_aio_get_intra_op_parallelism(h),
+	       nvs_aio_get_overlap_events(h) ? "overlapped events"
+					     : "batch-and-drain");
+	unlink(path);
+	t0 = now_s();
+	ret = nvs_aio_sync_pwrite(h, wbuf, size, path, 0);
+	tw = now_s() - t0;
+	if (ret < 0) {
+		fprintf(stderr, "write failed: %s\n", nvs_last_error());
+		nvs_aio_destroy(h);
+		return 1;
+	}
+	t0 = now_s();
+	ret = nvs_aio_sync_pread(h, rbuf, size, path, 0);
+	tr = now_s() - t0;
+	if (ret < 0) {
+		fprintf(stderr, "read failed: %s\n", nvs_last_error());
+		nvs_aio_destroy(h);
+		return 1;
+	}
+	struct nvs_aio_stats st;
+	nvs_aio_get_stats(h, &st);
+	ret = nvs_aio_destroy(h);
+	if (ret < 0) {
+		fprintf(stderr, "destroy: %s\n", nvs_last_error());
+		return 1;
+	}
+	if (memcmp(wbuf, rbuf, size) != 0) {
+		fprintf(stderr, "VERIFY FAILED: data read back differs\n");
+		return 1;
+	}
+	printf("write: %.2f GB/s (%.3f s)\n", (double)size / tw / 1e9, tw);
+	printf("read:  %.2f GB/s (%.3f s)\n", (double)size / tr / 1e9, tr);
+	printf("verify: OK, %zu bytes identical; %llu requests, %llu "
+	       "bounced, %llu direct-I/O fallbacks\n",
+	       size, (unsigned long long)st.requests,
+	       (unsigned long long)st.bounced_requests,
+	       (unsigned long long)st.direct_fallbacks);
+	unlink(path);
+	return 0;
+}

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The nvswap aio handle: DeepNVMe's aio_handle in C. Reads and writes byte
+ * ranges of files with a pool of worker threads, each driving its own
+ * asynchronous I/O engine (io_uring, libaio or pread/pwrite), with alignment
+ * for O_DIRECT handled inside.
+ */
+#ifndef NVSWAP_AIO_H
+#define NVSWAP_AIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvswap/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Which kernel interface the handle's engines use. */
+enum nvs_backend {
+	NVS_BACKEND_AUTO = 0, /* probe: io_uring, then libaio, then psync */
+	NVS_BACKEND_IO_URING, /* not built yet: create fails -EOPNOTSUPP */
+	NVS_BACKEND_LIBAIO,   /* Linux native AIO (io_submit/io_getevents) */
+	NVS_BACKEND_PSYNC,    /* pread/pwrite on the worker thread */
+};
+
+/** Whether files are opened with O_DIRECT. */
+enum nvs_direct {
+	NVS_DIRECT_AUTO = 0, /* O_DIRECT; buffered where the fs refuses it */
+	NVS_DIRECT_ALWAYS,   /* O_DIRECT or fail with -EINVAL */
+	NVS_DIRECT_NEVER,    /* buffered I/O through the page cache */
+};
+
+/** Largest accepted block_size (bytes). */
+#define NVS_AIO_MAX_BLOCK_SIZE (256u << 20)
+/** Largest accepted queue_depth (io_uring's ring limit). */
+#define NVS_AIO_MAX_QUEUE_DEPTH 32768u
+/** Largest accepted intra_op_parallelism. */
+#define NVS_AIO_MAX_PARALLELISM 256u
+
+/**
+ * struct nvs_aio_opts - settings of an aio handle.
+ *
+ * Always fill it with nvs_aio_opts_init() first, then change fields: the
+ * leading @size lets later versions add fields without breaking callers.
+ */
+struct nvs_aio_opts {
+	size_t size;		       /* set by nvs_aio_opts_init */
+	uint32_t block_size;	       /* bytes per request, default 1 MiB;
+					  a multiple of 512 */
+	uint32_t queue_depth;	       /* requests in flight per worker,
+					  default 128 */
+	bool single_submit;	       /* one submit call per request,
+					  default false */
+	bool overlap_events;	       /* sliding window instead of
+					  batch-and-drain, default false */
+	uint32_t intra_op_parallelism; /* worker threads = slices per op,
+					  default 1 */
+	enum nvs_backend backend;      /* default NVS_BACKEND_AUTO; the
+					  environment variable NVSWAP_BACKEND
+					  (libaio|psync|io_uring|auto)
+					  overrides it */
+	enum nvs_direct direct;	       /* default NVS_DIRECT_AUTO */
+	uint32_t bounce_bytes;	       /* bounce memory per worker for
+					  unaligned user buffers; 0 = default
+					  (16 blocks, at most 16 MiB) */
+	uint32_t max_ops;	       /* op slots (ops submitted and not yet
+					  finished, plus uncollected tickets);
+					  0 = default 1024 */
+	uint64_t reserved[8];	       /* zero */
+};
+
+/**
+ * struct nvs_io_stats - timing of a one-shot nvs_aio_read/nvs_aio_write.
+ */
+struct nvs_io_stats {
+	uint64_t bytes;	   /* bytes moved by the I/O */
+	uint64_t io_ns;	   /* time inside the handle's read or write */
+	uint64_t total_ns; /* the whole call: set-up, I/O, validation */
+	uint64_t reserved[4];
+};
+
+/**
+ * struct nvs_aio_stats - counters of a handle since its creation.
+ */
+struct nvs_aio_stats {
+	uint64_t ops_completed;	     /* ops finished, successfully or not */
+	uint64_t ops_failed;	     /* of those, how many failed */
+	uint64_t bytes_read;	     /* payload bytes read by successful ops */
+	uint64_t bytes_written;	     /* payload bytes written */
+	uint64_t requests;	     /* block requests issued to the engines */
+	uint64_t bounced_requests;   /* requests staged through bounce memory */
+	uint64_t edge_bytes;	     /* unaligned head/tail bytes moved with
+				     buffered I/O beside O_DIRECT */
+	uint64_t retries;	     /* short transfers and EAGAIN/EINTR
+				     resubmitted */
+	uint64_t direct_fallbacks;   /* files opened buffered because their
+				      filesystem refused O_DIRECT (AUTO) */
+	uint64_t bounce_bytes_total; /* bounce memory held, all workers */
+	bool bounce_locked;	     /* bounce memory is mlocked */
+	uint64_t reserved[7];
+};
+
+struct nvs_aio;
+
+/**
+ * nvs_aio_opts_init() - fill @opts with the defaults (DeepNVMe's).
+ * @opts: borrowed for the call.
+ */
+NVS_API void nvs_aio_opts_init(struct nvs_aio_opts *opts);
+
+/**
+ * nvs_aio_create() - make a handle with its worker threads and engines.
+ * @opts: borrowed for the call; NULL means the defaults.
+ * @out:  receives the handle; NULL on failure.
+ *
+ * Return: 0, or
+ *   -EINVAL      an option is out of range (block_size 0, not a multiple of
+ *                512 or above NVS_AIO_MAX_BLOCK_SIZE; queue_depth 0 or above
+ *                NVS_AIO_MAX_QUEUE_DEPTH or the kernel's aio-max-nr for
+ *                libaio; intra_op_parallelism 0 or above
+ *                NVS_AIO_MAX_PARALLELISM; an unknown enum; a bad
+ *                NVSWAP_BACKEND value), or @out is NULL;
+ *   -EOPNOTSUPP  the backend asked for is not available here;
+ *   -ENOMEM      out of memory; -EAGAIN  threads or kernel AIO contexts
+ *                could not be created.
+ * Threading: any thread.
+ */
+NVS_API int nvs_aio_create(const struct nvs_aio_opts *opts,
+			   struct nvs_aio **out);
+
+/**
+ * nvs_aio_destroy() - finish every pending op, then free the handle.
+ * @h: the handle, or NULL (a no-op returning 0).
+ *
+ * Ops still in flight complete first; nothing is abandoned, nothing aborts.
+ * Return: 0, or the -errno of the first failed op that no wait collected
+ * (so a failed write-behind is never silent). The handle is freed either
+ * way. No other thread may use @h during or after this call.
+ */
+NVS_API int nvs_aio_destroy(struct nvs_aio *h);
+
+/** Kind of a submitted op. */
+enum nvs_aio_opcode {
+	NVS_AIO_READ = 0,
+	NVS_AIO_WRITE = 1,
+};
+
+/**
+ * struct nvs_aio_io - one op for nvs_aio_submit().
+ *
+ * @buf is borrowed until the op completes (a read writes it, a write must
+ * not change it meanwhile). @path is borrowed for the call only. When @path
+ * is NULL, @fd names an open file, borrowed until completion. Any address,
+ * offset and size work; unaligned parts are handled inside.
+ */
+struct nvs_aio_io {
+	enum nvs_aio_opcode opcode;
+	void *buf;
+	size_t nbytes;
+	const char *path;
+	int fd;
+	int64_t offset;
+};
+
+/**
+ * nvs_aio_submit() - queue one op; the general form behind every call below.
+ * @h:     handle.
+ * @io:    the op, borrowed for the call (see struct nvs_aio_io).
+ * @op_id: NULL, or receives a ticket for nvs_aio_wait_op()/nvs_aio_poll_op().
+ *
+ * A submit that returns 0 completes exactly once; one that fails never
+ * completes and needs no wait. Errors found before any I/O are returned
+ * here: the buffer is untouched and no file is changed (except that a
+ * write may have created its file).
+ *
+ * Return: 0 when queued, or
+ *   -EINVAL  NULL handle/io, NULL buffer with nbytes > 0, NULL path with
+ *            fd < 0, negative offset, offset + nbytes overflowing, a read
+ *            ending beyond the end of the file (buffer untouched), O_DIRECT
+ *            refused with NVS_DIRECT_ALWAYS, an unknown opcode;
+ *   -ENOENT  missing file (read) or missing directory (write);
+ *   -EACCES  permission denied; -EISDIR, -EBADF and other open(2) errors;
+ *   -EAGAIN  every op slot holds a completed ticket nobody collected.
+ * Blocks while all op slots are busy with ops in flight (backpressure).
+ * Threading: any thread; several threads may share a handle.
+ */
+NVS_API int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
+			   uint64_t *op_id);
+
+/**
+ * nvs_aio_wait_op() - wait for the op behind a ticket and collect it.
+ * Return: 0 when it succeeded, its -errno when it failed (with
+ * nvs_last_error() set), -ENOENT for an unknown ticket or one already
+ * collected (by this call, nvs_aio_poll_op() or nvs_aio_wait()).
+ */
+NVS_API int nvs_aio_wait_op(struct nvs_aio *h, uint64_t op_id);
+
+/**
+ * nvs_aio_poll_op() - collect the op behind a ticket if it has finished.
+ * Return: -EINPROGRESS while it runs (the ticket stays valid); otherwise as
+ * nvs_aio_wait_op().
+ */
+NVS_API int nvs_aio_poll_op(struct nvs_aio *h, uint64_t op_id);
+
+/**
+ * nvs_aio_wait() - wait until no op is in flight; collect them all.
+ *
+ * Return: how many ops finished since the previous wait (tickets not yet
+ * collected included; they are collected now) — 0 when none were pending —
+ * or the -errno of the first of them (in submission order) that failed,
+ * with nvs_last_error() set. Either way nothing is left in flight.
+ * Threading: any thread. Ops other threads submit meanwhile are waited
+ * for too; with several submitting threads prefer tickets.
+ */
+NVS_API int nvs_aio_wait(struct nvs_aio *h);
+
+/**
+ * nvs_aio_pread() - read @nbytes at @file_offset of @path into @buf.
+ * @async: true = queue and return 0 (DeepNVMe async_pread); false = queue
+ *         then nvs_aio_wait() (DeepNVMe sync_pread).
+ *
+ * Return: async: 0 or a submit error. Sync: what nvs_aio_wait() returns,
+ * 1 when nothing else was pending. Errors as nvs_aio_submit().
+ */
+NVS_API int nvs_aio_pread(struct nvs_aio *h, void *buf, size_t nbytes,
+			  const char *path, int64_t file_offset, bool async);
+/**
+ * nvs_aio_pwrite() - write @nbytes of @buf at @file_offset of @path.
+ *
+ * The file is created (mode 0600) when missing and never truncated: after
+ * success it is exactly max(old size, file_offset + nbytes) bytes, and the
+ * bytes outside the written range are unchanged. A full disk gives
+ * -ENOSPC; @buf is never modified. Return as nvs_aio_pread().
+ */
+NVS_API int nvs_aio_pwrite(struct nvs_aio *h, const void *buf, size_t nbytes,
+			   const char *path, int64_t file_offset, bool async);
+/** nvs_aio_pread(h, buf, nbytes, path, file_offset, false). */
+NVS_API int nvs_aio_sync_pread(struct nvs_aio *h, void *buf, size_t nbytes,
+			       const char *path, int64_t file_offset);
+/** nvs_aio_pwrite(h, buf, nbytes, path, file_offset, false). */
+NVS_API int nvs_aio_sync_pwrite(struct nvs_aio *h, const void *buf,
+				size_t nbytes, const char *path,
+				int64_t file_offset);
+/** nvs_aio_pread(h, buf, nbytes, path, file_offset, true). */
+NVS_API int nvs_aio_async_pread(struct nvs_aio *h, void *buf, size_t nbytes,
+				const char *path, int64_t file_offset);
+/** nvs_aio_pwrite(h, buf, nbytes, path, file_offset, true). */
+NVS_API int nvs_aio_async_pwrite(struct nvs_aio *h, const void *buf,
+				 size_t nbytes, const char *path,
+				 int64_t file_offset);
+/**
+ * nvs_aio_pread_fd() - nvs_aio_pread() on an open file descriptor.
+ * @fd: open for reading, borrowed until completion. When it has O_DIRECT,
+ *      unaligned parts are read through a second, buffered descriptor
+ *      opened on the same file; otherwise I/O goes through the page cache.
+ */
+NVS_API int nvs_aio_pread_fd(struct nvs_aio *h, void *buf, size_t nbytes,
+			     int fd, int64_t file_offset, bool async);
+/** nvs_aio_pwrite_fd() - nvs_aio_pwrite() on an open file descriptor. */
+NVS_API int nvs_aio_pwrite_fd(struct nvs_aio *h, const void *buf, size_t nbytes,
+			      int fd, int64_t file_offset, bool async);
+
+/* Getters: the settings the handle runs with (after NVSWAP_BACKEND). */
+NVS_API uint32_t nvs_aio_get_block_size(const struct nvs_aio *h);
+NVS_API uint32_t nvs_aio_get_queue_depth(const struct nvs_aio *h);
+NVS_API bool nvs_aio_get_single_submit(const struct nvs_aio *h);
+NVS_API bool nvs_aio_get_overlap_events(const struct nvs_aio *h);
+NVS_API uint32_t nvs_aio_get_intra_op_parallelism(const struct nvs_aio *h);
+/**
+ * nvs_aio_get_alignment() - buffer, offset and size alignment that lets
+ * any op go to the disk without bouncing on common devices (4096, or the
+ * page size when larger). Other values work too, through bounce memory.
+ */
+NVS_API uint32_t nvs_aio_get_alignment(const struct nvs_aio *h);
+/** Name of the backend in use: "libaio", "psync", "fault(psync)"... */
+NVS_API const char *nvs_aio_backend_name(const struct nvs_aio *h);
+/** Copy the handle's counters into @st. Return 0, or -EINVAL for NULLs. */
+NVS_API int nvs_aio_get_stats(const struct nvs_aio *h,
+			      struct nvs_aio_stats *st);
+
+/**
+ * struct nvs_dio_align - what O_DIRECT needs for one file.
+ */
+struct nvs_dio_align {
+	uint32_t mem_align;    /* buffer address alignment */
+	uint32_t offset_align; /* file offset and length alignment */
+	bool from_statx;       /* true: STATX_DIOALIGN; false: the device's
+				  logical block size or 4096 */
+};
+
+/**
+ * nvs_dio_alignment() - query the O_DIRECT alignment of an open file.
+ * Return: 0, or -EBADF/-EINVAL. Never a hard-coded 512.
+ */
+NVS_API int nvs_dio_alignment(int fd, struct nvs_dio_align *out);
+
+/**
+ * nvs_aio_read() - one-shot read with a temporary handle (DeepNVMe
+ * aio_read): the whole of @nbytes from offset 0 of @path into @buf.
+ * @opts:     handle settings, NULL for the defaults.
+ * @validate: re-read the file with plain buffered I/O and compare;
+ *            a mismatch gives -EBADMSG.
+ * @stats:    NULL, or receives the I/O time and the whole call's time.
+ * Return: 0, or -errno as nvs_aio_create()/nvs_aio_submit(), -EBADMSG.
+ * Nothing is printed.
+ */
+NVS_API int nvs_aio_read(void *buf, size_t nbytes, const char *path,
+			 const struct nvs_aio_opts *opts, bool validate,
+			 struct nvs_io_stats *stats);
+/**
+ * nvs_aio_write() - one-shot write of @buf to offset 0 of @path (DeepNVMe
+ * aio_write); @validate re-reads the file buffered and compares (-EBADMSG).
+ */
+NVS_API int nvs_aio_write(const void *buf, size_t nbytes, const char *path,
+			  const struct nvs_aio_opts *opts, bool validate,
+			  struct nvs_io_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVSWAP_AIO_H */

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nvswap common definitions: export macro, error reporting shared by every
+ * layer of the library.
+ */
+#ifndef NVSWAP_COMMON_H
+#define NVSWAP_COMMON_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(NVS_BUILDING_LIBRARY) && defined(__GNUC__)
+#define NVS_API __attribute__((visibility("default")))
+#else
+#define NVS_API
+#endif
+
+/** Longest sentence nvs_last_error() returns, terminating NUL included. */
+#define NVS_ERRMSG_MAX 512
+
+/**
+ * nvs_last_error() - what went wrong in this thread's last failed call.
+ *
+ * Every nvswap call that returns a negative errno also writes a sentence
+ * naming the call and its context (path, offset, length, cause) into a
+ * thread-local buffer. Successful calls leave it alone, so read it right
+ * after a failure.
+ *
+ * Return: a NUL-terminated string owned by the library, valid until the
+ * calling thread's next nvswap call; "" when nothing has failed yet.
+ * Threading: thread-local, always safe.
+ */
+NVS_API const char *nvs_last_error(void);
+
+/**
+ * nvs_strerror() - a short description of an errno value.
+ * @err: an errno, positive or negative (nvswap returns -errno).
+ *
+ * Return: a static string; never NULL. Thread-safe (unlike strerror(3)).
+ */
+NVS_API const char *nvs_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVSWAP_COMMON_H */

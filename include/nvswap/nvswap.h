@@ -1,0 +1,10 @@
+/* SPDX-License-Identifier: MIT */
+/* nvswap umbrella header: includes every public header of the library. */
+#ifndef NVSWAP_NVSWAP_H
+#define NVSWAP_NVSWAP_H
+
+#include "nvswap/common.h"
+#include "nvswap/version.h"
+#include "nvswap/aio.h"
+
+#endif /* NVSWAP_NVSWAP_H */

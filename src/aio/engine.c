@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The engine core shared by every backend: the in-flight count, and the
+ * resubmission of short transfers and EAGAIN/EINTR so no backend can leave
+ * a request half done.
+ */
+#include "aio/engine.h"
+#include "aio/ops.h"
+#include "internal/alloc.h"
+#include "internal/util.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+struct nvs_engine {
+	const struct nvs_engine_ops *ops;
+	void *be;
+	unsigned depth;
+	unsigned inflight;	   /* accepted, not yet handed back */
+	unsigned nretry;	   /* requests waiting in retry[] */
+	unsigned nfailed;	   /* requests waiting in failed[] */
+	struct nvs_ioreq **retry;  /* depth slots: to resubmit */
+	struct nvs_ioreq **failed; /* depth slots: refused at submit, final */
+	struct nvs_ioreq **raw;	   /* depth slots: scratch for backend reap */
+	uint64_t attempts;
+	uint64_t retries;
+};
+
+int nvs__engine_create(enum nvs_backend backend, unsigned depth,
+		       const struct nvs_fault_plan *plan,
+		       struct nvs_engine **out)
+{
+	const struct nvs_engine_ops *ops;
+	struct nvs_engine *e;
+	int ret;
+
+	*out = NULL;
+	switch (backend) {
+	case NVS_BACKEND_LIBAIO:
+		ops = &nvs__libaio_ops;
+		break;
+	case NVS_BACKEND_PSYNC:
+		ops = plan ? &nvs__fault_ops : &nvs__psync_ops;
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	e = nvs__calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->ops = ops;
+	e->depth = depth;
+	e->retry = nvs__calloc(depth, sizeof(*e->retry));
+	e->failed = nvs__calloc(depth, sizeof(*e->failed));
+	e->raw = nvs__calloc(depth, sizeof(*e->raw));
+	if (!e->retry || !e->failed || !e->raw) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = ops->init(depth, plan, &e->be);
+	if (ret < 0)
+		goto fail;
+	*out = e;
+	return 0;
+fail:
+	nvs__free(e->retry);
+	nvs__free(e->failed);
+	nvs__free(e->raw);
+	nvs__free(e);
+	return ret;
+}
+
+void nvs__engine_destroy(struct nvs_engine *e)
+{
+	if (!e)
+		return;
+	e->ops->fini(e->be);
+	nvs__free(e->retry);
+	nvs__free(e->failed);
+	nvs__free(e->raw);
+	nvs__free(e);
+}
+
+unsigned nvs__engine_submit(struct nvs_engine *e, struct nvs_ioreq **reqs,
+			    unsigned n)
+{
+	unsigned room = e->depth - e->inflight;
+	int acc;
+
+	if (n > room)
+		n = room;
+	if (n == 0)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		reqs[i]->done = 0;
+		reqs[i]->tries = 0;
+		reqs[i]->res = 0;
+	}
+	acc = e->ops->submit(e->be, reqs, n);
+	if (acc < 0) {
+		/* Nothing accepted and nothing will be: the first request
+		 * is final with that error, and is reaped like any other. */
+		reqs[0]->res = acc;
+		e->failed[e->nfailed++] = reqs[0];
+		acc = 1;
+	}
+	e->inflight += (unsigned)acc;
+	e->attempts += (unsigned)acc;
+	return (unsigned)acc;
+}
+
+/* Resubmit what waits in retry[]; a request the backend does not take
+ * stays there for the next round. */
+static void flush_retries(struct nvs_engine *e)
+{
+	unsigned keep = 0;
+	int acc;
+
+	if (e->nretry == 0)
+		return;
+	acc = e->ops->submit(e->be, e->retry, e->nretry);
+	if (acc < 0)
+		acc = 0;
+	e->attempts += (unsigned)acc;
+	for (unsigned i = (unsigned)acc; i < e->nretry; i++)
+		e->retry[keep++] = e->retry[i];
+	e->nretry = keep;
+}
+
+/*
+ * Classify one raw attempt. Returns true when @r is final; otherwise it was
+ * queued for resubmission.
+ */
+static bool settle(struct nvs_engine *e, struct nvs_ioreq *r)
+{
+	int64_t res = r->res;
+
+	if (res == -EINTR || res == -EAGAIN) {
+		if (++r->tries >= NVS_ENGINE_MAX_TRIES)
+			return true;
+		goto again;
+	}
+	if (res < 0)
+		return true;
+	if (res == 0 && r->done < r->len) {
+		/* End of file on a read; a write that moved nothing. */
+		r->res = (int64_t)r->done;
+		return true;
+	}
+	r->done += (size_t)res;
+	if (r->done >= r->len) {
+		r->res = (int64_t)r->done;
+		return true;
+	}
+again:
+	e->retries++;
+	e->retry[e->nretry++] = r;
+	return false;
+}
+
+unsigned nvs__engine_reap(struct nvs_engine *e, unsigned min,
+			  struct nvs_ioreq **out, unsigned max)
+{
+	unsigned got = 0;
+	unsigned idle = 0;
+
+	if (min > e->inflight)
+		min = e->inflight;
+	if (max > e->inflight)
+		max = e->inflight;
+	while (got < max) {
+		unsigned before = e->nretry;
+		int n;
+
+		flush_retries(e);
+		while (e->nfailed > 0 && got < max) {
+			out[got++] = e->failed[--e->nfailed];
+			e->inflight--;
+		}
+		if (got >= min && got > 0)
+			break;
+		if (e->inflight == e->nretry + e->nfailed) {
+			/* Nothing with the backend: the backend refused our
+			 * resubmissions. Yield and try again. */
+			if (e->nretry == 0 || got >= min || got >= max)
+				break;
+			if (e->nretry == before && ++idle > 1000)
+				sched_yield();
+			continue;
+		}
+		n = e->ops->reap(e->be, got < min ? 1 : 0, e->raw,
+				 NVS_MIN(max - got,
+					 e->inflight - e->nretry - e->nfailed));
+		if (n <= 0) {
+			if (got >= min)
+				break;
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			struct nvs_ioreq *r = e->raw[i];
+			if (settle(e, r)) {
+				out[got++] = r;
+				e->inflight--;
+			}
+		}
+		if (got >= min && got > 0 && e->nretry == 0)
+			break;
+	}
+	return got;
+}
+
+unsigned nvs__engine_inflight(const struct nvs_engine *e)
+{
+	return e->inflight;
+}
+
+const char *nvs__engine_name(const struct nvs_engine *e)
+{
+	return e->ops->name;
+}
+
+uint64_t nvs__engine_attempts(const struct nvs_engine *e)
+{
+	return e->attempts;
+}
+
+uint64_t nvs__engine_retries(const struct nvs_engine *e)
+{
+	return e->retries;
+}

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The psync backend: each attempt is a pread/pwrite on the submitting
+ * thread, its result parked in a ring until reaped. Always available; the
+ * last link of the fallback chain.
+ */
+#include "aio/ops.h"
+#include "internal/alloc.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+struct psync {
+	struct nvs_ioreq **ring; /* finished attempts, FIFO */
+	unsigned head;
+	unsigned count;
+	unsigned depth;
+};
+
+void nvs__psync_attempt(struct nvs_ioreq *r, size_t max)
+{
+	size_t len = r->len - r->done;
+	ssize_t n;
+
+	if (len > max)
+		len = max;
+	if (r->opcode == NVS_IOREQ_WRITE)
+		n = pwrite(r->fd, r->buf + r->done, len,
+			   (off_t)(r->off + (int64_t)r->done));
+	else
+		n = pread(r->fd, r->buf + r->done, len,
+			  (off_t)(r->off + (int64_t)r->done));
+	r->res = n < 0 ? -errno : n;
+}
+
+static int psync_init(unsigned depth, const struct nvs_fault_plan *plan,
+		      void **be)
+{
+	struct psync *p;
+
+	(void)plan;
+	p = nvs__calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->ring = nvs__calloc(depth, sizeof(*p->ring));
+	if (!p->ring) {
+		nvs__free(p);
+		return -ENOMEM;
+	}
+	p->depth = depth;
+	*be = p;
+	return 0;
+}
+
+static void psync_fini(void *be)
+{
+	struct psync *p = be;
+
+	nvs__free(p->ring);
+	nvs__free(p);
+}
+
+bool nvs__psync_park(void *be, struct nvs_ioreq *r)
+{
+	struct psync *p = be;
+
+	if (p->count == p->depth)
+		return false;
+	p->ring[(p->head + p->count++) % p->depth] = r;
+	return true;
+}
+
+static int psync_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
+{
+	struct psync *p = be;
+	unsigned i;
+
+	for (i = 0; i < n && p->count < p->depth; i++) {
+		nvs__psync_attempt(reqs[i], (size_t)-1);
+		nvs__psync_park(p, reqs[i]);
+	}
+	return (int)i;
+}
+
+static int psync_reap(void *be, unsigned min, struct nvs_ioreq **out,
+		      unsigned max)
+{
+	struct psync *p = be;
+	unsigned n = 0;
+
+	(void)min; /* everything submitted has already finished */
+	while (n < max && p->count > 0) {
+		out[n++] = p->ring[p->head];
+		p->head = (p->head + 1) % p->depth;
+		p->count--;
+	}
+	return (int)n;
+}
+
+const struct nvs_engine_ops nvs__psync_ops = {
+	.submit = psync_submit,
+	.reap = psync_reap,
+	.init = psync_init,
+	.fini = psync_fini,
+	.name = "psync",
+};

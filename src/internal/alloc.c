@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+/* Allocation seam with a fault-injection hook for tests. */
+#include "internal/alloc.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+/* Counts allocations; fail_at pairs with it (0 = disarmed). Relaxed: the
+ * hook is a test device, ordering with other memory does not matter. */
+static atomic_ulong alloc_count;
+static atomic_ulong fail_at;
+
+static int should_fail(void)
+{
+	unsigned long n = atomic_fetch_add_explicit(&alloc_count, 1,
+						    memory_order_relaxed) +
+			  1;
+	unsigned long f = atomic_load_explicit(&fail_at, memory_order_relaxed);
+	return f != 0 && n == f;
+}
+
+unsigned long nvs__alloc_fail_at(unsigned long nth)
+{
+	unsigned long used =
+		atomic_exchange_explicit(&alloc_count, 0, memory_order_relaxed);
+	atomic_store_explicit(&fail_at, nth, memory_order_relaxed);
+	return used;
+}
+
+void *nvs__malloc(size_t n)
+{
+	return should_fail() ? NULL : malloc(n ? n : 1);
+}
+
+void *nvs__calloc(size_t count, size_t n)
+{
+	return should_fail() ? NULL : calloc(count ? count : 1, n ? n : 1);
+}
+
+void *nvs__aligned_alloc(size_t align, size_t n)
+{
+	void *p = NULL;
+
+	if (should_fail())
+		return NULL;
+	if (posix_memalign(&p, align, n ? n : align) != 0)
+		return NULL;
+	return p;
+}
+
+void nvs__free(void *p)
+{
+	free(p);
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The only includer of uthash. uthash's default on out-of-memory ends the process;
+ * here it sets a flag the caller checks (nvs__hash_oom), and its memory
+ * comes through the allocation seam.
+ */
+#ifndef NVS_INTERNAL_HASH_H
+#define NVS_INTERNAL_HASH_H
+
+#include "internal/alloc.h"
+
+extern _Thread_local int nvs__hash_oom;
+
+#define uthash_malloc(sz) nvs__malloc(sz)
+#define uthash_free(ptr, sz) nvs__free(ptr)
+#define uthash_nonfatal_oom(obj) (nvs__hash_oom = 1)
+#define HASH_NONFATAL_OOM 1
+
+#include <uthash.h>
+
+#endif

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT
+/* Helpers shared by the test suites. */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[4096];
+
+const char *tu_dir(void)
+{
+	const char *base = getenv("NVSWAP_TEST_DIR");
+
+	if (dir[0])
+		return dir;
+	snprintf(dir, sizeof(dir), "%s/nvs-test-XXXXXX", base ? base : ".");
+	cr_assert_not_null(mkdtemp(dir), "mkdtemp %s: %s", dir,
+			   strerror(errno));
+	chmod(dir, 0755);
+	return dir;
+}
+
+const char *tu_path(const char *name)
+{
+	static char bufs[8][4096];
+	static int next;
+	char *p = bufs[next++ % 8];
+
+	snprintf(p, 4096, "%s/%s", tu_dir(), name);
+	return p;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag,
+		  struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+void tu_cleanup(void)
+{
+	if (dir[0])
+		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	dir[0] = '\0';
+}
+
+void tu_fill(void *buf, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	unsigned char *p = buf;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (unsigned char)x;
+	}
+}
+
+#define GUARD 64
+struct hdr {
+	void *base;
+	size_t maplen;
+	size_t n;
+};
+
+void *tu_alloc(size_t n, size_t misalign)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t maplen = pg + GUARD + misalign + n + GUARD + pg;
+	char *base = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *p;
+	struct hdr *h;
+
+	cr_assert_neq(base, MAP_FAILED);
+	p = base + pg * 2 + misalign; /* page aligned + misalign */
+	memset(p - GUARD, 0xEE, GUARD);
+	memset(p + n, 0xEE, GUARD);
+	h = (struct hdr *)base;
+	h->base = base;
+	h->maplen = maplen;
+	h->n = n;
+	/* keep the header where tu_free finds it: just before the guard */
+	memcpy(p - GUARD - sizeof(*h), h, sizeof(*h));
+	return p;
+}
+
+bool tu_guards_ok(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 1; i <= GUARD; i++)
+		if (c[-(long)i] != 0xEE)
+			return false;
+	for (size_t i = 0; i < GUARD; i++)
+		if (c[n + i] != 0xEE)
+			return false;
+	return true;
+}
+
+void tu_free(void *p)
+{
+	struct hdr h;
+
+	if (!p)
+		return;
+	memcpy(&h, (char *)p - GUARD - sizeof(h), sizeof(h));
+	munmap(h.base, h.maplen);
+}
+
+off_t tu_file_size(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return -1;
+	return st.st_size;
+}
+
+void tu_write_file(const char *path, const void *buf, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	size_t done = 0;
+
+	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
+	while (done < n) {
+		ssize_t r = write(fd, (const char *)buf + done, n - done);
+		cr_assert_gt(r, 0, "write %s: %s", path, strerror(errno));
+		done += (size_t)r;
+	}
+	close(fd);
+}
+
+void *tu_read_file(const char *path, size_t *n)
+{
+	off_t sz = tu_file_size(path);
+	int fd = open(path, O_RDONLY);
+	char *buf;
+	size_t done = 0;
+
+	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
+	buf = malloc((size_t)sz + 1);
+	while (done < (size_t)sz) {
+		ssize_t r = read(fd, buf + done, (size_t)sz - done);
+		cr_assert_gt(r, 0, "read %s", path);
+		done += (size_t)r;
+	}
+	close(fd);
+	*n = done;
+	return buf;
+}
+
+bool tu_drop_root(void)
+{
+	if (geteuid() != 0)
+		return true;
+	if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+	    setresuid(65534, 65534, 65534) < 0)
+		return false;
+	return geteuid() == 65534;
+}

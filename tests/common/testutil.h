@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers shared by the test suites: scratch directories, patterns, files. */
+#ifndef NVS_TESTUTIL_H
+#define NVS_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* A fresh directory for this test process on the real filesystem
+ * ($NVSWAP_TEST_DIR, else the current directory), removed by tu_cleanup. */
+const char *tu_dir(void);
+/* "<tu_dir>/<name>" in a static rotating buffer. */
+const char *tu_path(const char *name);
+/* Remove tu_dir and everything below it. */
+void tu_cleanup(void);
+
+/* Deterministic pseudo-random bytes. */
+void tu_fill(void *buf, size_t n, uint64_t seed);
+/* Memory at a chosen misalignment from a page boundary, with 64 guard
+ * bytes (0xEE) either side; tu_guards_ok checks them. */
+void *tu_alloc(size_t n, size_t misalign);
+bool tu_guards_ok(const void *p, size_t n);
+void tu_free(void *p);
+
+off_t tu_file_size(const char *path);
+/* Buffered whole-file helpers; abort the test (cr_assert) on failure. */
+void tu_write_file(const char *path, const void *buf, size_t n);
+void *tu_read_file(const char *path, size_t *n);
+
+/* Drop to user nobody (65534) if root; false when that is impossible. */
+bool tu_drop_root(void);
+
+#endif

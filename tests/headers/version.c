@@ -1,0 +1,8 @@
+/* Compiles alone: nvswap/version.h is self-contained. */
+#include <nvswap/version.h>
+#include <nvswap/version.h> /* and include-guarded */
+
+int main(void)
+{
+	return 0;
+}

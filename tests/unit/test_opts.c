@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Handle options, getters, backend choice, errors and version: creation
+ * accepts exactly the documented ranges, reports the backend it chose,
+ * and fails cleanly (-ENOMEM, *out NULL) when any allocation fails.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "internal/alloc.h"
+#include "nvswap/nvswap.h"
+
+Test(opts, defaults_match_deepnvme)
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+
+	memset(&o, 0x5a, sizeof(o));
+	nvs_aio_opts_init(&o);
+	cr_assert_eq(o.size, sizeof(o));
+	cr_assert_eq(o.block_size, 1u << 20);
+	cr_assert_eq(o.queue_depth, 128);
+	cr_assert_eq(o.single_submit, false);
+	cr_assert_eq(o.overlap_events, false);
+	cr_assert_eq(o.intra_op_parallelism, 1);
+	cr_assert_eq(o.backend, NVS_BACKEND_AUTO);
+	cr_assert_eq(o.direct, NVS_DIRECT_AUTO);
+	cr_assert_eq(o.reserved[7], 0);
+	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
+	cr_assert_eq(nvs_aio_get_block_size(h), 1u << 20);
+	cr_assert_eq(nvs_aio_get_queue_depth(h), 128);
+	cr_assert_eq(nvs_aio_get_intra_op_parallelism(h), 1);
+	cr_assert_eq(nvs_aio_get_alignment(h) % 4096, 0);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+}
+
+Test(opts, getters_return_what_was_set)
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+
+	nvs_aio_opts_init(&o);
+	o.block_size = 8192;
+	o.queue_depth = 3;
+	o.single_submit = true;
+	o.overlap_events = true;
+	o.intra_op_parallelism = 5;
+	o.backend = NVS_BACKEND_PSYNC;
+	cr_assert_eq(nvs_aio_create(&o, &h), 0);
+	cr_assert_eq(nvs_aio_get_block_size(h), 8192);
+	cr_assert_eq(nvs_aio_get_queue_depth(h), 3);
+	cr_assert_eq(nvs_aio_get_single_submit(h), true);
+	cr_assert_eq(nvs_aio_get_overlap_events(h), true);
+	cr_assert_eq(nvs_aio_get_intra_op_parallelism(h), 5);
+	cr_assert_str_eq(nvs_aio_backend_name(h), "psync");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+}
+
+static int try_create(void (*tweak)(struct nvs_aio_opts *))
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio *h = (struct nvs_aio *)&o; /* must come back NULL */
+	int ret;
+
+	nvs_aio_opts_init(&o);
+	tweak(&o);
+	ret = nvs_aio_create(&o, &h);
+	if (ret == 0)
+		nvs_aio_destroy(h);
+	else
+		cr_assert_null(h, "a failed create leaves *out NULL");
+	return ret;
+}
+
+static void bs0(struct nvs_aio_opts *o)
+{
+	o->block_size = 0;
+}
+static void bs511(struct nvs_aio_opts *o)
+{
+	o->block_size = 511;
+}
+static void bs513(struct nvs_aio_opts *o)
+{
+	o->block_size = 513;
+}
+static void bs_huge(struct nvs_aio_opts *o)
+{
+	o->block_size = NVS_AIO_MAX_BLOCK_SIZE + 512;
+}
+static void bs512(struct nvs_aio_opts *o)
+{
+	o->block_size = 512;
+}
+static void qd0(struct nvs_aio_opts *o)
+{
+	o->queue_depth = 0;
+}
+static void qd_huge(struct nvs_aio_opts *o)
+{
+	o->queue_depth = NVS_AIO_MAX_QUEUE_DEPTH + 1;
+}
+static void par0(struct nvs_aio_opts *o)
+{
+	o->intra_op_parallelism = 0;
+}
+static void par_huge(struct nvs_aio_opts *o)
+{
+	o->intra_op_parallelism = NVS_AIO_MAX_PARALLELISM + 1;
+}
+static void bad_backend(struct nvs_aio_opts *o)
+{
+	o->backend = (enum nvs_backend)42;
+}
+static void bad_direct(struct nvs_aio_opts *o)
+{
+	o->direct = (enum nvs_direct)42;
+}
+static void bad_size(struct nvs_aio_opts *o)
+{
+	o->size = 3;
+}
+static void uring(struct nvs_aio_opts *o)
+{
+	o->backend = NVS_BACKEND_IO_URING;
+}
+
+Test(opts, out_of_range_options_are_einval)
+{
+	cr_assert_eq(try_create(bs0), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "block_size 0"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(try_create(bs511), -EINVAL);
+	cr_assert_eq(try_create(bs513), -EINVAL);
+	cr_assert_eq(try_create(bs_huge), -EINVAL);
+	cr_assert_eq(try_create(bs512), 0);
+	cr_assert_eq(try_create(qd0), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "queue_depth"));
+	cr_assert_eq(try_create(qd_huge), -EINVAL);
+	cr_assert_eq(try_create(par0), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "intra_op_parallelism"));
+	cr_assert_eq(try_create(par_huge), -EINVAL);
+	cr_assert_eq(try_create(bad_backend), -EINVAL);
+	cr_assert_eq(try_create(bad_direct), -EINVAL);
+	cr_assert_eq(try_create(bad_size), -EINVAL);
+	cr_assert_eq(nvs_aio_create(NULL, NULL), -EINVAL);
+}
+
+Test(opts, libaio_queue_depth_above_kernel_limit_is_einval)
+{
+	FILE *f = fopen("/proc/sys/fs/aio-max-nr", "r");
+	unsigned long max = 0;
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%lu", &max), 1);
+	fclose(f);
+	if (max >= NVS_AIO_MAX_QUEUE_DEPTH)
+		cr_skip_test("fs.aio-max-nr is %lu, above the largest queue "
+			     "depth %u: only the fixed limit applies here",
+			     max, NVS_AIO_MAX_QUEUE_DEPTH);
+	nvs_aio_opts_init(&o);
+	o.backend = NVS_BACKEND_LIBAIO;
+	o.queue_depth = (uint32_t)max + 1;
+	cr_assert_eq(nvs_aio_create(&o, &h), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "aio-max-nr"), "%s",
+		  nvs_last_error());
+}
+
+Test(opts, io_uring_is_not_built_yet)
+{
+	cr_assert_eq(try_create(uring), -EOPNOTSUPP);
+	cr_assert(strstr(nvs_last_error(), "io_uring"));
+}
+
+Test(opts, environment_overrides_the_backend)
+{
+	struct nvs_aio *h;
+
+	setenv("NVSWAP_BACKEND", "psync", 1);
+	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
+	cr_assert_str_eq(nvs_aio_backend_name(h), "psync");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	setenv("NVSWAP_BACKEND", "libaio", 1);
+	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
+	cr_assert_str_eq(nvs_aio_backend_name(h), "libaio");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	setenv("NVSWAP_BACKEND", "floppy", 1);
+	cr_assert_eq(nvs_aio_create(NULL, &h), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "floppy"));
+	unsetenv("NVSWAP_BACKEND");
+}
+
+Test(opts, auto_picks_libaio_where_the_kernel_has_it)
+{
+	struct nvs_aio *h;
+
+	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
+	cr_assert_str_eq(nvs_aio_backend_name(h), "libaio");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+}
+
+Test(opts, destroy_null_is_a_noop)
+{
+	cr_assert_eq(nvs_aio_destroy(NULL), 0);
+}
+
+Test(opts, every_failed_allocation_in_create_is_enomem)
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+	unsigned long need;
+
+	nvs_aio_opts_init(&o);
+	o.intra_op_parallelism = 2;
+	o.backend = NVS_BACKEND_PSYNC;
+	nvs__alloc_fail_at(0);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0);
+	need = nvs__alloc_fail_at(0);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	cr_assert_gt(need, 5);
+	for (unsigned long i = 1; i <= need; i++) {
+		nvs__alloc_fail_at(i);
+		h = (struct nvs_aio *)&o;
+		cr_assert_eq(nvs_aio_create(&o, &h), -ENOMEM,
+			     "allocation %lu of %lu", i, need);
+		cr_assert_null(h);
+	}
+	nvs__alloc_fail_at(0);
+}
+
+Test(errors, strerror_and_last_error)
+{
+	cr_assert_str_eq(nvs_strerror(-ENOENT), "No such file or directory");
+	cr_assert_str_eq(nvs_strerror(ENOSPC), "No space left on device");
+	cr_assert_str_eq(nvs_strerror(-EBADMSG),
+			 "data read back differs from data written");
+	cr_assert_str_eq(nvs_strerror(0), "success");
+	cr_assert_not_null(nvs_strerror(99999));
+	cr_assert_str_eq(nvs_last_error(), "");
+	cr_assert_eq(nvs_aio_wait(NULL), -EINVAL);
+	cr_assert_str_eq(nvs_last_error(), "nvs_aio_wait: handle is NULL");
+}
+
+Test(version, runtime_matches_headers_and_build)
+{
+	cr_assert_str_eq(nvs_version(), NVS_VERSION_STRING);
+	cr_assert_str_eq(nvs_version(), NVS_VERSION_MESON);
+}
