@@ -69,7 +69,7 @@ test: deps
 	exit $$rc
 
 bench: build
-	bench/fio_compare.sh
+	bench/fio_compare.py
 
 format:
 	clang-format -i $(SOURCES)

@@ -4,12 +4,14 @@
  * aio handle, read it back into a second buffer, verify every byte, and
  * print GB/s for each direction. Uses only the public API.
  *
- *   nvswap-demo [--dir D] [--size BYTES[K|M|G]] [--block-size B]
- *               [--queue-depth N] [--parallelism N] [--overlap]
+ *   nvswap-demo [--dir D] [--file NAME] [--keep] [--size BYTES[K|M|G]]
+ *               [--block-size B] [--queue-depth N] [--parallelism N]
+ *               [--overlap] [--backend libaio|psync]
  */
 #include <nvswap/nvswap.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,10 +81,14 @@ int main(int argc, char **argv)
 		{"queue-depth", required_argument, NULL, 'q'},
 		{"parallelism", required_argument, NULL, 'p'},
 		{"overlap", no_argument, NULL, 'o'},
+		{"file", required_argument, NULL, 'f'},
+		{"keep", no_argument, NULL, 'k'},
+		{"backend", required_argument, NULL, 'B'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *dir = "nvme_swap";
+	const char *dir = "nvme_swap", *file = "demo.swp";
+	bool keep = false;
 	size_t size = 1ull << 30, bs;
 	struct nvs_aio_opts o;
 	struct nvs_aio *h;
@@ -92,8 +98,8 @@ int main(int argc, char **argv)
 	int c, ret;
 
 	nvs_aio_opts_init(&o);
-	while ((c = getopt_long(argc, argv, "d:s:b:q:p:oh", longopts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "d:s:b:q:p:of:kB:h", longopts,
+				NULL)) != -1) {
 		switch (c) {
 		case 'd':
 			dir = optarg;
@@ -121,11 +127,28 @@ int main(int argc, char **argv)
 		case 'o':
 			o.overlap_events = true;
 			break;
+		case 'f':
+			file = optarg;
+			break;
+		case 'k':
+			keep = true;
+			break;
+		case 'B':
+			if (!strcmp(optarg, "libaio")) {
+				o.backend = NVS_BACKEND_LIBAIO;
+			} else if (!strcmp(optarg, "psync")) {
+				o.backend = NVS_BACKEND_PSYNC;
+			} else {
+				fprintf(stderr, "bad --backend %s\n", optarg);
+				return 2;
+			}
+			break;
 		default:
 			fprintf(stderr,
-				"usage: %s [--dir D] [--size N[K|M|G]] "
-				"[--block-size N] [--queue-depth N] "
-				"[--parallelism N] [--overlap]\n",
+				"usage: %s [--dir D] [--file NAME] [--keep] "
+				"[--size N[K|M|G]] [--block-size N] "
+				"[--queue-depth N] [--parallelism N] "
+				"[--overlap] [--backend libaio|psync]\n",
 				argv[0]);
 			return c == 'h' ? 0 : 2;
 		}
@@ -134,7 +157,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mkdir %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
-	snprintf(path, sizeof(path), "%s/demo.swp", dir);
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	wbuf = alloc_buf(size);
 	rbuf = alloc_buf(size);
 	if (!wbuf || !rbuf) {
@@ -194,6 +217,7 @@ int main(int argc, char **argv)
 	       size, (unsigned long long)st.requests,
 	       (unsigned long long)st.bounced_requests,
 	       (unsigned long long)st.direct_fallbacks);
-	unlink(path);
+	if (!keep)
+		unlink(path);
 	return 0;
 }

@@ -181,6 +181,9 @@ struct nvs_aio_io {
  *            fd < 0, negative offset, offset + nbytes overflowing, a read
  *            ending beyond the end of the file (buffer untouched), O_DIRECT
  *            refused with NVS_DIRECT_ALWAYS, an unknown opcode;
+ *   -ENOSPC  an O_DIRECT write that extends its file could not
+ *            preallocate the new part (full disk or quota): nothing was
+ *            written;
  *   -ENOENT  missing file (read) or missing directory (write);
  *   -EACCES  permission denied; -EISDIR, -EBADF and other open(2) errors;
  *   -EAGAIN  every op slot holds a completed ticket nobody collected.
@@ -232,8 +235,12 @@ NVS_API int nvs_aio_pread(struct nvs_aio *h, void *buf, size_t nbytes,
  *
  * The file is created (mode 0600) when missing and never truncated: after
  * success it is exactly max(old size, file_offset + nbytes) bytes, and the
- * bytes outside the written range are unchanged. A full disk gives
- * -ENOSPC; @buf is never modified. Return as nvs_aio_pread().
+ * bytes outside the written range are unchanged. With O_DIRECT the part
+ * beyond the old end is preallocated at submit (fallocate), so the file
+ * has its final size while the write runs; if the write then fails, the
+ * range reads back as whatever was written plus zeros. A full disk gives
+ * -ENOSPC (at submit when preallocation finds it, else from the wait);
+ * @buf is never modified. Return as nvs_aio_pread().
  */
 NVS_API int nvs_aio_pwrite(struct nvs_aio *h, const void *buf, size_t nbytes,
 			   const char *path, int64_t file_offset, bool async);

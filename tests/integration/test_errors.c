@@ -203,13 +203,28 @@ Test(errors, full_disk_is_enospc_and_other_files_survive)
 	tu_fill(buf, 2 << 20, 5);
 	unsigned char *copy = malloc(2 << 20);
 	memcpy(copy, buf, 2 << 20);
+	/* O_DIRECT: preallocation finds the full disk before any I/O. */
 	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, 2 << 20, big, 0), -ENOSPC,
 		     "%s", nvs_last_error());
 	cr_assert(strstr(nvs_last_error(), "space"), "%s", nvs_last_error());
-	/* Async: the error comes from wait. */
-	cr_assert_eq(nvs_aio_async_pwrite(h, buf, 2 << 20, big, 4096), 0);
-	cr_assert_eq(nvs_aio_wait(h), -ENOSPC);
-	cr_assert_eq(nvs_aio_wait(h), 0, "the error was collected");
+	cr_assert_eq(nvs_aio_async_pwrite(h, buf, 2 << 20, big, 0), -ENOSPC);
+	cr_assert_eq(nvs_aio_wait(h), 0, "a failed submit never completes");
+	cr_assert_eq(tu_file_size(big), 0, "nothing was written");
+	/* Buffered: the disk fills during the I/O; the error comes from the
+	 * op and from wait. */
+	struct nvs_aio_opts o;
+	struct nvs_aio *b;
+	nvs_aio_opts_init(&o);
+	o.direct = NVS_DIRECT_NEVER;
+	o.block_size = 64 << 10;
+	cr_assert_eq(nvs_aio_create(&o, &b), 0);
+	cr_assert_eq(nvs_aio_sync_pwrite(b, buf, 2 << 20, big, 0), -ENOSPC,
+		     "%s", nvs_last_error());
+	cr_assert_eq(nvs_aio_async_pwrite(b, buf, 2 << 20, big, 4096), 0);
+	cr_assert_eq(nvs_aio_wait(b), -ENOSPC);
+	cr_assert(strstr(nvs_last_error(), "space"), "%s", nvs_last_error());
+	cr_assert_eq(nvs_aio_wait(b), 0, "the error was collected");
+	cr_assert_eq(nvs_aio_destroy(b), 0);
 	back = tu_read_file(other, &n);
 	cr_assert_eq(n, sizeof(keep));
 	cr_assert(memcmp(back, keep, n) == 0, "other file changed");
