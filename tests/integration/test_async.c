@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
  * Asynchronous use: DeepNVMe's N-async-then-wait pattern, partitioned
- * writes, offset reads, per-op tickets, descriptors, backpressure, and
- * several threads sharing one handle.
+ * writes, offset reads, per-op tickets, descriptors, backpressure, and no
+ * allocation on the I/O path. Several threads sharing a handle are in
+ * tests/threads/test_threads.c, which also runs under TSan.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal/alloc.h"
 #include "nvswap/aio.h"
 #include "testutil.h"
 
@@ -257,100 +259,40 @@ Test(async, descriptor_calls_with_and_without_odirect)
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
-struct thr {
-	struct nvs_aio *h;
-	int idx;
-	int bad;
-};
-
-static void *hammer(void *arg)
-{
-	struct thr *t = arg;
-	enum { SZ = 256 * 1024 + 77 };
-	unsigned char *src = malloc(SZ), *dst = malloc(SZ);
-	char name[32];
-	uint64_t id;
-
-	snprintf(name, sizeof(name), "thr%d", t->idx);
-	for (int it = 0; it < 20; it++) {
-		tu_fill(src, SZ, (uint64_t)(t->idx * 100 + it));
-		struct nvs_aio_io io = {NVS_AIO_WRITE, src, SZ,
-					tu_path(name), -1,  it * 13};
-		if (nvs_aio_submit(t->h, &io, &id) || nvs_aio_wait_op(t->h, id))
-			t->bad++;
-		io.opcode = NVS_AIO_READ;
-		io.buf = dst;
-		if (nvs_aio_submit(t->h, &io, &id) || nvs_aio_wait_op(t->h, id))
-			t->bad++;
-		if (memcmp(src, dst, SZ))
-			t->bad++;
-	}
-	free(src);
-	free(dst);
-	return NULL;
-}
-
-Test(async, threads_sharing_one_handle_with_tickets)
+Test(async, submit_and_complete_allocate_nothing_even_when_bouncing)
 {
 	struct nvs_aio *h = mk(3, 8, 64 << 10, 0);
-	enum { T = 4 };
-	pthread_t th[T];
-	struct thr t[T];
-
-	tu_dir();
-	for (int i = 0; i < T; i++) {
-		t[i] = (struct thr){h, i, 0};
-		pthread_create(&th[i], NULL, hammer, &t[i]);
-	}
-	for (int i = 0; i < T; i++) {
-		pthread_join(th[i], NULL);
-		cr_assert_eq(t[i].bad, 0, "thread %d saw %d failures", i,
-			     t[i].bad);
-	}
-	cr_assert_eq(nvs_aio_wait(h), 0);
+	enum { SZ = (2 << 20) + 4097 };
+	unsigned char *src = tu_alloc(SZ, 13), *dst = tu_alloc(SZ, 7);
 	struct nvs_aio_stats st;
-	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
-	cr_assert_eq(st.ops_completed, T * 40);
-	cr_assert_eq(st.ops_failed, 0);
+	uint64_t id;
+
+	tu_fill(src, SZ, 5);
+	tu_dir();
+	nvs__alloc_fail_at(0); /* start counting */
+	cr_assert_eq(nvs_aio_sync_pwrite(h, src, SZ, tu_path("na"), 4093), 1);
+	struct nvs_aio_io io = {NVS_AIO_READ, dst, SZ, tu_path("na"), -1, 4093};
+	cr_assert_eq(nvs_aio_submit(h, &io, &id), 0);
+	cr_assert_eq(nvs_aio_wait_op(h, id), 0);
+	cr_assert_eq(nvs__alloc_fail_at(0), 0,
+		     "the library allocated on the I/O path");
+	cr_assert(memcmp(src, dst, SZ) == 0);
+	nvs_aio_get_stats(h, &st);
+	cr_assert_gt(st.bounced_requests, 0, "misaligned buffers bounced");
+	cr_assert_gt(st.edge_bytes, 0);
+	tu_free(src);
+	tu_free(dst);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
-static void *waiter(void *arg)
+Test(async, new_files_are_created_private)
 {
-	struct thr *t = arg;
-	char buf[70000];
-	char name[32];
+	struct nvs_aio *h = mk(1, 2, 4096, 0);
+	struct stat st;
+	char b[10] = "0123456789";
 
-	tu_fill(buf, sizeof(buf), (uint64_t)t->idx);
-	snprintf(name, sizeof(name), "w%d", t->idx);
-	for (int i = 0; i < 30; i++) {
-		if (nvs_aio_async_pwrite(t->h, buf, sizeof(buf), tu_path(name),
-					 0))
-			t->bad++;
-		if (nvs_aio_wait(t->h) < 0)
-			t->bad++;
-	}
-	return NULL;
-}
-
-Test(async, threads_sharing_one_handle_with_wait)
-{
-	struct nvs_aio *h = mk(2, 4, 16 << 10, 8);
-	enum { T = 4 };
-	pthread_t th[T];
-	struct thr t[T];
-
-	tu_dir();
-	for (int i = 0; i < T; i++) {
-		t[i] = (struct thr){h, i, 0};
-		pthread_create(&th[i], NULL, waiter, &t[i]);
-	}
-	for (int i = 0; i < T; i++) {
-		pthread_join(th[i], NULL);
-		cr_assert_eq(t[i].bad, 0);
-	}
-	struct nvs_aio_stats st;
-	nvs_aio_get_stats(h, &st);
-	cr_assert_eq(st.ops_completed, T * 30);
+	cr_assert_eq(nvs_aio_sync_pwrite(h, b, 10, tu_path("mode"), 0), 1);
+	cr_assert_eq(stat(tu_path("mode"), &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
