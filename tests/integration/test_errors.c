@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -270,4 +271,53 @@ Test(errors, odirect_refused_falls_back_in_auto_and_fails_in_always)
 	cr_assert(strstr(nvs_last_error(), "O_DIRECT"), "%s", nvs_last_error());
 	cr_assert_eq(nvs_aio_destroy(a), 0);
 	umount2(mnt, MNT_DETACH);
+}
+
+Test(errors, unprivileged_user_with_small_memlock_limit_still_works)
+{
+	enum { SZ = (1 << 20) + 333 };
+	int res[5] = {0}, fds[2];
+	pid_t pid;
+
+	tu_dir();
+	cr_assert_eq(pipe(fds), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		/* As a real user: 64 KiB of memlock, less than the bounce
+		 * memory (8 MiB a worker), so mlock fails; I/O must not. */
+		struct rlimit rl = {64 << 10, 64 << 10};
+		struct nvs_aio_opts o;
+		struct nvs_aio *c = NULL;
+		struct nvs_aio_stats st;
+		unsigned char *src = malloc(SZ + 1), *dst = malloc(SZ);
+		char f[64];
+		/* The test directory is root's; nobody writes in /tmp. */
+		snprintf(f, sizeof(f), "/tmp/.nvs-memlock-%d", (int)getpid());
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) < 0 || !tu_drop_root())
+			res[4] = 1;
+		nvs_aio_opts_init(&o);
+		o.intra_op_parallelism = 2;
+		res[0] = nvs_aio_create(&o, &c);
+		tu_fill(src, SZ + 1, 6);
+		res[1] = nvs_aio_sync_pwrite(c, src + 1, SZ, f, 0);
+		res[2] = nvs_aio_sync_pread(c, dst, SZ, f, 0) == 1 &&
+			 memcmp(src + 1, dst, SZ) == 0;
+		nvs_aio_get_stats(c, &st);
+		res[3] = st.bounce_locked;
+		nvs_aio_destroy(c);
+		unlink(f);
+		if (write(fds[1], res, sizeof(res)) != sizeof(res))
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	cr_assert_eq(read(fds[0], res, sizeof(res)), (ssize_t)sizeof(res));
+	waitpid(pid, NULL, 0);
+	if (res[4])
+		cr_skip_test("cannot lower the memlock limit and drop root");
+	cr_assert_eq(res[0], 0, "create works without locked memory");
+	cr_assert_eq(res[1], 1, "write");
+	cr_assert_eq(res[2], 1, "read back equal");
+	cr_assert_eq(res[3], 0, "bounce memory reported as not locked");
 }
