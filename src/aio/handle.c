@@ -448,13 +448,15 @@ static void reap(struct worker *w)
 	unsigned min = w->h->opts.overlap_events ? 1 : inflight;
 	unsigned n = nvs__engine_reap(w->eng, min, w->done, inflight);
 
-	for (unsigned i = 0; i < n; i++)
-		req_complete(w, (struct req *)w->done[i]);
+	/* Count retries before completing: a waiter woken by a completion
+	 * must see the retries of its own op in the stats. */
 	if (nvs__engine_retries(w->eng) != w->retries_seen) {
 		count(&w->h->c.retries,
 		      nvs__engine_retries(w->eng) - w->retries_seen);
 		w->retries_seen = nvs__engine_retries(w->eng);
 	}
+	for (unsigned i = 0; i < n; i++)
+		req_complete(w, (struct req *)w->done[i]);
 }
 
 static void *worker_main(void *arg)
