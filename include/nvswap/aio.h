@@ -39,6 +39,8 @@ enum nvs_direct {
 #define NVS_AIO_MAX_QUEUE_DEPTH 32768u
 /** Largest accepted intra_op_parallelism. */
 #define NVS_AIO_MAX_PARALLELISM 256u
+/** nvs_aio_opts.open_files value that turns the open-file cache off. */
+#define NVS_AIO_FILES_OFF UINT32_MAX
 
 /**
  * struct nvs_aio_opts - settings of an aio handle.
@@ -69,7 +71,13 @@ struct nvs_aio_opts {
 	uint32_t max_ops;	       /* op slots (ops submitted and not yet
 					  finished, plus uncollected tickets);
 					  0 = default 1024 */
-	uint64_t reserved[8];	       /* zero */
+	uint32_t open_files;	       /* files a handle keeps open for
+					  path-based ops, checked against the
+					  path's inode on every op; 0 = default
+					  64; NVS_AIO_FILES_OFF = open and
+					  close on every op */
+	uint32_t reserved32;	       /* zero */
+	uint64_t reserved[7];	       /* zero */
 };
 
 /**
@@ -100,7 +108,9 @@ struct nvs_aio_stats {
 				      filesystem refused O_DIRECT (AUTO) */
 	uint64_t bounce_bytes_total; /* bounce memory held, all workers */
 	bool bounce_locked;	     /* bounce memory is mlocked */
-	uint64_t reserved[7];
+	uint64_t files_opened;	     /* open(2) calls for path-based ops */
+	uint64_t files_reused;	     /* path-based ops served by the cache */
+	uint64_t reserved[5];
 };
 
 struct nvs_aio;

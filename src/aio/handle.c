@@ -11,6 +11,7 @@
 #include "aio/handle.h"
 #include "aio/align.h"
 #include "aio/engine.h"
+#include "aio/files.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/util.h"
@@ -36,6 +37,8 @@
 #define DEFAULT_MAX_OPS 1024u
 #define DEFAULT_BOUNCE_SLOTS 8u
 #define DEFAULT_BOUNCE_MAX (8u << 20)
+#define DEFAULT_OPEN_FILES 64u
+#define MAX_OPEN_FILES 4096u
 
 enum op_state { OP_FREE = 0, OP_RUNNING, OP_DONE };
 
@@ -76,6 +79,7 @@ struct op {
 	bool direct;
 	int fd, bfd; /* body descriptor; buffered one for edges or -1 */
 	bool own_fd, own_bfd;
+	struct nvs_file *file; /* cached descriptors, released at the end */
 	uint32_t mem_align;
 	uint32_t grain; /* body boundaries: edges never share a page */
 	size_t chunk;	/* request size for this file */
@@ -122,7 +126,7 @@ struct counters {
 	/* Relaxed atomics: statistics only, no ordering with data. */
 	atomic_uint_fast64_t ops_completed, ops_failed, bytes_read,
 		bytes_written, requests, bounced, edge_bytes, retries,
-		fallbacks;
+		fallbacks, opened, reused;
 };
 
 struct nvs_aio {
@@ -149,6 +153,7 @@ struct nvs_aio {
 	char first_msg[NVS_ERRMSG_MAX];
 	struct counters c;
 	struct slice *slices;
+	struct nvs_files *files; /* NULL when caching is off */
 };
 
 static void count(atomic_uint_fast64_t *c, uint64_t v)
@@ -163,8 +168,11 @@ static const char *opname(bool write)
 
 /* ---------------------------------------------------------------- ops */
 
-static void op_close_fds(struct op *op)
+static void op_close_fds(struct nvs_aio *h, struct op *op)
 {
+	if (op->file)
+		nvs__files_release(h->files, op->file);
+	op->file = NULL;
 	if (op->own_bfd && op->bfd >= 0)
 		close(op->bfd);
 	if (op->own_fd && op->fd >= 0)
@@ -225,7 +233,7 @@ static void op_slice_done(struct nvs_aio *h, struct op *op)
 	if (atomic_fetch_sub_explicit(&op->slices_left, 1,
 				      memory_order_acq_rel) != 1)
 		return;
-	op_close_fds(op);
+	op_close_fds(h, op);
 	pthread_mutex_lock(&h->lock);
 	op_finish_locked(h, op);
 	pthread_mutex_unlock(&h->lock);
@@ -643,6 +651,15 @@ static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in)
 				o->max_ops, 1u << OP_SLOT_BITS);
 	if (o->max_ops == 0)
 		o->max_ops = DEFAULT_MAX_OPS;
+	if (o->open_files == 0)
+		o->open_files = DEFAULT_OPEN_FILES;
+	else if (o->open_files == NVS_AIO_FILES_OFF)
+		o->open_files = 0;
+	else if (o->open_files > MAX_OPEN_FILES)
+		return nvs__err(-EINVAL,
+				"nvs_aio_create: open_files %" PRIu32
+				" above %u",
+				o->open_files, MAX_OPEN_FILES);
 	return parse_backend_env(&o->backend);
 }
 
@@ -680,6 +697,7 @@ static void workers_teardown(struct nvs_aio *h)
 static void handle_free(struct nvs_aio *h)
 {
 	workers_teardown(h);
+	nvs__files_destroy(h->files);
 	nvs__free(h->workers);
 	nvs__free(h->slices);
 	nvs__free(h->ops);
@@ -735,7 +753,8 @@ static int create(const struct nvs_aio_opts *opts,
 	h->slices =
 		nvs__calloc((size_t)h->nops * h->nworkers, sizeof(*h->slices));
 	h->workers = nvs__calloc(h->nworkers, sizeof(*h->workers));
-	if (!h->ops || !h->slices || !h->workers) {
+	if (nvs__files_create(h->opts.open_files, &h->files) < 0 || !h->ops ||
+	    !h->slices || !h->workers) {
 		ret = nvs__err(-ENOMEM,
 			       "nvs_aio_create: out of memory for "
 			       "%u op slots",
@@ -944,10 +963,13 @@ struct target {
 	int fd, bfd;
 	bool own_fd, own_bfd, direct;
 	struct nvs_dio_align al;
+	struct nvs_file *file; /* from the cache: fd and bfd belong to it */
 };
 
-static void target_close(struct target *t)
+static void target_close(struct nvs_aio *h, struct target *t)
 {
+	if (t->file)
+		nvs__files_release(h->files, t->file);
 	if (t->own_bfd && t->bfd >= 0)
 		close(t->bfd);
 	if (t->own_fd && t->fd >= 0)
@@ -992,6 +1014,7 @@ static int open_path(struct nvs_aio *h, const struct nvs_aio_io *io,
 		}
 	}
 	t->own_fd = true;
+	count(&h->c.opened, 1);
 	return 0;
 }
 
@@ -1045,18 +1068,72 @@ static int preallocate(int fd, const struct stat *st,
 	return 0; /* EOPNOTSUPP and friends: not needed for correctness */
 }
 
+/*
+ * The descriptor for a path-based op: from the cache when the path still
+ * names the cached inode (one stat instead of open, fstat, statx, close),
+ * else opened here and offered to the cache. Fills @st.
+ */
+static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
+		   const char *path, struct target *t, struct stat *st)
+{
+	bool write = io->opcode == NVS_AIO_WRITE;
+	int ret;
+
+	if (h->files && stat(path, st) == 0 && S_ISREG(st->st_mode)) {
+		t->file = nvs__files_get(h->files, path, write, st);
+		if (t->file) {
+			count(&h->c.reused, 1);
+			t->fd = t->file->fd;
+			t->direct = t->file->direct;
+			t->al = t->file->al;
+			return 0;
+		}
+	}
+	ret = open_path(h, io, path, t);
+	if (ret < 0)
+		return ret;
+	if (fstat(t->fd, st) < 0) {
+		ret = -errno;
+		return SUBMIT_ERR(ret, io, "fstat: %s", nvs_strerror(ret));
+	}
+	if (t->direct) {
+		ret = nvs_dio_alignment(t->fd, &t->al);
+		if (ret < 0)
+			return ret;
+	}
+	if (h->files && S_ISREG(st->st_mode)) {
+		t->file = nvs__files_add(h->files, path, write, st, t->fd,
+					 t->direct, &t->al);
+		if (t->file)
+			t->own_fd = false;
+	}
+	return 0;
+}
+
 static int open_target(struct nvs_aio *h, const struct nvs_aio_io *io,
 		       const char *path, struct target *t)
 {
 	struct stat st;
 	int ret;
 
-	ret = io->path ? open_path(h, io, path, t) : check_fd(io, path, t);
-	if (ret < 0)
-		return ret;
-	if (fstat(t->fd, &st) < 0) {
-		ret = -errno;
-		return SUBMIT_ERR(ret, io, "fstat: %s", nvs_strerror(ret));
+	if (io->path) {
+		ret = path_fd(h, io, path, t, &st);
+		if (ret < 0)
+			return ret;
+	} else {
+		ret = check_fd(io, path, t);
+		if (ret < 0)
+			return ret;
+		if (fstat(t->fd, &st) < 0) {
+			ret = -errno;
+			return SUBMIT_ERR(ret, io, "fstat: %s",
+					  nvs_strerror(ret));
+		}
+		if (t->direct) {
+			ret = nvs_dio_alignment(t->fd, &t->al);
+			if (ret < 0)
+				return ret;
+		}
 	}
 	if (S_ISDIR(st.st_mode))
 		return SUBMIT_ERR(-EISDIR, io, "%s", "is a directory");
@@ -1088,9 +1165,6 @@ static int open_target(struct nvs_aio *h, const struct nvs_aio_io *io,
 		}
 	}
 	if (t->direct) {
-		ret = nvs_dio_alignment(t->fd, &t->al);
-		if (ret < 0)
-			return ret;
 		if (t->al.offset_align > NVS_BOUNCE_GRAIN)
 			return SUBMIT_ERR(-EINVAL, io,
 					  "O_DIRECT offset alignment %" PRIu32
@@ -1101,8 +1175,8 @@ static int open_target(struct nvs_aio *h, const struct nvs_aio_io *io,
 }
 
 /* Buffered descriptor on the same file, for the unaligned edges. */
-static int open_buffered(const struct nvs_aio_io *io, const char *path,
-			 struct target *t)
+static int open_buffered(struct nvs_aio *h, const struct nvs_aio_io *io,
+			 const char *path, struct target *t)
 {
 	char proc[64];
 	const char *p = io->path;
@@ -1110,6 +1184,11 @@ static int open_buffered(const struct nvs_aio_io *io, const char *path,
 		(io->opcode == NVS_AIO_WRITE ? O_WRONLY : O_RDONLY) | O_CLOEXEC;
 	int err;
 
+	if (t->file) {
+		t->bfd = nvs__files_bfd(h->files, t->file);
+		if (t->bfd >= 0)
+			return 0;
+	}
 	if (!p) {
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", io->fd);
 		p = proc;
@@ -1122,7 +1201,10 @@ static int open_buffered(const struct nvs_aio_io *io, const char *path,
 				  "for the unaligned edges: %s",
 				  nvs_strerror(err));
 	}
-	t->own_bfd = true;
+	if (t->file)
+		t->bfd = nvs__files_set_bfd(h->files, t->file, t->bfd);
+	else
+		t->own_bfd = true;
 	return 0;
 }
 
@@ -1262,11 +1344,11 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 		return ret;
 	ret = open_target(h, io, path, &t);
 	if (ret == 0 && needs_edges(&t, io->offset, io->nbytes))
-		ret = open_buffered(io, path, &t);
+		ret = open_buffered(h, io, path, &t);
 	if (ret == 0)
 		ret = get_slot(h, op_id != NULL, &op);
 	if (ret < 0) {
-		target_close(&t);
+		target_close(h, &t);
 		return ret;
 	}
 	op->write = io->opcode == NVS_AIO_WRITE;
@@ -1275,6 +1357,7 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	op->bfd = t.bfd;
 	op->own_fd = t.own_fd;
 	op->own_bfd = t.own_bfd;
+	op->file = t.file;
 	op->offset = io->offset;
 	op->nbytes = io->nbytes;
 	snprintf(op->path, sizeof(op->path), "%s", path);
@@ -1442,6 +1525,8 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 	st->edge_bytes = load(&h->c.edge_bytes);
 	st->retries = load(&h->c.retries);
 	st->direct_fallbacks = load(&h->c.fallbacks);
+	st->files_opened = load(&h->c.opened);
+	st->files_reused = load(&h->c.reused);
 	st->bounce_locked = true;
 	for (unsigned i = 0; i < h->nworkers; i++) {
 		const struct worker *w = &h->workers[i];

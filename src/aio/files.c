@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Open-file cache: a fixed array of entries with hashed keys, LRU among
+ * the unreferenced ones. Small by design (tens of files): a linear scan of
+ * 64-bit hashes beats any allocation on the submit path.
+ */
+#include "aio/files.h"
+#include "internal/alloc.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KEY_MAX 1024 /* longer paths are not cached */
+
+struct entry {
+	struct nvs_file f; /* first: handed out */
+	uint64_t hash;	   /* 0 = free */
+	uint64_t last_use;
+	dev_t dev;
+	ino_t ino;
+	unsigned refs;
+	bool write;
+	bool stale; /* replaced: close when refs reach 0 */
+	char path[KEY_MAX];
+};
+
+struct nvs_files {
+	pthread_mutex_t lock; /* protects everything below */
+	struct entry *e;
+	unsigned cap;
+	uint64_t clock;
+};
+
+static uint64_t key_hash(const char *path, bool write)
+{
+	uint64_t h = 1469598103934665603ull ^ (uint64_t)write;
+
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h ? h : 1;
+}
+
+int nvs__files_create(unsigned cap, struct nvs_files **out)
+{
+	struct nvs_files *c;
+
+	*out = NULL;
+	if (cap == 0)
+		return 0;
+	c = nvs__calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->e = nvs__calloc(cap, sizeof(*c->e));
+	if (!c->e) {
+		nvs__free(c);
+		return -ENOMEM;
+	}
+	c->cap = cap;
+	pthread_mutex_init(&c->lock, NULL);
+	*out = c;
+	return 0;
+}
+
+static void entry_close(struct entry *e)
+{
+	if (e->f.bfd >= 0)
+		close(e->f.bfd);
+	close(e->f.fd);
+	e->hash = 0;
+	e->stale = false;
+}
+
+void nvs__files_destroy(struct nvs_files *c)
+{
+	if (!c)
+		return;
+	for (unsigned i = 0; i < c->cap; i++)
+		if (c->e[i].hash)
+			entry_close(&c->e[i]);
+	pthread_mutex_destroy(&c->lock);
+	nvs__free(c->e);
+	nvs__free(c);
+}
+
+static struct entry *find(struct nvs_files *c, uint64_t h, const char *path,
+			  bool write)
+{
+	for (unsigned i = 0; i < c->cap; i++) {
+		struct entry *e = &c->e[i];
+		if (e->hash == h && !e->stale && e->write == write &&
+		    !strcmp(e->path, path))
+			return e;
+	}
+	return NULL;
+}
+
+struct nvs_file *nvs__files_get(struct nvs_files *c, const char *path,
+				bool write, const struct stat *st)
+{
+	uint64_t h = key_hash(path, write);
+	struct entry *e;
+
+	if (!c)
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	e = find(c, h, path, write);
+	if (e && (e->dev != st->st_dev || e->ino != st->st_ino)) {
+		/* The path names another file now. */
+		if (e->refs == 0)
+			entry_close(e);
+		else
+			e->stale = true;
+		e = NULL;
+	}
+	if (e) {
+		e->refs++;
+		e->last_use = ++c->clock;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e ? &e->f : NULL;
+}
+
+struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
+				bool write, const struct stat *st, int fd,
+				bool direct, const struct nvs_dio_align *al)
+{
+	struct entry *slot = NULL, *old;
+	uint64_t h = key_hash(path, write);
+
+	if (!c || strlen(path) >= KEY_MAX)
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	/* Another thread may have cached the same path meanwhile: ours
+	 * replaces it for new users. */
+	old = find(c, h, path, write);
+	if (old) {
+		if (old->refs == 0)
+			entry_close(old);
+		else
+			old->stale = true;
+	}
+	for (unsigned i = 0; i < c->cap; i++) {
+		struct entry *e = &c->e[i];
+		if (!e->hash) {
+			slot = e;
+			break;
+		}
+		if (e->refs == 0 && (!slot || e->last_use < slot->last_use))
+			slot = e;
+	}
+	if (slot) {
+		if (slot->hash)
+			entry_close(slot);
+		slot->hash = h;
+		slot->write = write;
+		slot->dev = st->st_dev;
+		slot->ino = st->st_ino;
+		slot->refs = 1;
+		slot->last_use = ++c->clock;
+		slot->f = (struct nvs_file){
+			.fd = fd, .bfd = -1, .direct = direct, .al = *al};
+		strcpy(slot->path, path);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return slot ? &slot->f : NULL;
+}
+
+int nvs__files_set_bfd(struct nvs_files *c, struct nvs_file *f, int bfd)
+{
+	int use;
+
+	pthread_mutex_lock(&c->lock);
+	if (f->bfd < 0)
+		f->bfd = bfd;
+	use = f->bfd;
+	pthread_mutex_unlock(&c->lock);
+	if (use != bfd)
+		close(bfd);
+	return use;
+}
+
+int nvs__files_bfd(struct nvs_files *c, struct nvs_file *f)
+{
+	int bfd;
+
+	pthread_mutex_lock(&c->lock);
+	bfd = f->bfd;
+	pthread_mutex_unlock(&c->lock);
+	return bfd;
+}
+
+void nvs__files_release(struct nvs_files *c, struct nvs_file *f)
+{
+	struct entry *e = (struct entry *)f;
+
+	pthread_mutex_lock(&c->lock);
+	if (--e->refs == 0 && e->stale)
+		entry_close(e);
+	pthread_mutex_unlock(&c->lock);
+}
