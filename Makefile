@@ -2,7 +2,7 @@
 #   make demo   set up, build, run the main job (1 GiB through the handle)
 #   make test   set up, build, run every suite: plain, ASan+UBSan, TSan,
 #               plus the format and banned-call checks
-# Everything else is for developers: build, bench, format, clean.
+# Everything else is for developers: build, stress, bench, format, clean.
 
 DEBIAN_PACKAGES := gcc make meson ninja-build pkg-config libaio-dev \
 	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
@@ -14,7 +14,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: all deps build demo test test-plain test-asan test-tsan \
-	check-format check-banned format bench clean
+	check-format check-banned format bench stress clean
 
 all: build
 
@@ -67,6 +67,13 @@ test: deps
 	$(MAKE) --no-print-directory test-tsan || rc=1; \
 	awk '{p+=$$2; f+=$$3; s+=$$4} END {printf "\ntotal: %d passed, %d failed, %d skipped\n", p, f, s}' build/.totals; \
 	exit $$rc
+
+# Randomized consistency run, 60 s plain and 60 s under ASan+UBSan; not
+# part of make test. A failure prints its seed: stress_random SECS SEED.
+stress: build deps build-asan/build.ninja
+	ninja -C build-asan
+	scripts/run-tests.sh build stress stress
+	$(SAN_ENV) scripts/run-tests.sh build-asan stress-asan stress
 
 bench: build
 	bench/fio_compare.py
