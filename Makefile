@@ -4,10 +4,10 @@
 #               plus the format and banned-call checks
 # Everything else is for developers: build, stress, bench, format, clean.
 
-DEBIAN_PACKAGES := gcc make meson ninja-build pkg-config libaio-dev \
+DEBIAN_PACKAGES := gcc g++ make meson ninja-build pkg-config libaio-dev \
 	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
 	libjansson-dev fio clang-format
-SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || \
+SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
 	find src include tests examples bench -name '*.[ch]')
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
