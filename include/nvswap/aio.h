@@ -280,7 +280,8 @@ NVS_API int nvs_aio_pread_fd(struct nvs_aio *h, void *buf, size_t nbytes,
 NVS_API int nvs_aio_pwrite_fd(struct nvs_aio *h, const void *buf, size_t nbytes,
 			      int fd, int64_t file_offset, bool async);
 
-/* Getters: the settings the handle runs with (after NVSWAP_BACKEND). */
+/* Getters: the settings the handle runs with (after NVSWAP_BACKEND);
+ * 0, false or "" for a NULL handle. Threading: any thread. */
 NVS_API uint32_t nvs_aio_get_block_size(const struct nvs_aio *h);
 NVS_API uint32_t nvs_aio_get_queue_depth(const struct nvs_aio *h);
 NVS_API bool nvs_aio_get_single_submit(const struct nvs_aio *h);

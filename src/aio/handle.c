@@ -1470,27 +1470,27 @@ int nvs_aio_pwrite_fd(struct nvs_aio *h, const void *buf, size_t nbytes, int fd,
 
 uint32_t nvs_aio_get_block_size(const struct nvs_aio *h)
 {
-	return h->opts.block_size;
+	return h ? h->opts.block_size : 0;
 }
 
 uint32_t nvs_aio_get_queue_depth(const struct nvs_aio *h)
 {
-	return h->opts.queue_depth;
+	return h ? h->opts.queue_depth : 0;
 }
 
 bool nvs_aio_get_single_submit(const struct nvs_aio *h)
 {
-	return h->opts.single_submit;
+	return h ? h->opts.single_submit : 0;
 }
 
 bool nvs_aio_get_overlap_events(const struct nvs_aio *h)
 {
-	return h->opts.overlap_events;
+	return h ? h->opts.overlap_events : 0;
 }
 
 uint32_t nvs_aio_get_intra_op_parallelism(const struct nvs_aio *h)
 {
-	return h->opts.intra_op_parallelism;
+	return h ? h->opts.intra_op_parallelism : 0;
 }
 
 uint32_t nvs_aio_get_alignment(const struct nvs_aio *h)
@@ -1503,7 +1503,7 @@ uint32_t nvs_aio_get_alignment(const struct nvs_aio *h)
 
 const char *nvs_aio_backend_name(const struct nvs_aio *h)
 {
-	return h->backend_name;
+	return h ? h->backend_name : "";
 }
 
 static uint64_t load(const atomic_uint_fast64_t *c)

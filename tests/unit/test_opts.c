@@ -206,9 +206,17 @@ Test(opts, auto_picks_libaio_where_the_kernel_has_it)
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
-Test(opts, destroy_null_is_a_noop)
+Test(opts, destroy_null_is_a_noop_and_getters_do_not_crash)
 {
 	cr_assert_eq(nvs_aio_destroy(NULL), 0);
+	cr_assert_eq(nvs_aio_get_block_size(NULL), 0);
+	cr_assert_eq(nvs_aio_get_queue_depth(NULL), 0);
+	cr_assert_eq(nvs_aio_get_single_submit(NULL), false);
+	cr_assert_eq(nvs_aio_get_overlap_events(NULL), false);
+	cr_assert_eq(nvs_aio_get_intra_op_parallelism(NULL), 0);
+	cr_assert_str_eq(nvs_aio_backend_name(NULL), "");
+	struct nvs_aio_stats st;
+	cr_assert_eq(nvs_aio_get_stats(NULL, &st), -EINVAL);
 }
 
 Test(opts, every_failed_allocation_in_create_is_enomem)
