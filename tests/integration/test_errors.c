@@ -114,37 +114,65 @@ Test(errors, directory_is_eisdir)
 	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, 1, tu_dir(), 0), -EISDIR);
 }
 
-Test(errors, unreadable_and_unwritable_files_are_eacces)
+/*
+ * Run @body in a child process as user nobody (dropping root there, so
+ * this process can still clean up), after lowering RLIMIT_MEMLOCK to
+ * @memlock bytes when non-zero. @body fills res[0..3]; returns false when
+ * the child could not become nobody (the caller skips). Worker threads do
+ * not survive fork: @body makes its own handle.
+ */
+#define CHILD_RES 4
+static bool as_nobody(void (*body)(int *res), rlim_t memlock,
+		      int res[CHILD_RES])
 {
-	char buf[4096] = {1};
-	const char *p = tu_path("locked");
-	int res[4] = {0}, fds[2];
+	int buf[CHILD_RES + 1] = {0}, fds[2];
 	pid_t pid;
 
-	tu_write_file(p, buf, sizeof(buf));
-	chmod(p, 0000);
-	/* Drop privileges in a child so this process can still clean up. */
+	tu_dir();
 	cr_assert_eq(pipe(fds), 0);
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
-		/* Worker threads do not survive fork: a new handle. */
-		struct nvs_aio *c = NULL;
-		if (!tu_drop_root() || nvs_aio_create(NULL, &c) < 0)
-			res[3] = 1;
-		res[0] = nvs_aio_sync_pread(c, buf, 16, p, 0);
-		res[1] = nvs_aio_sync_pwrite(c, buf, 16, p, 0);
-		/* A directory we cannot write into. */
-		res[2] = nvs_aio_sync_pwrite(c, buf, 16, tu_path("new"), 0);
-		nvs_aio_destroy(c);
-		if (write(fds[1], res, sizeof(res)) != sizeof(res))
+		struct rlimit rl = {memlock, memlock};
+		if ((memlock && setrlimit(RLIMIT_MEMLOCK, &rl) < 0) ||
+		    !tu_drop_root())
+			buf[CHILD_RES] = 1;
+		else
+			body(buf);
+		if (write(fds[1], buf, sizeof(buf)) != sizeof(buf))
 			_exit(1);
 		_exit(0);
 	}
 	close(fds[1]);
-	cr_assert_eq(read(fds[0], res, sizeof(res)), (ssize_t)sizeof(res));
+	cr_assert_eq(read(fds[0], buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	close(fds[0]);
 	waitpid(pid, NULL, 0);
-	if (res[3])
+	memcpy(res, buf, sizeof(int) * CHILD_RES);
+	return buf[CHILD_RES] == 0;
+}
+
+static void eacces_body(int *res)
+{
+	char buf[16] = {1};
+	struct nvs_aio *c = NULL;
+
+	if (nvs_aio_create(NULL, &c) < 0)
+		return;
+	res[0] = nvs_aio_sync_pread(c, buf, 16, tu_path("locked"), 0);
+	res[1] = nvs_aio_sync_pwrite(c, buf, 16, tu_path("locked"), 0);
+	/* A directory we cannot write into. */
+	res[2] = nvs_aio_sync_pwrite(c, buf, 16, tu_path("new"), 0);
+	nvs_aio_destroy(c);
+}
+
+Test(errors, unreadable_and_unwritable_files_are_eacces)
+{
+	char buf[4096] = {1};
+	int res[CHILD_RES];
+
+	tu_write_file(tu_path("locked"), buf, sizeof(buf));
+	chmod(tu_path("locked"), 0000);
+	if (!as_nobody(eacces_body, 0, res))
 		cr_skip_test("cannot drop root privileges to test EACCES");
 	cr_assert_eq(res[0], -EACCES);
 	cr_assert_eq(res[1], -EACCES);
@@ -273,48 +301,37 @@ Test(errors, odirect_refused_falls_back_in_auto_and_fails_in_always)
 	umount2(mnt, MNT_DETACH);
 }
 
-Test(errors, unprivileged_user_with_small_memlock_limit_still_works)
+static void memlock_body(int *res)
 {
 	enum { SZ = (1 << 20) + 333 };
-	int res[5] = {0}, fds[2];
-	pid_t pid;
+	struct nvs_aio_opts o;
+	struct nvs_aio *c = NULL;
+	struct nvs_aio_stats st;
+	unsigned char *src = malloc(SZ + 1), *dst = malloc(SZ);
+	char f[64];
 
-	tu_dir();
-	cr_assert_eq(pipe(fds), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		/* As a real user: 64 KiB of memlock, less than the bounce
-		 * memory (8 MiB a worker), so mlock fails; I/O must not. */
-		struct rlimit rl = {64 << 10, 64 << 10};
-		struct nvs_aio_opts o;
-		struct nvs_aio *c = NULL;
-		struct nvs_aio_stats st;
-		unsigned char *src = malloc(SZ + 1), *dst = malloc(SZ);
-		char f[64];
-		/* The test directory is root's; nobody writes in /tmp. */
-		snprintf(f, sizeof(f), "/tmp/.nvs-memlock-%d", (int)getpid());
-		if (setrlimit(RLIMIT_MEMLOCK, &rl) < 0 || !tu_drop_root())
-			res[4] = 1;
-		nvs_aio_opts_init(&o);
-		o.intra_op_parallelism = 2;
-		res[0] = nvs_aio_create(&o, &c);
-		tu_fill(src, SZ + 1, 6);
-		res[1] = nvs_aio_sync_pwrite(c, src + 1, SZ, f, 0);
-		res[2] = nvs_aio_sync_pread(c, dst, SZ, f, 0) == 1 &&
-			 memcmp(src + 1, dst, SZ) == 0;
-		nvs_aio_get_stats(c, &st);
-		res[3] = st.bounce_locked;
-		nvs_aio_destroy(c);
-		unlink(f);
-		if (write(fds[1], res, sizeof(res)) != sizeof(res))
-			_exit(1);
-		_exit(0);
-	}
-	close(fds[1]);
-	cr_assert_eq(read(fds[0], res, sizeof(res)), (ssize_t)sizeof(res));
-	waitpid(pid, NULL, 0);
-	if (res[4])
+	/* The test directory is root's; nobody writes in /tmp. */
+	snprintf(f, sizeof(f), "/tmp/.nvs-memlock-%d", (int)getpid());
+	nvs_aio_opts_init(&o);
+	o.intra_op_parallelism = 2;
+	res[0] = nvs_aio_create(&o, &c);
+	tu_fill(src, SZ + 1, 6);
+	res[1] = nvs_aio_sync_pwrite(c, src + 1, SZ, f, 0);
+	res[2] = nvs_aio_sync_pread(c, dst, SZ, f, 0) == 1 &&
+		 memcmp(src + 1, dst, SZ) == 0;
+	nvs_aio_get_stats(c, &st);
+	res[3] = st.bounce_locked;
+	nvs_aio_destroy(c);
+	unlink(f);
+}
+
+Test(errors, unprivileged_user_with_small_memlock_limit_still_works)
+{
+	int res[CHILD_RES];
+
+	/* As a real user: 64 KiB of memlock, less than the bounce memory
+	 * (8 MiB a worker), so mlock fails; I/O must not. */
+	if (!as_nobody(memlock_body, 64 << 10, res))
 		cr_skip_test("cannot lower the memlock limit and drop root");
 	cr_assert_eq(res[0], 0, "create works without locked memory");
 	cr_assert_eq(res[1], 1, "write");
