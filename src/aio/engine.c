@@ -23,7 +23,6 @@ struct nvs_engine {
 	struct nvs_ioreq **retry;  /* depth slots: to resubmit */
 	struct nvs_ioreq **failed; /* depth slots: refused at submit, final */
 	struct nvs_ioreq **raw;	   /* depth slots: scratch for backend reap */
-	uint64_t attempts;
 	uint64_t retries;
 };
 
@@ -106,7 +105,6 @@ unsigned nvs__engine_submit(struct nvs_engine *e, struct nvs_ioreq **reqs,
 		acc = 1;
 	}
 	e->inflight += (unsigned)acc;
-	e->attempts += (unsigned)acc;
 	return (unsigned)acc;
 }
 
@@ -122,7 +120,6 @@ static void flush_retries(struct nvs_engine *e)
 	acc = e->ops->submit(e->be, e->retry, e->nretry);
 	if (acc < 0)
 		acc = 0;
-	e->attempts += (unsigned)acc;
 	for (unsigned i = (unsigned)acc; i < e->nretry; i++)
 		e->retry[keep++] = e->retry[i];
 	e->nretry = keep;
@@ -218,11 +215,6 @@ unsigned nvs__engine_inflight(const struct nvs_engine *e)
 const char *nvs__engine_name(const struct nvs_engine *e)
 {
 	return e->ops->name;
-}
-
-uint64_t nvs__engine_attempts(const struct nvs_engine *e)
-{
-	return e->attempts;
 }
 
 uint64_t nvs__engine_retries(const struct nvs_engine *e)

@@ -30,7 +30,7 @@ struct nvs_ioreq {
 	/* Engine-owned while in flight. */
 	size_t done;	/* bytes finished by earlier attempts */
 	int64_t res;	/* raw result of the last attempt, then final */
-	unsigned tries; /* EAGAIN/EINTR/zero-progress attempts */
+	unsigned tries; /* EAGAIN/EINTR retries so far */
 };
 
 /* Fault injection for tests (the "fault" backend, psync underneath). */
@@ -56,7 +56,7 @@ struct nvs_fault_plan {
 	unsigned nrules;
 };
 
-/* How many EAGAIN/EINTR/zero-progress retries before giving up. */
+/* How many EAGAIN/EINTR retries of one request before giving up. */
 #define NVS_ENGINE_MAX_TRIES 1000u
 
 struct nvs_engine;
@@ -79,8 +79,7 @@ unsigned nvs__engine_reap(struct nvs_engine *e, unsigned min,
 			  struct nvs_ioreq **out, unsigned max);
 unsigned nvs__engine_inflight(const struct nvs_engine *e);
 const char *nvs__engine_name(const struct nvs_engine *e);
-/* Attempts submitted, and the resubmissions among them. */
-uint64_t nvs__engine_attempts(const struct nvs_engine *e);
+/* Resubmissions so far: short transfers, EAGAIN and EINTR. */
 uint64_t nvs__engine_retries(const struct nvs_engine *e);
 
 #endif

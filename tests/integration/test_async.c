@@ -296,3 +296,16 @@ Test(async, new_files_are_created_private)
 	cr_assert_eq(st.st_mode & 0777, 0600);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
+
+Test(async, zero_byte_write_past_the_end_sets_the_size_to_the_offset)
+{
+	struct nvs_aio *h = mk(1, 2, 4096, 0);
+	char b[100] = {7};
+
+	cr_assert_eq(nvs_aio_sync_pwrite(h, b, 100, tu_path("z"), 0), 1);
+	cr_assert_eq(nvs_aio_sync_pwrite(h, b, 0, tu_path("z"), 10000), 1);
+	cr_assert_eq(tu_file_size(tu_path("z")), 10000);
+	cr_assert_eq(nvs_aio_sync_pwrite(h, NULL, 0, tu_path("z"), 50), 1);
+	cr_assert_eq(tu_file_size(tu_path("z")), 10000, "never truncates");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+}
