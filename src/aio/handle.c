@@ -1068,6 +1068,19 @@ static int preallocate(int fd, const struct stat *st,
 	return 0; /* EOPNOTSUPP and friends: not needed for correctness */
 }
 
+/* fstat an open target and, for O_DIRECT, learn its alignment. */
+static int describe_fd(const struct nvs_aio_io *io, const char *path,
+		       struct target *t, struct stat *st)
+{
+	int ret;
+
+	if (fstat(t->fd, st) < 0) {
+		ret = -errno;
+		return SUBMIT_ERR(ret, io, "fstat: %s", nvs_strerror(ret));
+	}
+	return t->direct ? nvs_dio_alignment(t->fd, &t->al) : 0;
+}
+
 /*
  * The descriptor for a path-based op: from the cache when the path still
  * names the cached inode (one stat instead of open, fstat, statx, close),
@@ -1090,17 +1103,10 @@ static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
 		}
 	}
 	ret = open_path(h, io, path, t);
+	if (ret == 0)
+		ret = describe_fd(io, path, t, st);
 	if (ret < 0)
 		return ret;
-	if (fstat(t->fd, st) < 0) {
-		ret = -errno;
-		return SUBMIT_ERR(ret, io, "fstat: %s", nvs_strerror(ret));
-	}
-	if (t->direct) {
-		ret = nvs_dio_alignment(t->fd, &t->al);
-		if (ret < 0)
-			return ret;
-	}
 	if (h->files && S_ISREG(st->st_mode)) {
 		t->file = nvs__files_add(h->files, path, write, st, t->fd,
 					 t->direct, &t->al);
@@ -1118,23 +1124,13 @@ static int open_target(struct nvs_aio *h, const struct nvs_aio_io *io,
 
 	if (io->path) {
 		ret = path_fd(h, io, path, t, &st);
-		if (ret < 0)
-			return ret;
 	} else {
 		ret = check_fd(io, path, t);
-		if (ret < 0)
-			return ret;
-		if (fstat(t->fd, &st) < 0) {
-			ret = -errno;
-			return SUBMIT_ERR(ret, io, "fstat: %s",
-					  nvs_strerror(ret));
-		}
-		if (t->direct) {
-			ret = nvs_dio_alignment(t->fd, &t->al);
-			if (ret < 0)
-				return ret;
-		}
+		if (ret == 0)
+			ret = describe_fd(io, path, t, &st);
 	}
+	if (ret < 0)
+		return ret;
 	if (S_ISDIR(st.st_mode))
 		return SUBMIT_ERR(-EISDIR, io, "%s", "is a directory");
 	if (io->opcode == NVS_AIO_READ) {
