@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[4096];
@@ -170,4 +172,38 @@ bool tu_drop_root(void)
 	    setresuid(65534, 65534, 65534) < 0)
 		return false;
 	return geteuid() == 65534;
+}
+
+bool tu_as_nobody(void (*body)(struct tu_child *c), long memlock,
+		  struct tu_child *out)
+{
+	struct {
+		struct tu_child c;
+		int failed;
+	} r;
+	int fds[2];
+	pid_t pid;
+
+	memset(&r, 0, sizeof(r));
+	tu_dir();
+	cr_assert_eq(pipe(fds), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct rlimit rl = {(rlim_t)memlock, (rlim_t)memlock};
+		if ((memlock >= 0 && setrlimit(RLIMIT_MEMLOCK, &rl) < 0) ||
+		    !tu_drop_root())
+			r.failed = 1;
+		else
+			body(&r.c);
+		if (write(fds[1], &r, sizeof(r)) != sizeof(r))
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	cr_assert_eq(read(fds[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+	close(fds[0]);
+	waitpid(pid, NULL, 0);
+	*out = r.c;
+	return r.failed == 0;
 }

@@ -32,4 +32,20 @@ void *tu_read_file(const char *path, size_t *n);
 /* Drop to user nobody (65534) if root; false when that is impossible. */
 bool tu_drop_root(void);
 
+/* What a child run by tu_as_nobody reports back. */
+struct tu_child {
+	int res[8];
+	char msg[1024];
+};
+/*
+ * Run @body in a forked child as user nobody (dropping root there, so the
+ * test process can still clean up), after setting RLIMIT_MEMLOCK to
+ * @memlock bytes when @memlock >= 0. @body fills @out (zeroed first).
+ * Returns false when the child could not set the limit or drop root: the
+ * caller skips, saying why. Threads do not survive fork: @body makes its
+ * own handles.
+ */
+bool tu_as_nobody(void (*body)(struct tu_child *c), long memlock,
+		  struct tu_child *out);
+
 #endif

@@ -114,45 +114,9 @@ Test(errors, directory_is_eisdir)
 	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, 1, tu_dir(), 0), -EISDIR);
 }
 
-/*
- * Run @body in a child process as user nobody (dropping root there, so
- * this process can still clean up), after lowering RLIMIT_MEMLOCK to
- * @memlock bytes when non-zero. @body fills res[0..3]; returns false when
- * the child could not become nobody (the caller skips). Worker threads do
- * not survive fork: @body makes its own handle.
- */
-#define CHILD_RES 4
-static bool as_nobody(void (*body)(int *res), rlim_t memlock,
-		      int res[CHILD_RES])
+static void eacces_body(struct tu_child *child)
 {
-	int buf[CHILD_RES + 1] = {0}, fds[2];
-	pid_t pid;
-
-	tu_dir();
-	cr_assert_eq(pipe(fds), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		struct rlimit rl = {memlock, memlock};
-		if ((memlock && setrlimit(RLIMIT_MEMLOCK, &rl) < 0) ||
-		    !tu_drop_root())
-			buf[CHILD_RES] = 1;
-		else
-			body(buf);
-		if (write(fds[1], buf, sizeof(buf)) != sizeof(buf))
-			_exit(1);
-		_exit(0);
-	}
-	close(fds[1]);
-	cr_assert_eq(read(fds[0], buf, sizeof(buf)), (ssize_t)sizeof(buf));
-	close(fds[0]);
-	waitpid(pid, NULL, 0);
-	memcpy(res, buf, sizeof(int) * CHILD_RES);
-	return buf[CHILD_RES] == 0;
-}
-
-static void eacces_body(int *res)
-{
+	int *res = child->res;
 	char buf[16] = {1};
 	struct nvs_aio *c = NULL;
 
@@ -168,11 +132,12 @@ static void eacces_body(int *res)
 Test(errors, unreadable_and_unwritable_files_are_eacces)
 {
 	char buf[4096] = {1};
-	int res[CHILD_RES];
+	struct tu_child c;
+	int *res = c.res;
 
 	tu_write_file(tu_path("locked"), buf, sizeof(buf));
 	chmod(tu_path("locked"), 0000);
-	if (!as_nobody(eacces_body, 0, res))
+	if (!tu_as_nobody(eacces_body, -1, &c))
 		cr_skip_test("cannot drop root privileges to test EACCES");
 	cr_assert_eq(res[0], -EACCES);
 	cr_assert_eq(res[1], -EACCES);
@@ -301,8 +266,9 @@ Test(errors, odirect_refused_falls_back_in_auto_and_fails_in_always)
 	umount2(mnt, MNT_DETACH);
 }
 
-static void memlock_body(int *res)
+static void memlock_body(struct tu_child *child)
 {
+	int *res = child->res;
 	enum { SZ = (1 << 20) + 333 };
 	struct nvs_aio_opts o;
 	struct nvs_aio *c = NULL;
@@ -327,11 +293,12 @@ static void memlock_body(int *res)
 
 Test(errors, unprivileged_user_with_small_memlock_limit_still_works)
 {
-	int res[CHILD_RES];
+	struct tu_child c;
+	int *res = c.res;
 
 	/* As a real user: 64 KiB of memlock, less than the bounce memory
 	 * (8 MiB a worker), so mlock fails; I/O must not. */
-	if (!as_nobody(memlock_body, 64 << 10, res))
+	if (!tu_as_nobody(memlock_body, 64 << 10, &c))
 		cr_skip_test("cannot lower the memlock limit and drop root");
 	cr_assert_eq(res[0], 0, "create works without locked memory");
 	cr_assert_eq(res[1], 1, "write");

@@ -14,23 +14,10 @@
 #include <unistd.h>
 
 #include "aio/handle.h"
+#include "check.h"
 #include "nvswap/aio.h"
 
-static int passed, failed;
 static char dir[4096];
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			passed++;                                              \
-		} else {                                                       \
-			failed++;                                              \
-			fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__,        \
-				__LINE__, #cond);                              \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, " (%s)\n", nvs_last_error());          \
-		}                                                              \
-	} while (0)
 
 static const char *path(const char *name, int i)
 {
@@ -214,6 +201,5 @@ int main(void)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", dir);
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_report();
 }
