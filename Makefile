@@ -4,7 +4,7 @@
 #               plus the format and banned-call checks
 # Everything else is for developers: build, stress, bench, format, clean.
 
-DEBIAN_PACKAGES := gcc g++ make meson ninja-build pkg-config libaio-dev \
+DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev \
 	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
 	libjansson-dev fio clang-format
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
@@ -39,7 +39,7 @@ build-tsan/build.ninja: | deps
 		-Dexamples=false
 
 test-plain: build
-	scripts/run-tests.sh build plain unit integration headers
+	scripts/run-tests.sh build plain unit integration headers link
 
 test-asan: deps build-asan/build.ninja
 	ninja -C build-asan

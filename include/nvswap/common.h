@@ -6,6 +6,8 @@
 #ifndef NVSWAP_COMMON_H
 #define NVSWAP_COMMON_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,6 +42,19 @@ NVS_API const char *nvs_last_error(void);
  * Return: a static string; never NULL. Thread-safe (unlike strerror(3)).
  */
 NVS_API const char *nvs_strerror(int err);
+
+/**
+ * nvs_parse_size() - a byte count as people write it: decimal digits and
+ * an optional binary suffix K, M, G or T (either case; "KiB", "KB" and
+ * the like too), so "4096", "64K", "100M", "2GiB".
+ * @s:   the text, borrowed for the call.
+ * @out: receives the bytes; unchanged on failure.
+ *
+ * Return: 0, -EINVAL for NULL arguments or anything else in @s (signs,
+ * spaces, an empty string), -ERANGE when the value does not fit 64 bits.
+ * Threading: any thread.
+ */
+NVS_API int nvs_parse_size(const char *s, uint64_t *out);
 
 #ifdef __cplusplus
 }

@@ -6,5 +6,6 @@
 #include "nvswap/common.h"
 #include "nvswap/version.h"
 #include "nvswap/aio.h"
+#include "nvswap/buffers.h"
 
 #endif /* NVSWAP_NVSWAP_H */

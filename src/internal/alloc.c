@@ -3,7 +3,9 @@
 #include "internal/alloc.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Counts allocations; fail_at pairs with it (0 = disarmed). Relaxed: the
  * hook is a test device, ordering with other memory does not matter. */
@@ -46,6 +48,30 @@ void *nvs__aligned_alloc(size_t align, size_t n)
 	if (posix_memalign(&p, align, n ? n : align) != 0)
 		return NULL;
 	return p;
+}
+
+bool nvs__reserve(void *arrayp, size_t *cap, size_t n, size_t need, size_t size)
+{
+	size_t c = *cap;
+	void *old, *nv;
+
+	if (need <= c)
+		return true;
+	c = c > SIZE_MAX / 2 / size ? need : c * 2;
+	if (c < need)
+		c = need;
+	if (c > SIZE_MAX / size)
+		return false;
+	nv = nvs__malloc(c * size);
+	if (!nv)
+		return false;
+	memcpy(&old, arrayp, sizeof(old));
+	if (n)
+		memcpy(nv, old, n * size);
+	nvs__free(old);
+	memcpy(arrayp, &nv, sizeof(nv));
+	*cap = c;
+	return true;
 }
 
 void nvs__free(void *p)

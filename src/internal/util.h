@@ -32,6 +32,14 @@ static inline uint64_t nvs__now_ns(void)
 }
 
 /*
+ * In @n elements of @size bytes at @base, sorted by the uintptr_t member at
+ * byte offset @key_off, the index of the last one whose key is <= @key;
+ * -1 when there is none. O(log n).
+ */
+long nvs__find_le(const void *base, size_t n, size_t size, size_t key_off,
+		  uintptr_t key);
+
+/*
  * pread/pwrite the whole range, retrying EINTR/EAGAIN and short transfers.
  * Returns the bytes moved (less than @len only at end of file on a read),
  * or -errno.

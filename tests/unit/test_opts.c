@@ -261,3 +261,39 @@ Test(version, runtime_matches_headers_and_build)
 	cr_assert_str_eq(nvs_version(), NVS_VERSION_STRING);
 	cr_assert_str_eq(nvs_version(), NVS_VERSION_MESON);
 }
+
+Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
+{
+	uint64_t v = 7;
+
+	cr_assert_eq(nvs_parse_size("4096", &v), 0);
+	cr_assert_eq(v, 4096);
+	cr_assert_eq(nvs_parse_size("64K", &v), 0);
+	cr_assert_eq(v, 65536);
+	cr_assert_eq(nvs_parse_size("100m", &v), 0);
+	cr_assert_eq(v, 100ull << 20);
+	cr_assert_eq(nvs_parse_size("2GiB", &v), 0);
+	cr_assert_eq(v, 2ull << 30);
+	cr_assert_eq(nvs_parse_size("3GB", &v), 0);
+	cr_assert_eq(v, 3ull << 30);
+	cr_assert_eq(nvs_parse_size("1T", &v), 0);
+	cr_assert_eq(v, 1ull << 40);
+	cr_assert_eq(nvs_parse_size("0", &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(nvs_parse_size("18446744073709551615", &v), 0);
+	cr_assert_eq(v, UINT64_MAX);
+	v = 7;
+	cr_assert_eq(nvs_parse_size("18446744073709551616", &v), -ERANGE);
+	cr_assert_eq(nvs_parse_size("16777216T", &v), -ERANGE);
+	cr_assert_eq(nvs_parse_size("", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("-1", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size(" 1", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1 K", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1KK", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1X", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("K", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1.5G", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size(NULL, &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1", NULL), -EINVAL);
+	cr_assert_eq(v, 7, "unchanged on failure");
+}
