@@ -33,6 +33,19 @@ enum nvs_direct {
 	NVS_DIRECT_NEVER,    /* buffered I/O through the page cache */
 };
 
+/**
+ * Which user buffers an O_DIRECT op stages through the handle's pinned
+ * bounce memory (copied in before a write, out after a read) instead of
+ * handing them to the disk directly.
+ */
+enum nvs_staging {
+	NVS_STAGE_AUTO = 0,   /* the default: as NVS_STAGE_MISALIGNED */
+	NVS_STAGE_MISALIGNED, /* only buffers O_DIRECT cannot take */
+	NVS_STAGE_UNPINNED,   /* also every buffer outside pinned memory
+				   (DeepNVMe's behavior, without its mlock
+				   per op) */
+};
+
 /** Largest accepted block_size (bytes). */
 #define NVS_AIO_MAX_BLOCK_SIZE (256u << 20)
 /** Largest accepted queue_depth (io_uring's ring limit). */
@@ -67,7 +80,7 @@ struct nvs_aio_opts {
 	enum nvs_direct direct;	       /* default NVS_DIRECT_AUTO */
 	uint32_t bounce_bytes;	       /* bounce memory per worker for
 					  unaligned user buffers; 0 = default
-					  (16 blocks, at most 16 MiB) */
+					  (8 blocks, at most 8 MiB) */
 	uint32_t max_ops;	       /* op slots (ops submitted and not yet
 					  finished, plus uncollected tickets);
 					  0 = default 1024 */
@@ -76,7 +89,7 @@ struct nvs_aio_opts {
 					  path's inode on every op; 0 = default
 					  64; NVS_AIO_FILES_OFF = open and
 					  close on every op */
-	uint32_t reserved32;	       /* zero */
+	enum nvs_staging staging;      /* default NVS_STAGE_AUTO */
 	uint64_t reserved[7];	       /* zero */
 };
 
@@ -106,8 +119,10 @@ struct nvs_aio_stats {
 				     resubmitted */
 	uint64_t direct_fallbacks;   /* files opened buffered because their
 				      filesystem refused O_DIRECT (AUTO) */
-	uint64_t bounce_bytes_total; /* bounce memory held, all workers */
-	bool bounce_locked;	     /* bounce memory is mlocked */
+	uint64_t bounce_bytes_total; /* bounce memory held, all workers,
+				     pinned (allocated once, at create) */
+	bool bounce_locked;	     /* bounce memory is page-locked (false
+				     when the memlock limit refused it) */
 	uint64_t files_opened;	     /* open(2) calls for path-based ops */
 	uint64_t files_reused;	     /* path-based ops served by the cache */
 	uint64_t reserved[5];
@@ -298,6 +313,34 @@ NVS_API const char *nvs_aio_backend_name(const struct nvs_aio *h);
 /** Copy the handle's counters into @st. Return 0, or -EINVAL for NULLs. */
 NVS_API int nvs_aio_get_stats(const struct nvs_aio *h,
 			      struct nvs_aio_stats *st);
+
+/**
+ * nvs_aio_new_cpu_locked_buffer() - page-locked memory for I/O (DeepNVMe
+ * new_cpu_locked_tensor): nvs_pinned_alloc() of @nbytes, zero-filled and
+ * aligned for O_DIRECT, so ops on it go to the disk without bouncing.
+ *
+ * Every handle shares the process's one pinned registry: a buffer from
+ * one handle may be freed through another, or with nvs_pinned_free().
+ * Return: the buffer, or NULL with errno and nvs_last_error() set:
+ * EINVAL (NULL handle, @nbytes 0), ENOMEM/EPERM as nvs_pinned_alloc()
+ * (the memlock limit, with how to raise it).
+ */
+NVS_API void *nvs_aio_new_cpu_locked_buffer(struct nvs_aio *h, size_t nbytes);
+
+/**
+ * nvs_aio_free_cpu_locked_buffer() - give back a pinned buffer (DeepNVMe
+ * free_cpu_locked_tensor). Return: 0, or -EINVAL for a NULL argument or a
+ * pointer that is not a live pinned allocation (nothing is freed).
+ */
+NVS_API int nvs_aio_free_cpu_locked_buffer(struct nvs_aio *h, void *ptr);
+
+/**
+ * nvs_aio_is_pinned() - DeepNVMe is_pinned(): is [@ptr, @ptr + @nbytes)
+ * inside one live pinned allocation (views included)? Same answer as
+ * nvs_pinned_contains(); false for a NULL handle.
+ */
+NVS_API bool nvs_aio_is_pinned(const struct nvs_aio *h, const void *ptr,
+			       size_t nbytes);
 
 /**
  * struct nvs_dio_align - what O_DIRECT needs for one file.

@@ -12,6 +12,7 @@
 #include "aio/align.h"
 #include "aio/engine.h"
 #include "aio/files.h"
+#include "buffers/pinned.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/util.h"
@@ -77,7 +78,8 @@ struct op {
 	/* Written by the submitter before dispatch, then read-only. */
 	bool write;
 	bool direct;
-	int fd, bfd; /* body descriptor; buffered one for edges or -1 */
+	bool stage_all; /* bounce every request, aligned or not */
+	int fd, bfd;	/* body descriptor; buffered one for edges or -1 */
 	bool own_fd, own_bfd;
 	struct nvs_file *file; /* cached descriptors, released at the end */
 	uint32_t mem_align;
@@ -329,7 +331,8 @@ static struct req *slice_next_req(struct worker *w, struct slice *s)
 	size_t len = NVS_MIN(op->chunk, s->len - s->issued);
 	int slot = -1;
 
-	if (op->direct && ((uintptr_t)user & (op->mem_align - 1))) {
+	if (op->direct &&
+	    (op->stage_all || ((uintptr_t)user & (op->mem_align - 1)))) {
 		if (w->nfree_slots == 0)
 			return NULL;
 		slot = w->free_slots[--w->nfree_slots];
@@ -347,7 +350,7 @@ static struct req *slice_next_req(struct worker *w, struct slice *s)
 	if (slot >= 0) {
 		r->io.buf = w->bounce + (size_t)slot * w->slot_size;
 		if (op->write)
-			memcpy(r->io.buf, user, len);
+			nvs_copy(r->io.buf, user, len);
 		count(&w->h->c.bounced, 1);
 	} else {
 		r->io.buf = user;
@@ -384,7 +387,7 @@ static void req_complete(struct worker *w, struct req *r)
 		slice_fail(w, s, s->op->write ? -ENOSPC : -EIO, r->io.off,
 			   r->io.len, cause);
 	} else if (r->slot >= 0 && !s->op->write) {
-		memcpy(r->user, r->io.buf, r->io.len);
+		nvs_copy(r->user, r->io.buf, r->io.len);
 	}
 	req_release(w, r);
 	if (slice_finished(s))
@@ -510,12 +513,8 @@ static void worker_enqueue(struct worker *w, struct slice *s)
 static void worker_release(struct worker *w)
 {
 	nvs__engine_destroy(w->eng);
-	if (w->bounce) {
-		size_t bytes = (size_t)w->nslots * w->slot_size;
-		if (w->bounce_locked)
-			munlock(w->bounce, bytes);
-		nvs__free(w->bounce);
-	}
+	if (w->bounce)
+		nvs__pinned_free(w->bounce, "nvs_aio_destroy");
 	nvs__free(w->free_slots);
 	nvs__free(w->reqs);
 	nvs__free(w->batch);
@@ -555,15 +554,17 @@ static int worker_init(struct nvs_aio *h, struct worker *w,
 				   (size_t)DEFAULT_BOUNCE_MAX);
 	w->nslots = (unsigned)NVS_MAX(1, NVS_MIN(bounce / w->slot_size, qd));
 	w->free_slots = nvs__calloc(w->nslots, sizeof(*w->free_slots));
-	w->bounce = nvs__aligned_alloc(NVS_BOUNCE_GRAIN,
-				       (size_t)w->nslots * w->slot_size);
-	if (!w->free_slots || !w->bounce)
+	if (!w->free_slots)
 		return -ENOMEM;
+	/* Pinned, once, here: never a lock per op. Unlocked memory when the
+	 * memlock limit refuses (correct, just not locked; see stats). */
+	w->bounce = nvs__pinned_alloc((size_t)w->nslots * w->slot_size,
+				      NVS_BOUNCE_GRAIN, true, "nvs_aio_create",
+				      &w->bounce_locked, &ret);
+	if (!w->bounce)
+		return ret;
 	for (unsigned i = w->nslots; i-- > 0;)
 		w->free_slots[w->nfree_slots++] = (int)i;
-	/* Page-locked when the memlock limit allows; correct either way. */
-	w->bounce_locked =
-		mlock(w->bounce, (size_t)w->nslots * w->slot_size) == 0;
 	ret = nvs__engine_create(backend, qd, h->plan, &w->eng);
 	if (ret < 0)
 		return ret;
@@ -645,6 +646,10 @@ static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in)
 		return nvs__err(-EINVAL,
 				"nvs_aio_create: unknown direct mode %d",
 				(int)o->direct);
+	if ((unsigned)o->staging > NVS_STAGE_UNPINNED)
+		return nvs__err(-EINVAL,
+				"nvs_aio_create: unknown staging mode %d",
+				(int)o->staging);
 	if (o->max_ops > (1u << OP_SLOT_BITS))
 		return nvs__err(-EINVAL,
 				"nvs_aio_create: max_ops %" PRIu32 " above %u",
@@ -1349,6 +1354,8 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	}
 	op->write = io->opcode == NVS_AIO_WRITE;
 	op->direct = t.direct;
+	op->stage_all = t.direct && h->opts.staging == NVS_STAGE_UNPINNED &&
+			!nvs_pinned_contains(io->buf, io->nbytes);
 	op->fd = t.fd;
 	op->bfd = t.bfd;
 	op->own_fd = t.own_fd;
@@ -1460,6 +1467,40 @@ int nvs_aio_pwrite_fd(struct nvs_aio *h, const void *buf, size_t nbytes, int fd,
 {
 	return do_io(h, NVS_AIO_WRITE, (void *)(uintptr_t)buf, nbytes, NULL, fd,
 		     file_offset, async);
+}
+
+/* ------------------------------------------- pinned buffers (DeepNVMe) */
+
+void *nvs_aio_new_cpu_locked_buffer(struct nvs_aio *h, size_t nbytes)
+{
+	int err;
+	void *p;
+
+	if (!h) {
+		nvs__err(-EINVAL, "nvs_aio_new_cpu_locked_buffer: handle is "
+				  "NULL");
+		errno = EINVAL;
+		return NULL;
+	}
+	p = nvs__pinned_alloc(nbytes, NVS_PINNED_ALIGN, false,
+			      "nvs_aio_new_cpu_locked_buffer", NULL, &err);
+	if (!p)
+		errno = -err;
+	return p;
+}
+
+int nvs_aio_free_cpu_locked_buffer(struct nvs_aio *h, void *ptr)
+{
+	if (!h || !ptr)
+		return nvs__err(-EINVAL,
+				"nvs_aio_free_cpu_locked_buffer: %s is NULL",
+				h ? "ptr" : "handle");
+	return nvs__pinned_free(ptr, "nvs_aio_free_cpu_locked_buffer");
+}
+
+bool nvs_aio_is_pinned(const struct nvs_aio *h, const void *ptr, size_t nbytes)
+{
+	return h && nvs_pinned_contains(ptr, nbytes);
 }
 
 /* ------------------------------------------------------------ getters */
