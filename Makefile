@@ -77,6 +77,8 @@ stress: build deps build-asan/build.ninja
 
 bench: build
 	bench/fio_compare.py
+	./build/bench/nvswap-bench-copy
+	./build/bench/nvswap-bench-pinned --dir nvme_swap
 
 format:
 	clang-format -i $(SOURCES)

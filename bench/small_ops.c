@@ -11,6 +11,8 @@
  */
 #include <nvswap/nvswap.h>
 
+#include "bench.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -21,21 +23,6 @@
 #include <unistd.h>
 
 #define FILE_SIZE (64u << 20)
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 static bool buffered;
 
@@ -55,7 +42,7 @@ static double run(const char *path, bool cache, bool write, size_t size,
 		fprintf(stderr, "create: %s\n", nvs_last_error());
 		exit(1);
 	}
-	t0 = now_s();
+	t0 = bench_now();
 	for (int i = 0; i < ops; i++) {
 		int64_t off = (int64_t)(rand_r(&seed) % (FILE_SIZE / size)) *
 			      (int64_t)size;
@@ -66,7 +53,7 @@ static double run(const char *path, bool cache, bool write, size_t size,
 			exit(1);
 		}
 	}
-	t = now_s() - t0;
+	t = bench_now() - t0;
 	nvs_aio_destroy(h);
 	return ops / t;
 }
@@ -128,8 +115,8 @@ int main(int argc, char **argv)
 		on[r] = run(path, true, write, size, ops, buf);
 		off[r] = run(path, false, write, size, ops, buf);
 	}
-	qsort(on, (size_t)reps, sizeof(double), cmp);
-	qsort(off, (size_t)reps, sizeof(double), cmp);
+	qsort(on, (size_t)reps, sizeof(double), bench_cmp_double);
+	qsort(off, (size_t)reps, sizeof(double), bench_cmp_double);
 	printf("%zu-byte random %s %ss, queue depth 1, %d ops x %d repeats "
 	       "(interleaved)\n",
 	       size, buffered ? "buffered" : "O_DIRECT",

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * nvswap demo: write a buffer (1 GiB by default) to a swap file through an
- * aio handle, read it back into a second buffer, verify every byte, and
- * print GB/s for each direction. Uses only the public API.
+ * nvswap demo: write a pinned buffer (1 GiB by default) to a swap file
+ * through an aio handle, read it back into a second one, verify every
+ * byte, and print GB/s for each direction. Uses only the public API.
  *
  *   nvswap-demo [--dir D] [--file NAME] [--keep] [--size BYTES[K|M|G]]
  *               [--block-size B] [--queue-depth N] [--parallelism N]
@@ -29,47 +29,52 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A size argument: bytes, with K/M/G suffixes (nvs_parse_size). */
 static int parse_size(const char *s, size_t *out)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t v;
+	int ret = nvs_parse_size(s, &v);
 
-	switch (*end) {
-	case 'G':
-	case 'g':
-		v <<= 30;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		v <<= 20;
-		end++;
-		break;
-	case 'K':
-	case 'k':
-		v <<= 10;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end || end == s)
-		return -EINVAL;
-	*out = (size_t)v;
-	return 0;
+	if (ret == 0 && (v == 0 || v > SIZE_MAX))
+		ret = -EINVAL;
+	if (ret == 0)
+		*out = (size_t)v;
+	return ret;
 }
 
-/* 2 MiB-aligned anonymous memory, huge-page hinted: few, large segments
- * per request, as pinned memory will be. */
+/* Pinned memory: page-locked and on huge pages where the kernel can, so
+ * each request reaches the disk in few, large segments. When the memlock
+ * limit is too small, say so and go on unpinned (slower, still correct). */
 static void *alloc_buf(size_t n)
 {
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int err;
+	void *p = nvs_pinned_alloc(n, &err);
 
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, n, MADV_HUGEPAGE);
+	if (!p && (err == -ENOMEM || err == -EPERM)) {
+		fprintf(stderr,
+			"note: %s\nnote: continuing with unpinned "
+			"memory\n",
+			nvs_last_error());
+		nvs_pinned_allow_unpinned(true);
+		p = nvs_pinned_alloc(n, &err);
+	}
 	return p;
+}
+
+/* Anonymous memory on transparent huge pages, from the kernel (KiB). */
+static unsigned long long huge_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "re");
+	char line[256];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
 }
 
 int main(int argc, char **argv)
@@ -89,7 +94,7 @@ int main(int argc, char **argv)
 	};
 	const char *dir = "nvme_swap", *file = "demo.swp";
 	bool keep = false;
-	size_t size = 1ull << 30, bs;
+	size_t size = 1ull << 30, bs = 0;
 	struct nvs_aio_opts o;
 	struct nvs_aio *h;
 	char path[4096];
@@ -159,9 +164,10 @@ int main(int argc, char **argv)
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	wbuf = alloc_buf(size);
-	rbuf = alloc_buf(size);
+	rbuf = wbuf ? alloc_buf(size) : NULL;
 	if (!wbuf || !rbuf) {
-		fprintf(stderr, "cannot allocate 2 x %zu bytes\n", size);
+		fprintf(stderr, "cannot allocate 2 x %zu bytes: %s\n", size,
+			nvs_last_error());
 		return 1;
 	}
 	for (size_t i = 0; i < size; i += 8) {
@@ -175,6 +181,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nvs_aio_create: %s\n", nvs_last_error());
 		return 1;
 	}
+	struct nvs_pinned_stats ps;
+	nvs_pinned_stats(&ps);
 	printf("nvswap %s demo: %zu MiB to %s, backend %s, block %u KiB, "
 	       "queue depth %u, parallelism %u, %s\n",
 	       nvs_version(), size >> 20, path, nvs_aio_backend_name(h),
@@ -182,6 +190,12 @@ int main(int argc, char **argv)
 	       nvs_aio_get_intra_op_parallelism(h),
 	       nvs_aio_get_overlap_events(h) ? "overlapped events"
 					     : "batch-and-drain");
+	printf("buffers: 2 x %zu MiB %s (%llu MiB locked, %llu MiB on huge "
+	       "pages), copy loop %s\n",
+	       size >> 20,
+	       nvs_pinned_contains(wbuf, size) ? "pinned" : "UNPINNED",
+	       (unsigned long long)ps.bytes_locked >> 20, huge_kib() >> 10,
+	       nvs_copy_impl());
 	unlink(path);
 	t0 = now_s();
 	ret = nvs_aio_sync_pwrite(h, wbuf, size, path, 0);
@@ -219,5 +233,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.direct_fallbacks);
 	if (!keep)
 		unlink(path);
+	nvs_pinned_free(wbuf);
+	nvs_pinned_free(rbuf);
 	return 0;
 }
