@@ -86,7 +86,10 @@ struct nvs_pinned_stats {
  * (nvs_pinned_allow_unpinned(), or NVSWAP_ALLOW_UNPINNED=1 in the
  * environment), the memory is returned unlocked instead, counted in
  * unpinned_bytes, and nvs_pinned_contains() is false for it.
- * Threading: any thread.
+ * Threading: any thread. After fork() the child can allocate and free
+ * too, but memory locks are not inherited (POSIX): the child's copy of
+ * earlier allocations is pageable, though the stats still count it.
+ * Pools and handles made before a fork belong to the parent.
  */
 NVS_API void *nvs_pinned_alloc(size_t nbytes, int *err);
 

@@ -374,9 +374,15 @@ static void fork_prepare(void)
 	pthread_mutex_lock(&maps.lock);
 }
 
-static void fork_release(void)
+static void fork_parent(void)
 {
 	pthread_mutex_unlock(&maps.lock);
+}
+
+/* A fresh lock, not an unlock: the child's thread is not the owner. */
+static void fork_child(void)
+{
+	pthread_mutex_init(&maps.lock, NULL);
 }
 
 static int create_arena(enum nvs__arena_kind kind)
@@ -390,7 +396,8 @@ static int create_arena(enum nvs__arena_kind kind)
 	/* Metadata from jemalloc's default hooks: only data is locked. */
 	rc = nvs__je_mallctl("experimental.arenas_create_ext", &arena_ind[kind],
 			     &sz, &cfg, sizeof(cfg));
-	if (rc == ENOENT) {
+	if (rc == ENOENT || rc == EINVAL) {
+		/* A jemalloc without it, or with another arena_config_t. */
 		tl_creating = true;
 		rc = nvs__je_mallctl("arenas.create", &arena_ind[kind], &sz,
 				     &hp, sizeof(hp));
@@ -421,7 +428,7 @@ static void init_once(void)
 		return;
 	}
 	maps.limit = limit;
-	pthread_atfork(fork_prepare, fork_release, fork_release);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	nvs__je_malloc_message = swallow;
 	if (&nvs__je_je_opt_cache_oblivious)
 		nvs__je_je_opt_cache_oblivious = false;

@@ -69,7 +69,7 @@ static void *open_runtime(const char **which)
 }
 
 /* A function pointer from dlsym: ISO C cannot cast void * to one. */
-#define load(fnp, lib, name)                                                   \
+#define LOAD_SYM(fnp, lib, name)                                               \
 	do {                                                                   \
 		void *sym_ = dlsym((lib), (name));                             \
 		memcpy((fnp), &sym_, sizeof(sym_));                            \
@@ -98,9 +98,9 @@ static void init_once(void)
 				      memory_order_release);
 		return;
 	}
-	load(&cuda_register, lib, "cudaHostRegister");
-	load(&cuda_unregister, lib, "cudaHostUnregister");
-	load(&cuda_errstr, lib, "cudaGetErrorString");
+	LOAD_SYM(&cuda_register, lib, "cudaHostRegister");
+	LOAD_SYM(&cuda_unregister, lib, "cudaHostUnregister");
+	LOAD_SYM(&cuda_errstr, lib, "cudaGetErrorString");
 	if (!cuda_register || !cuda_unregister) {
 		snprintf(init_msg, sizeof(init_msg),
 			 "%s has no cudaHostRegister/cudaHostUnregister; "

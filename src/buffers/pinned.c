@@ -44,14 +44,23 @@ static atomic_int allow_api = -1;
 static bool allow_env;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* fork(): hold the registry across it, so the child's copy is consistent.
+ * The child re-initializes the lock instead of unlocking it: glibc's
+ * rwlock remembers the writer's thread id, which the child's thread does
+ * not have, and would take the unlock for a reader's. */
 static void fork_prepare(void)
 {
 	pthread_rwlock_wrlock(&reg.lock);
 }
 
-static void fork_release(void)
+static void fork_parent(void)
 {
 	pthread_rwlock_unlock(&reg.lock);
+}
+
+static void fork_child(void)
+{
+	pthread_rwlock_init(&reg.lock, NULL);
 }
 
 static void init_once(void)
@@ -60,14 +69,13 @@ static void init_once(void)
 
 	allow_env = env && (!strcmp(env, "1") || !strcmp(env, "yes") ||
 			    !strcmp(env, "true"));
-	pthread_atfork(fork_prepare, fork_release, fork_release);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static bool unpinned_allowed(void)
 {
 	int api = atomic_load_explicit(&allow_api, memory_order_relaxed);
 
-	pthread_once(&once, init_once);
 	return api < 0 ? allow_env : api != 0;
 }
 
@@ -120,6 +128,8 @@ void *nvs__pinned_alloc(size_t n, size_t align, bool fallback, const char *call,
 	void *p = NULL;
 	int ret;
 
+	/* Before the first allocation: the fork handler and the opt-in. */
+	pthread_once(&once, init_once);
 	if (n == 0) {
 		ret = nvs__err(-EINVAL, "%s: zero bytes asked for", call);
 	} else if (n > (size_t)PTRDIFF_MAX - align) {

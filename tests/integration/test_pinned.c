@@ -11,11 +11,13 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal/alloc.h"
@@ -533,4 +535,47 @@ Test(pinned, registry_growth_failure_is_enomem_and_loses_nothing)
 			cr_assert_eq(err, -ENOMEM, "allocation %lu", i);
 		cr_assert_lt(i, 64);
 	}
+}
+
+/* ------------------------------------------------------------- fork */
+
+static void *hold_and_free(void *arg)
+{
+	void **v = arg;
+
+	/* Keep the registry and arena locks busy while the main thread
+	 * forks: a lock held at fork must not stay held in the child. */
+	for (int i = 0; i < 2000; i++) {
+		void *p = nvs_pinned_alloc(i % 2 ? 4096 : (3u << 20), NULL);
+		nvs_pinned_free(p);
+	}
+	*v = NULL;
+	return NULL;
+}
+
+Test(pinned, fork_while_another_thread_allocates)
+{
+	pthread_t th;
+	void *done = (void *)1;
+
+	cr_assert_not_null(nvs_pinned_alloc(100, NULL));
+	cr_assert_eq(pthread_create(&th, NULL, hold_and_free, &done), 0);
+	for (int i = 0; i < 20; i++) {
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			/* The child allocates and frees: no lock is stuck. */
+			void *p = nvs_pinned_alloc(8192, NULL);
+			void *q = nvs_pinned_alloc(4u << 20, NULL);
+			bool ok = p && q && nvs_pinned_contains(q, 4u << 20);
+			nvs_pinned_free(p);
+			nvs_pinned_free(q);
+			_exit(ok ? 0 : 1);
+		}
+		int status = -1;
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "child %d", i);
+	}
+	pthread_join(th, NULL);
 }
