@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * Where pinned memory comes from. Allocations below HUGE_MIN come from two
+ * Where pinned memory comes from. Allocations below NVS__ARENA_BIG come from two
  * arenas of nvswap's private jemalloc (nvs__je_*, made from Debian's
  * libjemalloc_pic.a by scripts/jemalloc-private.sh) running on our extent
  * hooks: LOCKED maps, huge-page hints and mlocks; PAGEABLE only maps.
  * Neither gives memory back: dalloc and decommit opt out and no purge is
  * offered, so freed memory stays mapped and locked for the next allocation.
  *
- * Allocations of HUGE_MIN and more get exact, page-rounded mappings of
+ * Allocations of NVS__ARENA_BIG and more get exact, page-rounded mappings of
  * their own, reused best-fit from a cache of freed ranges (coalesced
  * within a mapping). jemalloc would round them up to its size classes (up
  * to 25% more) and, in Debian's build, add a page that pushes the extent
@@ -50,15 +50,15 @@ extern void (*nvs__je_malloc_message)(void *opaque, const char *s);
  * jemalloc reads this conf string last, after MALLOC_CONF, so settings an
  * application meant for its own jemalloc cannot change ours. No sbrk
  * (glibc owns the heap), no background threads, no thread caches, never
- * decay (purge) freed memory, no cache-oblivious page of padding per
- * large allocation, and never abort.
+ * decay (purge) freed memory, never abort. Every key must exist in
+ * Debian's build: an unknown one is a warning (tested to be none).
  */
 extern const char *nvs__je_malloc_conf_2_conf_harder;
 const char *nvs__je_malloc_conf_2_conf_harder =
 	"abort:false,abort_conf:false,dss:disabled,narenas:1,"
 	"percpu_arena:disabled,background_thread:false,tcache:false,"
 	"dirty_decay_ms:-1,muzzy_decay_ms:-1,retain:true,"
-	"cache_oblivious:false,metadata_thp:disabled,stats_print:false";
+	"metadata_thp:disabled,stats_print:false";
 
 /*
  * Debian's jemalloc 5.3 is built cache-oblivious: every large allocation

@@ -39,17 +39,6 @@ void *nvs__calloc(size_t count, size_t n)
 	return should_fail() ? NULL : calloc(count ? count : 1, n ? n : 1);
 }
 
-void *nvs__aligned_alloc(size_t align, size_t n)
-{
-	void *p = NULL;
-
-	if (should_fail())
-		return NULL;
-	if (posix_memalign(&p, align, n ? n : align) != 0)
-		return NULL;
-	return p;
-}
-
 bool nvs__reserve(void *arrayp, size_t *cap, size_t n, size_t need, size_t size)
 {
 	size_t c = *cap;

@@ -12,7 +12,6 @@
 
 void *nvs__malloc(size_t n);
 void *nvs__calloc(size_t count, size_t n);
-void *nvs__aligned_alloc(size_t align, size_t n);
 void nvs__free(void *p);
 
 /*

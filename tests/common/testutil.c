@@ -174,36 +174,47 @@ bool tu_drop_root(void)
 	return geteuid() == 65534;
 }
 
-bool tu_as_nobody(void (*body)(struct tu_child *c), long memlock,
-		  struct tu_child *out)
+/* Exit status of a child that could not become nobody. */
+#define CANNOT_DROP 3
+
+bool tu_as_nobody(const char *name, long memlock, struct tu_child *out)
 {
-	struct {
-		struct tu_child c;
-		int failed;
-	} r;
-	int fds[2];
+	const char *helper = getenv("NVSWAP_TEST_NOBODY");
+	const char *d = tu_dir();
+	size_t got = 0;
+	int fds[2], status = -1;
 	pid_t pid;
 
-	memset(&r, 0, sizeof(r));
-	tu_dir();
+	cr_assert_not_null(helper, "meson sets NVSWAP_TEST_NOBODY");
+	memset(out, 0, sizeof(*out));
 	cr_assert_eq(pipe(fds), 0);
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
+		/* Only system calls until exec: this is a fork of a
+		 * threaded process. */
 		struct rlimit rl = {(rlim_t)memlock, (rlim_t)memlock};
 		if ((memlock >= 0 && setrlimit(RLIMIT_MEMLOCK, &rl) < 0) ||
 		    !tu_drop_root())
-			r.failed = 1;
-		else
-			body(&r.c);
-		if (write(fds[1], &r, sizeof(r)) != sizeof(r))
-			_exit(1);
-		_exit(0);
+			_exit(CANNOT_DROP);
+		if (dup2(fds[1], STDOUT_FILENO) < 0)
+			_exit(127);
+		execl(helper, helper, name, d, (char *)NULL);
+		_exit(127);
 	}
 	close(fds[1]);
-	cr_assert_eq(read(fds[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+	while (got < sizeof(*out)) {
+		ssize_t r = read(fds[0], (char *)out + got, sizeof(*out) - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
 	close(fds[0]);
-	waitpid(pid, NULL, 0);
-	*out = r.c;
-	return r.failed == 0;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == CANNOT_DROP)
+		return false;
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "%s %s exited with status %#x", helper, name, status);
+	cr_assert_eq(got, sizeof(*out), "%s %s reported back", helper, name);
+	return true;
 }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testutil_child.h"
+
 /* A fresh directory for this test process on the real filesystem
  * ($NVSWAP_TEST_DIR, else the current directory), removed by tu_cleanup. */
 const char *tu_dir(void);
@@ -32,20 +34,15 @@ void *tu_read_file(const char *path, size_t *n);
 /* Drop to user nobody (65534) if root; false when that is impossible. */
 bool tu_drop_root(void);
 
-/* What a child run by tu_as_nobody reports back. */
-struct tu_child {
-	int res[8];
-	char msg[1024];
-};
 /*
- * Run @body in a forked child as user nobody (dropping root there, so the
- * test process can still clean up), after setting RLIMIT_MEMLOCK to
- * @memlock bytes when @memlock >= 0. @body fills @out (zeroed first).
- * Returns false when the child could not set the limit or drop root: the
- * caller skips, saying why. Threads do not survive fork: @body makes its
- * own handles.
+ * Run case @name of tests/common/nobody.c as user nobody: fork, set
+ * RLIMIT_MEMLOCK to @memlock bytes when @memlock >= 0, drop root (the test
+ * process keeps it, to clean up), exec the helper ($NVSWAP_TEST_NOBODY)
+ * with tu_dir(). The case fills @out (zeroed first). Returns false when
+ * the child could not set the limit or drop root: the caller skips,
+ * saying why. A fresh process, not the fork: a forked child of a
+ * threaded process can hang on its first malloc under ASan.
  */
-bool tu_as_nobody(void (*body)(struct tu_child *c), long memlock,
-		  struct tu_child *out);
+bool tu_as_nobody(const char *name, long memlock, struct tu_child *out);
 
 #endif

@@ -176,6 +176,22 @@ Test(cuda, a_missing_runtime_is_absent)
 	nvs_pinned_free(p);
 }
 
+Test(cuda, a_library_without_the_entry_points_is_absent)
+{
+	struct nvs_pinned_stats st;
+	void *p;
+
+	unsetenv("NVSWAP_CUDA");
+	setenv("NVSWAP_CUDART", "libc.so.6", 1); /* loads, no CUDA in it */
+	p = nvs_pinned_alloc(4096, NULL);
+	cr_assert_not_null(p);
+	nvs_pinned_stats(&st);
+	cr_assert_eq(st.cuda, NVS_CUDA_ABSENT);
+	cr_assert(strstr(nvs_pinned_cuda_status(), "has no cudaHostRegister"),
+		  "%s", nvs_pinned_cuda_status());
+	nvs_pinned_free(p);
+}
+
 Test(cuda, the_real_runtime_when_this_machine_has_one)
 {
 	struct nvs_pinned_stats st;

@@ -114,21 +114,6 @@ Test(errors, directory_is_eisdir)
 	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, 1, tu_dir(), 0), -EISDIR);
 }
 
-static void eacces_body(struct tu_child *child)
-{
-	int *res = child->res;
-	char buf[16] = {1};
-	struct nvs_aio *c = NULL;
-
-	if (nvs_aio_create(NULL, &c) < 0)
-		return;
-	res[0] = nvs_aio_sync_pread(c, buf, 16, tu_path("locked"), 0);
-	res[1] = nvs_aio_sync_pwrite(c, buf, 16, tu_path("locked"), 0);
-	/* A directory we cannot write into. */
-	res[2] = nvs_aio_sync_pwrite(c, buf, 16, tu_path("new"), 0);
-	nvs_aio_destroy(c);
-}
-
 Test(errors, unreadable_and_unwritable_files_are_eacces)
 {
 	char buf[4096] = {1};
@@ -137,7 +122,7 @@ Test(errors, unreadable_and_unwritable_files_are_eacces)
 
 	tu_write_file(tu_path("locked"), buf, sizeof(buf));
 	chmod(tu_path("locked"), 0000);
-	if (!tu_as_nobody(eacces_body, -1, &c))
+	if (!tu_as_nobody("eacces", -1, &c))
 		cr_skip_test("cannot drop root privileges to test EACCES");
 	cr_assert_eq(res[0], -EACCES);
 	cr_assert_eq(res[1], -EACCES);
@@ -266,31 +251,6 @@ Test(errors, odirect_refused_falls_back_in_auto_and_fails_in_always)
 	umount2(mnt, MNT_DETACH);
 }
 
-static void memlock_body(struct tu_child *child)
-{
-	int *res = child->res;
-	enum { SZ = (1 << 20) + 333 };
-	struct nvs_aio_opts o;
-	struct nvs_aio *c = NULL;
-	struct nvs_aio_stats st;
-	unsigned char *src = malloc(SZ + 1), *dst = malloc(SZ);
-	char f[64];
-
-	/* The test directory is root's; nobody writes in /tmp. */
-	snprintf(f, sizeof(f), "/tmp/.nvs-memlock-%d", (int)getpid());
-	nvs_aio_opts_init(&o);
-	o.intra_op_parallelism = 2;
-	res[0] = nvs_aio_create(&o, &c);
-	tu_fill(src, SZ + 1, 6);
-	res[1] = nvs_aio_sync_pwrite(c, src + 1, SZ, f, 0);
-	res[2] = nvs_aio_sync_pread(c, dst, SZ, f, 0) == 1 &&
-		 memcmp(src + 1, dst, SZ) == 0;
-	nvs_aio_get_stats(c, &st);
-	res[3] = st.bounce_locked;
-	nvs_aio_destroy(c);
-	unlink(f);
-}
-
 Test(errors, unprivileged_user_with_small_memlock_limit_still_works)
 {
 	struct tu_child c;
@@ -299,7 +259,7 @@ Test(errors, unprivileged_user_with_small_memlock_limit_still_works)
 	/* As a real user: 64 KiB of memlock, less than the bounce memory
 	 * (8 MiB a worker), so locking fails; I/O must not. (The library
 	 * calls mlock through syscall(2), so this holds under ASan too.) */
-	if (!tu_as_nobody(memlock_body, 64 << 10, &c))
+	if (!tu_as_nobody("memlock", 64 << 10, &c))
 		cr_skip_test("cannot lower the memlock limit and drop root");
 	cr_assert_eq(res[0], 0, "create works without locked memory");
 	cr_assert_eq(res[1], 1, "write");
