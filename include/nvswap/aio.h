@@ -21,7 +21,8 @@ extern "C" {
 /** Which kernel interface the handle's engines use. */
 enum nvs_backend {
 	NVS_BACKEND_AUTO = 0, /* probe: io_uring, then libaio, then psync */
-	NVS_BACKEND_IO_URING, /* not built yet: create fails -EOPNOTSUPP */
+	NVS_BACKEND_IO_URING, /* io_uring: one ring per worker, registered
+				 buffers for pinned memory */
 	NVS_BACKEND_LIBAIO,   /* Linux native AIO (io_submit/io_getevents) */
 	NVS_BACKEND_PSYNC,    /* pread/pwrite on the worker thread */
 };
@@ -44,6 +45,23 @@ enum nvs_staging {
 	NVS_STAGE_UNPINNED,   /* also every buffer outside pinned memory
 				   (DeepNVMe's behavior, without its mlock
 				   per op) */
+};
+
+/**
+ * Flags for nvs_aio_opts.uring_flags (io_uring backend only; the other
+ * backends ignore them). Off by default.
+ */
+enum nvs_uring_flag {
+	/** A kernel thread per ring polls for submissions: no syscall per
+	 *  batch, one CPU busy while I/O flows. */
+	NVS_URING_SQPOLL = 1u << 0,
+	/** Busy-poll for completions instead of interrupts. Needs O_DIRECT
+	 *  on a device with poll queues (NVMe with nvme.poll_queues > 0);
+	 *  elsewhere ops fail with -EOPNOTSUPP. */
+	NVS_URING_IOPOLL = 1u << 1,
+	/** Do not register buffers or files with the ring (for comparison;
+	 *  registration is otherwise automatic). */
+	NVS_URING_NO_FIXED = 1u << 2,
 };
 
 /** Largest accepted block_size (bytes). */
@@ -90,7 +108,10 @@ struct nvs_aio_opts {
 					  64; NVS_AIO_FILES_OFF = open and
 					  close on every op */
 	enum nvs_staging staging;      /* default NVS_STAGE_AUTO */
-	uint64_t reserved[7];	       /* zero */
+	uint32_t uring_flags;	       /* enum nvs_uring_flag bits,
+					  default 0 */
+	uint32_t reserved32;	       /* zero */
+	uint64_t reserved[6];	       /* zero */
 };
 
 /**
@@ -125,6 +146,22 @@ struct nvs_aio_stats {
 				     when the memlock limit refused it) */
 	uint64_t files_opened;	     /* open(2) calls for path-based ops */
 	uint64_t files_reused;	     /* path-based ops served by the cache */
+	enum nvs_backend backend;    /* the backend chosen (never AUTO) */
+	uint32_t uring_setup_flags;  /* io_uring: IORING_SETUP_* in effect
+				      (SINGLE_ISSUER, DEFER_TASKRUN...) */
+	uint64_t fixed_buffer_requests; /* io_uring attempts on registered
+					   buffers (READ/WRITE_FIXED) */
+	uint64_t fixed_file_requests;	/* io_uring attempts on registered
+					   files */
+	uint64_t registered_bytes;	/* memory registered with the rings,
+					   all workers */
+	int32_t register_error;		/* io_uring: -errno of the first
+				      registration the kernel refused
+				      (-ENOMEM: the memlock limit), 0 if
+				      none; the I/O then goes unregistered */
+	/** Why this backend: each one tried, with the reason it was not
+	 *  taken, e.g. "io_uring: seccomp ...; libaio: chosen". */
+	char backend_notes[240];
 	uint64_t reserved[5];
 };
 
@@ -148,7 +185,10 @@ NVS_API void nvs_aio_opts_init(struct nvs_aio_opts *opts);
  *                libaio; intra_op_parallelism 0 or above
  *                NVS_AIO_MAX_PARALLELISM; an unknown enum; a bad
  *                NVSWAP_BACKEND value), or @out is NULL;
- *   -EOPNOTSUPP  the backend asked for is not available here;
+ *   -EOPNOTSUPP  the backend asked for is not available here (the
+ *                message says why: kernel.io_uring_disabled, a seccomp
+ *                filter, ENOSYS...); AUTO never fails this way, it falls
+ *                through io_uring -> libaio -> psync;
  *   -ENOMEM      out of memory; -EAGAIN  threads or kernel AIO contexts
  *                could not be created.
  * Threading: any thread.
@@ -308,7 +348,8 @@ NVS_API uint32_t nvs_aio_get_intra_op_parallelism(const struct nvs_aio *h);
  * page size when larger). Other values work too, through bounce memory.
  */
 NVS_API uint32_t nvs_aio_get_alignment(const struct nvs_aio *h);
-/** Name of the backend in use: "libaio", "psync", "fault(psync)"... */
+/** Name of the backend in use: "io_uring", "libaio", "psync",
+ *  "fault(io_uring)"...; nvs_aio_stats.backend_notes says why. */
 NVS_API const char *nvs_aio_backend_name(const struct nvs_aio *h);
 /** Copy the handle's counters into @st. Return 0, or -EINVAL for NULLs. */
 NVS_API int nvs_aio_get_stats(const struct nvs_aio *h,

@@ -10,11 +10,18 @@
 #include "internal/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <libaio.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 struct nvs_engine {
 	const struct nvs_engine_ops *ops;
+	const struct nvs_engine_ops *base; /* under the fault backend */
 	void *be;
 	unsigned depth;
 	unsigned inflight;	   /* accepted, not yet handed back */
@@ -23,32 +30,47 @@ struct nvs_engine {
 	struct nvs_ioreq **retry;  /* depth slots: to resubmit */
 	struct nvs_ioreq **failed; /* depth slots: refused at submit, final */
 	struct nvs_ioreq **raw;	   /* depth slots: scratch for backend reap */
-	uint64_t retries;
+	/* Written by the owning thread, read by any (stats): relaxed. */
+	atomic_uint_fast64_t retries;
+	char name[32];
 };
 
-int nvs__engine_create(enum nvs_backend backend, unsigned depth,
-		       const struct nvs_fault_plan *plan,
+int nvs__engine_create(enum nvs_backend backend,
+		       const struct nvs_engine_cfg *cfg,
 		       struct nvs_engine **out)
 {
 	const struct nvs_engine_ops *ops;
 	struct nvs_engine *e;
+	unsigned depth = cfg->depth;
 	int ret;
 
 	*out = NULL;
 	switch (backend) {
+	case NVS_BACKEND_IO_URING:
+		ops = &nvs__uring_ops;
+		break;
 	case NVS_BACKEND_LIBAIO:
 		ops = &nvs__libaio_ops;
 		break;
 	case NVS_BACKEND_PSYNC:
-		ops = plan ? &nvs__fault_ops : &nvs__psync_ops;
+		ops = &nvs__psync_ops;
 		break;
 	default:
 		return -EOPNOTSUPP;
 	}
+	if (depth == 0)
+		return -EINVAL;
 	e = nvs__calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
 	e->ops = ops;
+	if (cfg->plan) {
+		e->base = ops;
+		e->ops = &nvs__fault_ops;
+		snprintf(e->name, sizeof(e->name), "fault(%s)", ops->name);
+	} else {
+		snprintf(e->name, sizeof(e->name), "%s", ops->name);
+	}
 	e->depth = depth;
 	e->retry = nvs__calloc(depth, sizeof(*e->retry));
 	e->failed = nvs__calloc(depth, sizeof(*e->failed));
@@ -57,7 +79,8 @@ int nvs__engine_create(enum nvs_backend backend, unsigned depth,
 		ret = -ENOMEM;
 		goto fail;
 	}
-	ret = ops->init(depth, plan, &e->be);
+	ret = e->base ? nvs__fault_init(e->base, cfg, &e->be)
+		      : ops->init(cfg, &e->be);
 	if (ret < 0)
 		goto fail;
 	*out = e;
@@ -68,6 +91,67 @@ fail:
 	nvs__free(e->raw);
 	nvs__free(e);
 	return ret;
+}
+
+unsigned long nvs__aio_max_nr(void)
+{
+	char buf[32] = "";
+	int fd = open("/proc/sys/fs/aio-max-nr", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return 65536;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? strtoul(buf, NULL, 10) : 65536;
+}
+
+static int libaio_probe(unsigned depth, char *why, size_t n)
+{
+	io_context_t ctx = 0;
+	int ret;
+
+	if (depth > nvs__aio_max_nr()) {
+		snprintf(why, n,
+			 "queue_depth %u is above the kernel's fs.aio-max-nr "
+			 "%lu (sysctl -w fs.aio-max-nr=N)",
+			 depth, nvs__aio_max_nr());
+		return -EINVAL;
+	}
+	ret = io_setup(1, &ctx);
+	if (ret == 0) {
+		io_destroy(ctx);
+		return 0;
+	}
+	if (ret == -ENOSYS)
+		snprintf(why, n, "the kernel has no native AIO (ENOSYS)");
+	else if (ret == -EPERM)
+		snprintf(why, n,
+			 "io_setup is refused with EPERM (a seccomp filter or "
+			 "security policy)");
+	else if (ret == -EAGAIN)
+		snprintf(why, n,
+			 "io_setup: fs.aio-max-nr is used up by other "
+			 "processes (EAGAIN)");
+	else
+		snprintf(why, n, "io_setup failed: %s", strerror(-ret));
+	return ret;
+}
+
+int nvs__engine_probe(enum nvs_backend backend, unsigned depth, char *why,
+		      size_t n)
+{
+	switch (backend) {
+	case NVS_BACKEND_IO_URING:
+		return nvs__uring_probe(why, n);
+	case NVS_BACKEND_LIBAIO:
+		return libaio_probe(depth, why, n);
+	case NVS_BACKEND_PSYNC:
+		return 0;
+	default:
+		snprintf(why, n, "not a backend");
+		return -EINVAL;
+	}
 }
 
 void nvs__engine_destroy(struct nvs_engine *e)
@@ -95,6 +179,7 @@ unsigned nvs__engine_submit(struct nvs_engine *e, struct nvs_ioreq **reqs,
 		reqs[i]->done = 0;
 		reqs[i]->tries = 0;
 		reqs[i]->res = 0;
+		reqs[i]->cap = 0;
 	}
 	acc = e->ops->submit(e->be, reqs, n);
 	if (acc < 0) {
@@ -151,7 +236,7 @@ static bool settle(struct nvs_engine *e, struct nvs_ioreq *r)
 		return true;
 	}
 again:
-	e->retries++;
+	atomic_fetch_add_explicit(&e->retries, 1, memory_order_relaxed);
 	e->retry[e->nretry++] = r;
 	return false;
 }
@@ -214,10 +299,28 @@ unsigned nvs__engine_inflight(const struct nvs_engine *e)
 
 const char *nvs__engine_name(const struct nvs_engine *e)
 {
-	return e->ops->name;
+	return e->name;
 }
 
 uint64_t nvs__engine_retries(const struct nvs_engine *e)
 {
-	return e->retries;
+	return atomic_load_explicit(&e->retries, memory_order_relaxed);
+}
+
+void nvs__engine_stats(const struct nvs_engine *e, struct nvs_engine_stats *st)
+{
+	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;
+
+	memset(st, 0, sizeof(*st));
+	if (ops->stats)
+		ops->stats(e->base ? nvs__fault_base_be(e->be) : e->be, st);
+	st->retries = nvs__engine_retries(e);
+}
+
+void nvs__engine_forget_files(struct nvs_engine *e)
+{
+	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;
+
+	if (ops->forget_files)
+		ops->forget_files(e->base ? nvs__fault_base_be(e->be) : e->be);
 }

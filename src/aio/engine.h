@@ -27,7 +27,11 @@ struct nvs_ioreq {
 	int64_t off;
 	int fd;
 	int opcode;
+	/* Nonzero: @fd belongs to a file-cache entry with this id (never
+	 * reused), so an engine may keep it registered; 0: a caller's fd. */
+	uint64_t file_key;
 	/* Engine-owned while in flight. */
+	size_t cap;	/* nonzero: move at most this much per attempt */
 	size_t done;	/* bytes finished by earlier attempts */
 	int64_t res;	/* raw result of the last attempt, then final */
 	unsigned tries; /* EAGAIN/EINTR retries so far */
@@ -56,19 +60,56 @@ struct nvs_fault_plan {
 	unsigned nrules;
 };
 
+/* Engine set-up flags (the io_uring backend reads them; others ignore). */
+enum nvs_engine_flag {
+	NVS_ENGINE_SQPOLL = 1u << 0,   /* kernel thread polls submissions */
+	NVS_ENGINE_IOPOLL = 1u << 1,   /* busy-poll completions */
+	NVS_ENGINE_NO_FIXED = 1u << 2, /* no registered buffers or files */
+};
+
+struct nvs_engine_cfg {
+	unsigned depth; /* requests in flight, at least 1 */
+	unsigned flags; /* enum nvs_engine_flag */
+	/* Non-NULL: wrap the backend in the fault backend following this
+	 * plan (copied). */
+	const struct nvs_fault_plan *plan;
+};
+
+/*
+ * Counters of one engine, readable from any thread (relaxed atomics in
+ * the engine; this is a snapshot).
+ */
+struct nvs_engine_stats {
+	uint64_t retries;     /* short transfers, EAGAIN/EINTR resubmitted */
+	uint64_t fixed_bufs;  /* attempts on registered buffers */
+	uint64_t fixed_files; /* attempts on registered files */
+	uint64_t registered;  /* bytes of memory registered */
+	int register_error;   /* first refused registration, -errno */
+	unsigned setup_flags; /* io_uring setup flags in effect */
+};
+
 /* How many EAGAIN/EINTR retries of one request before giving up. */
 #define NVS_ENGINE_MAX_TRIES 1000u
 
 struct nvs_engine;
 
 /*
- * Create an engine over @backend (not AUTO) for @depth requests in flight.
- * @plan is read only by the fault backend and copied. Returns 0 or -errno
- * (-EOPNOTSUPP/-ENOSYS when the backend is unavailable here).
+ * Create an engine over @backend (not AUTO) as @cfg says (borrowed for the
+ * call). The io_uring backend must then be used only by the creating
+ * thread (its ring may be SINGLE_ISSUER). Returns 0 or -errno
+ * (-EOPNOTSUPP/-ENOSYS/-EPERM when the backend is unavailable here).
  */
-int nvs__engine_create(enum nvs_backend backend, unsigned depth,
-		       const struct nvs_fault_plan *plan,
+int nvs__engine_create(enum nvs_backend backend,
+		       const struct nvs_engine_cfg *cfg,
 		       struct nvs_engine **out);
+/*
+ * Can @backend run here with @depth requests in flight? 0, or -errno with
+ * a sentence saying why not (and how to fix it) in @why.
+ */
+int nvs__engine_probe(enum nvs_backend backend, unsigned depth, char *why,
+		      size_t n);
+/* The kernel's fs.aio-max-nr (65536 when unreadable). */
+unsigned long nvs__aio_max_nr(void);
 /* Free; nothing may be in flight. NULL is a no-op. */
 void nvs__engine_destroy(struct nvs_engine *e);
 /* Queue up to @n requests; returns how many were accepted (0..n). */
@@ -81,5 +122,9 @@ unsigned nvs__engine_inflight(const struct nvs_engine *e);
 const char *nvs__engine_name(const struct nvs_engine *e);
 /* Resubmissions so far: short transfers, EAGAIN and EINTR. */
 uint64_t nvs__engine_retries(const struct nvs_engine *e);
+/* Counters; any thread. */
+void nvs__engine_stats(const struct nvs_engine *e, struct nvs_engine_stats *st);
+/* Drop registered files (their descriptors were closed meanwhile). */
+void nvs__engine_forget_files(struct nvs_engine *e);
 
 #endif

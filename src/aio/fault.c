@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The fault backend, for tests: psync underneath, with the attempts named
- * by a fault plan failing (-EIO, -ENOSPC, -EAGAIN, -EINTR) or moving fewer
- * bytes than asked. It lets tests prove that every failure reaches the
- * caller and that short transfers are finished.
+ * The fault backend, for tests: any real backend underneath (io_uring,
+ * libaio or psync), with the attempts named by a fault plan failing (-EIO,
+ * -ENOSPC, -EAGAIN, -EINTR) without reaching it, or moving fewer bytes
+ * than asked through it. It lets tests prove, on every backend, that each
+ * failure reaches the caller and that short transfers are finished.
  */
 #include "aio/ops.h"
 #include "internal/alloc.h"
@@ -15,11 +16,14 @@
 struct fault {
 	struct nvs_fault_plan plan;
 	unsigned long attempts; /* attempts seen, for the rules' nth */
-	void *psync;
+	const struct nvs_engine_ops *base;
+	void *be;
+	struct nvs_ioreq **failed; /* failed here, FIFO, reaped first */
+	unsigned head, nfailed, depth;
 };
 
-static int fault_init(unsigned depth, const struct nvs_fault_plan *plan,
-		      void **be)
+int nvs__fault_init(const struct nvs_engine_ops *base,
+		    const struct nvs_engine_cfg *cfg, void **out)
 {
 	struct fault *f;
 	int ret;
@@ -27,22 +31,35 @@ static int fault_init(unsigned depth, const struct nvs_fault_plan *plan,
 	f = nvs__calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	if (plan)
-		f->plan = *plan;
-	ret = nvs__psync_ops.init(depth, NULL, &f->psync);
+	f->plan = *cfg->plan;
+	f->base = base;
+	f->depth = cfg->depth;
+	f->failed = nvs__calloc(cfg->depth, sizeof(*f->failed));
+	if (!f->failed) {
+		nvs__free(f);
+		return -ENOMEM;
+	}
+	ret = base->init(cfg, &f->be);
 	if (ret < 0) {
+		nvs__free(f->failed);
 		nvs__free(f);
 		return ret;
 	}
-	*be = f;
+	*out = f;
 	return 0;
+}
+
+void *nvs__fault_base_be(void *be)
+{
+	return ((struct fault *)be)->be;
 }
 
 static void fault_fini(void *be)
 {
 	struct fault *f = be;
 
-	nvs__psync_ops.fini(f->psync);
+	f->base->fini(f->be);
+	nvs__free(f->failed);
 	nvs__free(f);
 }
 
@@ -62,46 +79,62 @@ match(const struct fault *f, const struct nvs_ioreq *r, unsigned long attempt)
 	return NULL;
 }
 
+/* The engine never has more than depth requests out, so failed[] has
+ * room for every one of them. */
+static void park(struct fault *f, struct nvs_ioreq *r, int err)
+{
+	r->res = err;
+	f->failed[(f->head + f->nfailed++) % f->depth] = r;
+}
+
+/* A short attempt moves at most short_bytes (default half of what is
+ * left, whole blocks under O_DIRECT); below that it completes in full. */
+static size_t short_cap(const struct nvs_fault_rule *ru,
+			const struct nvs_ioreq *r)
+{
+	size_t left = r->len - r->done;
+	size_t cap = ru->short_bytes ? ru->short_bytes : left / 2;
+
+	if (fcntl(r->fd, F_GETFL) & O_DIRECT)
+		cap -= cap % 4096;
+	return cap == 0 || cap >= left ? 0 : cap;
+}
+
 static int fault_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 {
 	struct fault *f = be;
 	unsigned i;
 
+	/* One at a time, so that a rule's nth counts exactly. */
 	for (i = 0; i < n; i++) {
 		struct nvs_ioreq *r = reqs[i];
 		const struct nvs_fault_rule *ru = match(f, r, f->attempts + 1);
-		size_t left = r->len - r->done;
-		size_t cap = (size_t)-1;
+		int acc;
 
 		switch (ru ? ru->kind : 0) {
 		case NVS_FAULT_EIO:
-			r->res = -EIO; /* nothing is transferred */
+			park(f, r, -EIO); /* nothing is transferred */
 			break;
 		case NVS_FAULT_ENOSPC:
-			r->res = -ENOSPC;
+			park(f, r, -ENOSPC);
 			break;
 		case NVS_FAULT_EAGAIN:
-			r->res = -EAGAIN;
+			park(f, r, -EAGAIN);
 			break;
 		case NVS_FAULT_EINTR:
-			r->res = -EINTR;
+			park(f, r, -EINTR);
 			break;
 		case NVS_FAULT_SHORT:
-			/* At most short_bytes (default half); what is left
-			 * below that completes in full. */
-			cap = ru->short_bytes ? ru->short_bytes : left / 2;
-			/* O_DIRECT transfers stop at block boundaries. */
-			if (fcntl(r->fd, F_GETFL) & O_DIRECT)
-				cap -= cap % 4096;
-			if (cap == 0)
-				cap = left;
+			r->cap = short_cap(ru, r);
 			/* fall through */
 		default:
-			nvs__psync_attempt(r, cap);
+			acc = f->base->submit(f->be, &r, 1);
+			if (acc == 0)
+				return (int)i; /* backend full */
+			if (acc < 0)
+				park(f, r, acc);
 			break;
 		}
-		if (!nvs__psync_park(f->psync, r))
-			break;
 		f->attempts++;
 	}
 	return (int)i;
@@ -111,14 +144,27 @@ static int fault_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		      unsigned max)
 {
 	struct fault *f = be;
+	unsigned n = 0;
+	int ret;
 
-	return nvs__psync_ops.reap(f->psync, min, out, max);
+	while (n < max && f->nfailed > 0) {
+		out[n++] = f->failed[f->head];
+		f->head = (f->head + 1) % f->depth;
+		f->nfailed--;
+	}
+	if (n == max || (n > 0 && n >= min))
+		return (int)n;
+	ret = f->base->reap(f->be, min > n ? min - n : 0, out + n, max - n);
+	if (ret < 0)
+		return n > 0 ? (int)n : ret;
+	for (int i = 0; i < ret; i++)
+		out[n + (unsigned)i]->cap = 0;
+	return (int)n + ret;
 }
 
 const struct nvs_engine_ops nvs__fault_ops = {
 	.submit = fault_submit,
 	.reap = fault_reap,
-	.init = fault_init,
 	.fini = fault_fini,
-	.name = "fault(psync)",
+	.name = "fault",
 };

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,7 +34,13 @@ struct nvs_files {
 	struct entry *e;
 	unsigned cap;
 	uint64_t clock;
+	/* Bumped under lock, read by workers without it: relaxed, since a
+	 * worker only needs to see it before the op that follows a close,
+	 * and that op reaches it through the worker queue's mutex. */
+	atomic_uint_fast64_t closes;
 };
+
+static atomic_uint_fast64_t next_id = 1; /* relaxed: uniqueness only */
 
 static uint64_t key_hash(const char *path, bool write)
 {
@@ -65,8 +72,9 @@ int nvs__files_create(unsigned cap, struct nvs_files **out)
 	return 0;
 }
 
-static void entry_close(struct entry *e)
+static void entry_close(struct nvs_files *c, struct entry *e)
 {
+	atomic_fetch_add_explicit(&c->closes, 1, memory_order_relaxed);
 	if (e->f.bfd >= 0)
 		close(e->f.bfd);
 	close(e->f.fd);
@@ -80,7 +88,7 @@ void nvs__files_destroy(struct nvs_files *c)
 		return;
 	for (unsigned i = 0; i < c->cap; i++)
 		if (c->e[i].hash)
-			entry_close(&c->e[i]);
+			entry_close(c, &c->e[i]);
 	pthread_mutex_destroy(&c->lock);
 	nvs__free(c->e);
 	nvs__free(c);
@@ -111,7 +119,7 @@ struct nvs_file *nvs__files_get(struct nvs_files *c, const char *path,
 	if (e && (e->dev != st->st_dev || e->ino != st->st_ino)) {
 		/* The path names another file now. */
 		if (e->refs == 0)
-			entry_close(e);
+			entry_close(c, e);
 		else
 			e->stale = true;
 		e = NULL;
@@ -139,7 +147,7 @@ struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 	old = find(c, h, path, write);
 	if (old) {
 		if (old->refs == 0)
-			entry_close(old);
+			entry_close(c, old);
 		else
 			old->stale = true;
 	}
@@ -154,7 +162,7 @@ struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 	}
 	if (slot) {
 		if (slot->hash)
-			entry_close(slot);
+			entry_close(c, slot);
 		slot->hash = h;
 		slot->write = write;
 		slot->dev = st->st_dev;
@@ -162,7 +170,12 @@ struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 		slot->refs = 1;
 		slot->last_use = ++c->clock;
 		slot->f = (struct nvs_file){
-			.fd = fd, .bfd = -1, .direct = direct, .al = *al};
+			.id = atomic_fetch_add_explicit(&next_id, 1,
+							memory_order_relaxed),
+			.fd = fd,
+			.bfd = -1,
+			.direct = direct,
+			.al = *al};
 		strcpy(slot->path, path);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -199,6 +212,11 @@ void nvs__files_release(struct nvs_files *c, struct nvs_file *f)
 
 	pthread_mutex_lock(&c->lock);
 	if (--e->refs == 0 && e->stale)
-		entry_close(e);
+		entry_close(c, e);
 	pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t nvs__files_closes(const struct nvs_files *c)
+{
+	return atomic_load_explicit(&c->closes, memory_order_relaxed);
 }

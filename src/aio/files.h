@@ -11,6 +11,7 @@
 #define NVS_AIO_FILES_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #include "nvswap/aio.h"
@@ -18,8 +19,9 @@
 /* One cached file. Fields are read-only while a reference is held, except
  * bfd, which is set once through nvs__files_set_bfd(). */
 struct nvs_file {
-	int fd;	 /* O_DIRECT unless the filesystem refused it */
-	int bfd; /* buffered descriptor for unaligned edges, or -1 */
+	uint64_t id; /* unique for the process's life: engines key on it */
+	int fd;	     /* O_DIRECT unless the filesystem refused it */
+	int bfd;     /* buffered descriptor for unaligned edges, or -1 */
 	bool direct;
 	struct nvs_dio_align al;
 };
@@ -52,5 +54,8 @@ int nvs__files_set_bfd(struct nvs_files *c, struct nvs_file *f, int bfd);
 int nvs__files_bfd(struct nvs_files *c, struct nvs_file *f);
 /* Drop a reference taken by get or add. */
 void nvs__files_release(struct nvs_files *c, struct nvs_file *f);
+/* Descriptors closed so far: when it changes, engines drop the files they
+ * registered (the kernel would keep closed files open for them). */
+uint64_t nvs__files_closes(const struct nvs_files *c);
 
 #endif

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,12 @@ struct worker {
 	int *free_slots;
 	bool bounce_locked;
 	uint64_t retries_seen; /* engine retries already counted */
+	uint64_t closes_seen;  /* file-cache closes already acted on */
+	/* Start-up, under lock: the worker creates its own engine (an
+	 * io_uring ring is then single-issuer) and reports here. */
+	bool ready;
+	int init_ret;
+	char init_msg[NVS_ERRMSG_MAX];
 };
 
 struct counters {
@@ -134,6 +141,7 @@ struct nvs_aio {
 	struct nvs_aio_opts opts;
 	enum nvs_backend backend;
 	char backend_name[32];
+	char backend_notes[240];
 	unsigned nworkers;
 	struct worker *workers;
 	const struct nvs_fault_plan *plan;
@@ -343,6 +351,7 @@ static struct req *slice_next_req(struct worker *w, struct slice *s)
 	r->slot = slot;
 	r->user = user;
 	r->io.fd = op->fd;
+	r->io.file_key = op->file ? op->file->id : 0;
 	r->io.opcode = op->write ? NVS_IOREQ_WRITE : NVS_IOREQ_READ;
 	r->io.off = s->off + (int64_t)s->issued;
 	r->io.len = len;
@@ -421,6 +430,11 @@ static void fill(struct worker *w)
 	unsigned nb = 0;
 	struct slice *s = w->ahead;
 
+	if (w->h->files && nvs__files_closes(w->h->files) != w->closes_seen) {
+		/* Registered files would keep closed ones open. */
+		w->closes_seen = nvs__files_closes(w->h->files);
+		nvs__engine_forget_files(w->eng);
+	}
 	while (s) {
 		struct slice *next = s->next;
 
@@ -469,10 +483,41 @@ static void reap(struct worker *w)
 		req_complete(w, (struct req *)w->done[i]);
 }
 
+static int worker_start(struct worker *w)
+{
+	const struct nvs_aio *h = w->h;
+	unsigned flags = 0;
+	struct nvs_engine_cfg cfg = {
+		.depth = h->opts.queue_depth,
+		.plan = h->plan,
+	};
+	int ret;
+
+	if (h->opts.uring_flags & NVS_URING_SQPOLL)
+		flags |= NVS_ENGINE_SQPOLL;
+	if (h->opts.uring_flags & NVS_URING_IOPOLL)
+		flags |= NVS_ENGINE_IOPOLL;
+	if (h->opts.uring_flags & NVS_URING_NO_FIXED)
+		flags |= NVS_ENGINE_NO_FIXED;
+	cfg.flags = flags;
+	ret = nvs__engine_create(h->backend, &cfg, &w->eng);
+	pthread_mutex_lock(&w->lock);
+	w->init_ret = ret;
+	if (ret < 0)
+		snprintf(w->init_msg, sizeof(w->init_msg), "%s engine: %s",
+			 h->backend_name, nvs_strerror(ret));
+	w->ready = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 
+	if (worker_start(w) < 0)
+		return NULL;
 	for (;;) {
 		pthread_mutex_lock(&w->lock);
 		while (!w->qhead && !w->ahead && !w->stop)
@@ -522,8 +567,7 @@ static void worker_release(struct worker *w)
 	pthread_mutex_destroy(&w->lock);
 }
 
-static int worker_init(struct nvs_aio *h, struct worker *w,
-		       enum nvs_backend backend)
+static int worker_init(struct nvs_aio *h, struct worker *w)
 {
 	const struct nvs_aio_opts *o = &h->opts;
 	unsigned qd = o->queue_depth;
@@ -564,9 +608,6 @@ static int worker_init(struct nvs_aio *h, struct worker *w,
 		return ret;
 	for (unsigned i = w->nslots; i-- > 0;)
 		w->free_slots[w->nfree_slots++] = (int)i;
-	ret = nvs__engine_create(backend, qd, h->plan, &w->eng);
-	if (ret < 0)
-		return ret;
 	return 0;
 }
 
@@ -592,19 +633,6 @@ static int parse_backend_env(enum nvs_backend *b)
 				"of auto, io_uring, libaio, psync",
 				v);
 	return 0;
-}
-
-static unsigned long aio_max_nr(void)
-{
-	char buf[32] = "";
-	int fd = open("/proc/sys/fs/aio-max-nr", O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return 65536;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	return n > 0 ? strtoul(buf, NULL, 10) : 65536;
 }
 
 static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in)
@@ -649,6 +677,12 @@ static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in)
 		return nvs__err(-EINVAL,
 				"nvs_aio_create: unknown staging mode %d",
 				(int)o->staging);
+	if (o->uring_flags & ~(uint32_t)(NVS_URING_SQPOLL | NVS_URING_IOPOLL |
+					 NVS_URING_NO_FIXED))
+		return nvs__err(-EINVAL,
+				"nvs_aio_create: unknown uring_flags bits "
+				"0x%" PRIx32,
+				o->uring_flags);
 	if (o->max_ops > (1u << OP_SLOT_BITS))
 		return nvs__err(-EINVAL,
 				"nvs_aio_create: max_ops %" PRIu32 " above %u",
@@ -710,14 +744,38 @@ static void handle_free(struct nvs_aio *h)
 	nvs__free(h);
 }
 
+static const char *backend_str(enum nvs_backend b)
+{
+	switch (b) {
+	case NVS_BACKEND_IO_URING:
+		return "io_uring";
+	case NVS_BACKEND_LIBAIO:
+		return "libaio";
+	case NVS_BACKEND_PSYNC:
+		return "psync";
+	default:
+		return "auto";
+	}
+}
+
+/* Workers with @backend: memory first, then threads, each of which makes
+ * its own engine. On failure nvs_last_error() says why. */
 static int create_workers(struct nvs_aio *h, enum nvs_backend backend)
 {
 	int ret;
 
+	h->backend = backend;
+	snprintf(h->backend_name, sizeof(h->backend_name),
+		 h->plan ? "fault(%s)" : "%s", backend_str(backend));
 	for (unsigned i = 0; i < h->nworkers; i++) {
-		ret = worker_init(h, &h->workers[i], backend);
+		ret = worker_init(h, &h->workers[i]);
 		if (ret < 0)
-			return ret;
+			return ret == -ENOMEM
+				       ? nvs__err(ret,
+						  "nvs_aio_create: out of "
+						  "memory for worker state "
+						  "and bounce buffers")
+				       : ret;
 	}
 	for (unsigned i = 0; i < h->nworkers; i++) {
 		struct worker *w = &h->workers[i];
@@ -729,14 +787,84 @@ static int create_workers(struct nvs_aio *h, enum nvs_backend backend)
 					i, nvs_strerror(ret));
 		w->running = true;
 	}
+	for (unsigned i = 0; i < h->nworkers; i++) {
+		struct worker *w = &h->workers[i];
+		pthread_mutex_lock(&w->lock);
+		while (!w->ready)
+			pthread_cond_wait(&w->cond, &w->lock);
+		ret = w->init_ret;
+		pthread_mutex_unlock(&w->lock);
+		if (ret < 0)
+			return nvs__err(ret, "nvs_aio_create: %s", w->init_msg);
+	}
 	return 0;
+}
+
+static void note(struct nvs_aio *h, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void note(struct nvs_aio *h, const char *fmt, ...)
+{
+	size_t len = strlen(h->backend_notes);
+	va_list ap;
+
+	if (len >= sizeof(h->backend_notes) - 1)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(h->backend_notes + len, sizeof(h->backend_notes) - len, fmt,
+		  ap);
+	va_end(ap);
+}
+
+/*
+ * Pick and start the backend. AUTO walks io_uring -> libaio -> psync and
+ * takes the first that probes well and starts; an explicit one must work
+ * (-EOPNOTSUPP with the reason when the kernel refuses it).
+ */
+static int start_backend(struct nvs_aio *h)
+{
+	static const enum nvs_backend chain[] = {
+		NVS_BACKEND_IO_URING, NVS_BACKEND_LIBAIO, NVS_BACKEND_PSYNC};
+	enum nvs_backend want = h->opts.backend;
+	char why[200];
+	int ret = -EOPNOTSUPP;
+
+	for (size_t i = 0; i < NVS_ARRAY_SIZE(chain); i++) {
+		enum nvs_backend b = chain[i];
+		const char *name = backend_str(b);
+
+		if (want != NVS_BACKEND_AUTO && b != want)
+			continue;
+		why[0] = 0;
+		ret = nvs__engine_probe(b, h->opts.queue_depth, why,
+					sizeof(why));
+		if (ret < 0) {
+			note(h, "%s: %s; ", name, why);
+			if (want != NVS_BACKEND_AUTO)
+				return nvs__err(
+					ret == -EINVAL ? -EINVAL : -EOPNOTSUPP,
+					"nvs_aio_create: the %s backend cannot "
+					"run here: %s",
+					name, why);
+			continue;
+		}
+		ret = create_workers(h, b);
+		if (ret == 0) {
+			note(h, "%s: chosen%s", name,
+			     want == NVS_BACKEND_AUTO ? "" : " (asked for)");
+			return 0;
+		}
+		if (ret == -ENOMEM || want != NVS_BACKEND_AUTO)
+			return ret;
+		note(h, "%s: %s; ", name, nvs_last_error());
+		workers_teardown(h);
+	}
+	return ret;
 }
 
 static int create(const struct nvs_aio_opts *opts,
 		  const struct nvs_fault_plan *plan, struct nvs_aio **out)
 {
 	struct nvs_aio *h;
-	enum nvs_backend backend;
 	int ret;
 
 	if (!out)
@@ -773,52 +901,9 @@ static int create(const struct nvs_aio_opts *opts,
 		op->next_free = h->free_ops;
 		h->free_ops = op;
 	}
-
-	backend = h->opts.backend;
-	if (plan) {
-		backend = NVS_BACKEND_PSYNC; /* the fault backend sits on it */
-	} else if (backend == NVS_BACKEND_IO_URING) {
-		ret = nvs__err(-EOPNOTSUPP,
-			       "nvs_aio_create: the io_uring backend is not "
-			       "in this build yet; use libaio or psync");
+	ret = start_backend(h);
+	if (ret < 0)
 		goto fail;
-	} else if (backend == NVS_BACKEND_LIBAIO &&
-		   h->opts.queue_depth > aio_max_nr()) {
-		ret = nvs__err(-EINVAL,
-			       "nvs_aio_create: queue_depth %" PRIu32
-			       " is above the kernel's fs.aio-max-nr %lu",
-			       h->opts.queue_depth, aio_max_nr());
-		goto fail;
-	}
-	if (backend == NVS_BACKEND_AUTO) {
-		/* libaio first; psync when the kernel refuses it (ENOSYS,
-		 * EPERM under seccomp, EAGAIN past fs.aio-max-nr). */
-		backend = h->opts.queue_depth <= aio_max_nr()
-				  ? NVS_BACKEND_LIBAIO
-				  : NVS_BACKEND_PSYNC;
-		ret = create_workers(h, backend);
-		if (ret < 0 && ret != -ENOMEM &&
-		    backend == NVS_BACKEND_LIBAIO) {
-			workers_teardown(h);
-			backend = NVS_BACKEND_PSYNC;
-			ret = create_workers(h, backend);
-		}
-	} else {
-		ret = create_workers(h, backend);
-	}
-	h->backend = backend;
-	snprintf(h->backend_name, sizeof(h->backend_name), "%s",
-		 plan ? "fault(psync)"
-		      : (backend == NVS_BACKEND_LIBAIO ? "libaio" : "psync"));
-	if (ret < 0) {
-		if (ret == -ENOMEM)
-			nvs__err(ret, "nvs_aio_create: out of memory for "
-				      "worker state and bounce buffers");
-		else if (ret == -EAGAIN || ret == -ENOSYS || ret == -EPERM)
-			nvs__err(ret, "nvs_aio_create: %s engine: %s",
-				 h->backend_name, nvs_strerror(ret));
-		goto fail;
-	}
 	*out = h;
 	return 0;
 fail:
@@ -1564,10 +1649,22 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 	st->files_opened = load(&h->c.opened);
 	st->files_reused = load(&h->c.reused);
 	st->bounce_locked = true;
+	st->backend = h->backend;
+	snprintf(st->backend_notes, sizeof(st->backend_notes), "%s",
+		 h->backend_notes);
 	for (unsigned i = 0; i < h->nworkers; i++) {
 		const struct worker *w = &h->workers[i];
+		struct nvs_engine_stats es;
+
 		st->bounce_bytes_total += (uint64_t)w->nslots * w->slot_size;
 		st->bounce_locked = st->bounce_locked && w->bounce_locked;
+		nvs__engine_stats(w->eng, &es);
+		st->uring_setup_flags = es.setup_flags;
+		st->fixed_buffer_requests += es.fixed_bufs;
+		st->fixed_file_requests += es.fixed_files;
+		st->registered_bytes += es.registered;
+		if (!st->register_error)
+			st->register_error = es.register_error;
 	}
 	return 0;
 }

@@ -37,13 +37,12 @@ static void laio_fini(void *be)
 	nvs__free(a);
 }
 
-static int laio_init(unsigned depth, const struct nvs_fault_plan *plan,
-		     void **be)
+static int laio_init(const struct nvs_engine_cfg *cfg, void **be)
 {
+	unsigned depth = cfg->depth;
 	struct laio *a;
 	int ret;
 
-	(void)plan;
 	a = nvs__calloc(1, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
@@ -80,7 +79,7 @@ static int laio_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 		struct nvs_ioreq *r = reqs[i];
 		struct iocb *cb = a->free[--a->nfree];
 		char *buf = r->buf + r->done;
-		size_t len = r->len - r->done;
+		size_t len = nvs__ioreq_span(r);
 		long long off = (long long)(r->off + (int64_t)r->done);
 
 		if (r->opcode == NVS_IOREQ_WRITE)

@@ -24,20 +24,38 @@ struct nvs_engine_ops {
 	 */
 	int (*reap)(void *be, unsigned min, struct nvs_ioreq **out,
 		    unsigned max);
-	/* Set up for @depth attempts in flight; -errno when unavailable. */
-	int (*init)(unsigned depth, const struct nvs_fault_plan *plan,
-		    void **be);
+	/* Set up for cfg->depth attempts in flight; -errno when
+	 * unavailable. */
+	int (*init)(const struct nvs_engine_cfg *cfg, void **be);
 	void (*fini)(void *be);
+	/* Optional: backend counters (registered buffers and files). */
+	void (*stats)(const void *be, struct nvs_engine_stats *st);
+	/* Optional: drop registered files. */
+	void (*forget_files)(void *be);
 	const char *name;
 };
 
 extern const struct nvs_engine_ops nvs__psync_ops;
 extern const struct nvs_engine_ops nvs__libaio_ops;
+extern const struct nvs_engine_ops nvs__uring_ops;
+/* The fault backend wraps another; its init is nvs__fault_init. */
 extern const struct nvs_engine_ops nvs__fault_ops;
+int nvs__fault_init(const struct nvs_engine_ops *base,
+		    const struct nvs_engine_cfg *cfg, void **be);
+/* The wrapped backend's state under a fault backend's. */
+void *nvs__fault_base_be(void *fault_be);
 
-/* One synchronous attempt of at most @max bytes (psync and fault). */
-void nvs__psync_attempt(struct nvs_ioreq *r, size_t max);
-/* Queue a finished attempt on a psync backend for reaping; false if full. */
-bool nvs__psync_park(void *psync_be, struct nvs_ioreq *r);
+/* io_uring usable here? 0, or -errno with the reason in @why. */
+int nvs__uring_probe(char *why, size_t n);
+/* The sysctl file nvs__uring_probe reads (tests replace it). */
+extern const char *nvs__uring_disabled_path;
+
+/* Bytes the next attempt of @r moves: what is left, at most r->cap. */
+static inline size_t nvs__ioreq_span(const struct nvs_ioreq *r)
+{
+	size_t left = r->len - r->done;
+
+	return r->cap && r->cap < left ? r->cap : left;
+}
 
 #endif

@@ -17,13 +17,11 @@ struct psync {
 	unsigned depth;
 };
 
-void nvs__psync_attempt(struct nvs_ioreq *r, size_t max)
+static void attempt(struct nvs_ioreq *r)
 {
-	size_t len = r->len - r->done;
+	size_t len = nvs__ioreq_span(r);
 	ssize_t n;
 
-	if (len > max)
-		len = max;
 	if (r->opcode == NVS_IOREQ_WRITE)
 		n = pwrite(r->fd, r->buf + r->done, len,
 			   (off_t)(r->off + (int64_t)r->done));
@@ -33,12 +31,11 @@ void nvs__psync_attempt(struct nvs_ioreq *r, size_t max)
 	r->res = n < 0 ? -errno : n;
 }
 
-static int psync_init(unsigned depth, const struct nvs_fault_plan *plan,
-		      void **be)
+static int psync_init(const struct nvs_engine_cfg *cfg, void **be)
 {
+	unsigned depth = cfg->depth;
 	struct psync *p;
 
-	(void)plan;
 	p = nvs__calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -60,7 +57,7 @@ static void psync_fini(void *be)
 	nvs__free(p);
 }
 
-bool nvs__psync_park(void *be, struct nvs_ioreq *r)
+static bool park(void *be, struct nvs_ioreq *r)
 {
 	struct psync *p = be;
 
@@ -76,8 +73,8 @@ static int psync_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 	unsigned i;
 
 	for (i = 0; i < n && p->count < p->depth; i++) {
-		nvs__psync_attempt(reqs[i], (size_t)-1);
-		nvs__psync_park(p, reqs[i]);
+		attempt(reqs[i]);
+		park(p, reqs[i]);
 	}
 	return (int)i;
 }

@@ -135,6 +135,27 @@ static long find_locked(uintptr_t p)
 			    offsetof(struct mapping, start), p);
 }
 
+bool nvs__arena_mapping(const void *p, size_t n, uintptr_t *start, size_t *len)
+{
+	uintptr_t a = (uintptr_t)p;
+	bool ok = false;
+	long i;
+
+	pthread_mutex_lock(&maps.lock);
+	i = find_locked(a);
+	if (i >= 0) {
+		const struct mapping *m = &maps.v[i];
+		if (m->kind == NVS__ARENA_LOCKED && a - m->start <= m->len &&
+		    n <= m->len - (a - m->start)) {
+			*start = m->start;
+			*len = m->len;
+			ok = true;
+		}
+	}
+	pthread_mutex_unlock(&maps.lock);
+	return ok;
+}
+
 static bool insert_locked(const struct mapping *m)
 {
 	long i;

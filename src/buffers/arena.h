@@ -47,5 +47,11 @@ int nvs__arena_init(void);
 uint64_t nvs__memlock_limit(void);
 void nvs__arena_set_limit(uint64_t bytes);
 void nvs__arena_totals(struct nvs__arena_totals *t);
+/*
+ * The locked mapping holding all of [@p, @p + @n): true with its start and
+ * length. Mappings are never unmapped, so the answer stays true for the
+ * process's life (io_uring registers them as fixed buffers).
+ */
+bool nvs__arena_mapping(const void *p, size_t n, uintptr_t *start, size_t *len);
 
 #endif

@@ -29,7 +29,8 @@ Test(opts, defaults_match_deepnvme)
 	cr_assert_eq(o.intra_op_parallelism, 1);
 	cr_assert_eq(o.backend, NVS_BACKEND_AUTO);
 	cr_assert_eq(o.direct, NVS_DIRECT_AUTO);
-	cr_assert_eq(o.reserved[6], 0);
+	cr_assert_eq(o.reserved[5], 0);
+	cr_assert_eq(o.uring_flags, 0);
 	cr_assert_eq(o.open_files, 0, "0 means the default cache size");
 	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
 	cr_assert_eq(nvs_aio_get_block_size(h), 1u << 20);
@@ -125,9 +126,9 @@ static void bad_size(struct nvs_aio_opts *o)
 {
 	o->size = 3;
 }
-static void uring(struct nvs_aio_opts *o)
+static void bad_uring_flags(struct nvs_aio_opts *o)
 {
-	o->backend = NVS_BACKEND_IO_URING;
+	o->uring_flags = 1u << 7;
 }
 
 Test(opts, out_of_range_options_are_einval)
@@ -173,10 +174,11 @@ Test(opts, libaio_queue_depth_above_kernel_limit_is_einval)
 		  nvs_last_error());
 }
 
-Test(opts, io_uring_is_not_built_yet)
+Test(opts, unknown_uring_flags_are_einval)
 {
-	cr_assert_eq(try_create(uring), -EOPNOTSUPP);
-	cr_assert(strstr(nvs_last_error(), "io_uring"));
+	cr_assert_eq(try_create(bad_uring_flags), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "uring_flags"), "%s",
+		  nvs_last_error());
 }
 
 Test(opts, environment_overrides_the_backend)
@@ -197,12 +199,24 @@ Test(opts, environment_overrides_the_backend)
 	unsetenv("NVSWAP_BACKEND");
 }
 
-Test(opts, auto_picks_libaio_where_the_kernel_has_it)
+Test(opts, auto_picks_the_first_backend_this_kernel_allows)
 {
+	struct nvs_aio_stats st;
 	struct nvs_aio *h;
 
 	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
-	cr_assert_str_eq(nvs_aio_backend_name(h), "libaio");
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	cr_log_info("backend: %s (%s)", nvs_aio_backend_name(h),
+		    st.backend_notes);
+	if (st.backend != NVS_BACKEND_IO_URING) {
+		/* Then the notes must say why io_uring was passed over. */
+		cr_assert(strstr(st.backend_notes, "io_uring: "), "%s",
+			  st.backend_notes);
+		cr_assert_null(strstr(st.backend_notes, "io_uring: chosen"));
+	} else {
+		cr_assert_str_eq(nvs_aio_backend_name(h), "io_uring");
+		cr_assert_str_eq(st.backend_notes, "io_uring: chosen");
+	}
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
