@@ -317,6 +317,14 @@ void nvs__engine_stats(const struct nvs_engine *e, struct nvs_engine_stats *st)
 	st->retries = nvs__engine_retries(e);
 }
 
+void nvs__engine_kick(struct nvs_engine *e)
+{
+	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;
+
+	if (ops->kick)
+		ops->kick(e->base ? nvs__fault_base_be(e->be) : e->be);
+}
+
 void nvs__engine_forget_files(struct nvs_engine *e)
 {
 	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;

@@ -65,6 +65,10 @@ enum nvs_engine_flag {
 	NVS_ENGINE_SQPOLL = 1u << 0,   /* kernel thread polls submissions */
 	NVS_ENGINE_IOPOLL = 1u << 1,   /* busy-poll completions */
 	NVS_ENGINE_NO_FIXED = 1u << 2, /* no registered buffers or files */
+	NVS_ENGINE_EAGER = 1u << 3,    /* hand every submit to the kernel at
+					  once (single_submit); otherwise
+					  io_uring may carry it into the
+					  next reap's wait: one syscall */
 };
 
 struct nvs_engine_cfg {
@@ -115,6 +119,9 @@ void nvs__engine_destroy(struct nvs_engine *e);
 /* Queue up to @n requests; returns how many were accepted (0..n). */
 unsigned nvs__engine_submit(struct nvs_engine *e, struct nvs_ioreq **reqs,
 			    unsigned n);
+/* Start what submit queued now (io_uring may otherwise hold it until the
+ * next reap, to submit and wait in one system call). */
+void nvs__engine_kick(struct nvs_engine *e);
 /* Hand back at least @min (at most @max) final requests; blocks. */
 unsigned nvs__engine_reap(struct nvs_engine *e, unsigned min,
 			  struct nvs_ioreq **out, unsigned max);

@@ -452,6 +452,17 @@ static void fill(struct worker *w)
 			} else {
 				w->batch[nb++] = &r->io;
 			}
+			if (r->slot >= 0 && s->op->write) {
+				/* Staged: the copy just made took far longer
+				 * than a system call. Let the disk start on it
+				 * while the next one is copied. */
+				unsigned acc = nb ? submit_batch(w, nb) : 1;
+				bool all = acc == nb || nb == 0;
+				nb = 0;
+				nvs__engine_kick(w->eng);
+				if (!all)
+					goto out;
+			}
 		}
 		if (slice_finished(s))
 			slice_finish(w, s);
@@ -479,8 +490,20 @@ static void reap(struct worker *w)
 		      nvs__engine_retries(w->eng) - w->retries_seen);
 		w->retries_seen = nvs__engine_retries(w->eng);
 	}
-	for (unsigned i = 0; i < n; i++)
-		req_complete(w, (struct req *)w->done[i]);
+	for (unsigned i = 0; i < n; i++) {
+		struct req *r = (struct req *)w->done[i];
+		/* A staged read frees its slot only after its copy-out: in a
+		 * sliding window, put the slot back to work before copying
+		 * the next one, so the disk never waits on our copies. */
+		bool refill = w->h->opts.overlap_events && r->slot >= 0 &&
+			      !r->s->op->write && i + 1 < n;
+
+		req_complete(w, r);
+		if (refill) {
+			fill(w);
+			nvs__engine_kick(w->eng);
+		}
+	}
 }
 
 static int worker_start(struct worker *w)
@@ -499,6 +522,8 @@ static int worker_start(struct worker *w)
 		flags |= NVS_ENGINE_IOPOLL;
 	if (h->opts.uring_flags & NVS_URING_NO_FIXED)
 		flags |= NVS_ENGINE_NO_FIXED;
+	if (h->opts.single_submit)
+		flags |= NVS_ENGINE_EAGER;
 	cfg.flags = flags;
 	ret = nvs__engine_create(h->backend, &cfg, &w->eng);
 	pthread_mutex_lock(&w->lock);

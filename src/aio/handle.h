@@ -8,7 +8,8 @@
 
 /*
  * Like nvs_aio_create(), but every worker's engine is the fault backend
- * (psync underneath) following @plan, copied. Each worker counts its own
+ * following @plan (copied) over the backend the handle would use anyway
+ * (opts->backend, NVSWAP_BACKEND, AUTO's probe). Each worker counts its own
  * attempts, so with intra_op_parallelism 1 a rule's nth is exact.
  */
 int nvs__aio_create_fault(const struct nvs_aio_opts *opts,

@@ -28,6 +28,8 @@ struct nvs_engine_ops {
 	 * unavailable. */
 	int (*init)(const struct nvs_engine_cfg *cfg, void **be);
 	void (*fini)(void *be);
+	/* Optional: start queued attempts now (see nvs__engine_kick). */
+	void (*kick)(void *be);
 	/* Optional: backend counters (registered buffers and files). */
 	void (*stats)(const void *be, struct nvs_engine_stats *st);
 	/* Optional: drop registered files. */

@@ -31,6 +31,12 @@
 #define BUF_CHUNK (1ull << 30) /* the kernel's limit per registered iovec */
 #define MAX_ATTEMPT (1u << 30)
 
+#if HAVE_IORING_SETUP_SUBMIT_ALL
+#define SUBMIT_ALL IORING_SETUP_SUBMIT_ALL
+#else
+#define SUBMIT_ALL 0u /* liburing too old to know it */
+#endif
+
 struct bslot {
 	uintptr_t start;
 	size_t len;
@@ -39,6 +45,7 @@ struct bslot {
 struct uring {
 	struct io_uring ring;
 	bool ring_ok;
+	bool eager; /* submit at once; else with the next reap's wait */
 	unsigned depth;
 	int broken; /* a fatal io_uring_enter error: every submit fails */
 	/* Prepared SQEs the kernel has not consumed, FIFO (submit order). */
@@ -256,9 +263,7 @@ static unsigned flag_sets(unsigned eflags, unsigned *sets)
 		base |= IORING_SETUP_SQPOLL;
 	if (eflags & NVS_ENGINE_IOPOLL)
 		base |= IORING_SETUP_IOPOLL;
-#if HAVE_IORING_SETUP_SUBMIT_ALL
-	extra |= IORING_SETUP_SUBMIT_ALL;
-#endif
+	extra |= SUBMIT_ALL;
 #if HAVE_IORING_SETUP_SINGLE_ISSUER && HAVE_IORING_SETUP_DEFER_TASKRUN
 	/* Completions are processed only when this thread waits for
 	 * them: no interrupts of the worker mid-batch. Not with SQPOLL. */
@@ -309,6 +314,7 @@ static int uring_init(const struct nvs_engine_cfg *cfg, void **be)
 		return ret;
 	}
 	u->ring_ok = true;
+	u->eager = cfg->flags & NVS_ENGINE_EAGER;
 	u->setup_flags = p.flags;
 	setup_registration(u, cfg->flags);
 	*be = u;
@@ -352,16 +358,18 @@ static void fail_req(struct uring *u, struct nvs_ioreq *r, int err)
 	u->failed[(u->fhead + u->nfailed++) % u->depth] = r;
 }
 
-/* Hand the prepared SQEs to the kernel. Transient refusals leave them
- * queued for the next call; a fatal one fails them. */
-static void flush(struct uring *u)
+/* Hand the prepared SQEs to the kernel and, with @wait, wait for that
+ * many completions in the same io_uring_enter. Transient refusals leave
+ * the SQEs queued for the next call; a fatal one fails them. */
+static void flush(struct uring *u, unsigned wait)
 {
 	int ret;
 
 	if (u->npend == 0)
 		return;
 	do {
-		ret = io_uring_submit(&u->ring);
+		ret = wait ? io_uring_submit_and_wait(&u->ring, wait)
+			   : io_uring_submit(&u->ring);
 	} while (ret == -EINTR);
 	if (ret == -EAGAIN || ret == -EBUSY || ret == -ENOMEM)
 		return;
@@ -395,26 +403,49 @@ static int uring_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 		prep(u, sqe, reqs[i]);
 		u->pend[(u->phead + u->npend++) % u->depth] = reqs[i];
 	}
-	flush(u);
+	/* Otherwise the worker's next step is a reap: submitting there
+	 * saves one system call per batch. */
+	if (u->eager)
+		flush(u, 0);
 	return (int)i;
 }
 
 /* ------------------------------------------------------------- reap */
+
+static unsigned take_failed(struct uring *u, struct nvs_ioreq **out, unsigned n,
+			    unsigned max)
+{
+	while (n < max && u->nfailed > 0) {
+		out[n++] = u->failed[u->fhead];
+		u->fhead = (u->fhead + 1) % u->depth;
+		u->nfailed--;
+	}
+	return n;
+}
 
 static int uring_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		      unsigned max)
 {
 	struct uring *u = be;
 	struct io_uring_cqe *cqe;
-	unsigned n = 0, head, seen = 0;
-	int ret;
+	unsigned n = take_failed(u, out, 0, max), head, seen = 0;
+	int ret = 0;
 
-	while (n < max && u->nfailed > 0) {
-		out[n++] = u->failed[u->fhead];
-		u->fhead = (u->fhead + 1) % u->depth;
-		u->nfailed--;
+	if (n < min && u->npend > 0) {
+		/* Submit and wait in one io_uring_enter. Without SUBMIT_ALL
+		 * the kernel may stop at a failing SQE, so wait only for
+		 * what is sure to complete: one more than before. */
+		unsigned sure = u->setup_flags & SUBMIT_ALL
+					? u->inkernel + u->npend
+					: u->inkernel + 1;
+		unsigned before = u->inkernel;
+
+		flush(u, NVS_MIN(min - n, sure));
+		if (u->inkernel > before)
+			min = 0; /* waited inside the submit */
 	}
-	flush(u);
+	flush(u, 0);
+	n = take_failed(u, out, n, max);
 	if (n < min && u->inkernel == 0) {
 		/* Everything waits in the SQ: the kernel is short of
 		 * resources. Let it breathe, the engine calls again. */
@@ -426,8 +457,6 @@ static int uring_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		do {
 			ret = io_uring_wait_cqe_nr(&u->ring, &cqe, want);
 		} while (ret == -EINTR || ret == -EAGAIN);
-		if (ret < 0 && n == 0)
-			return ret;
 	}
 	io_uring_for_each_cqe(&u->ring, head, cqe)
 	{
@@ -442,7 +471,14 @@ static int uring_reap(void *be, unsigned min, struct nvs_ioreq **out,
 	}
 	io_uring_cq_advance(&u->ring, seen);
 	u->inkernel -= seen;
+	if (n == 0 && ret < 0)
+		return ret;
 	return (int)n;
+}
+
+static void uring_kick(void *be)
+{
+	flush(be, 0);
 }
 
 static void uring_stats(const void *be, struct nvs_engine_stats *st)
@@ -465,6 +501,7 @@ const struct nvs_engine_ops nvs__uring_ops = {
 	.reap = uring_reap,
 	.init = uring_init,
 	.fini = uring_fini,
+	.kick = uring_kick,
 	.stats = uring_stats,
 	.forget_files = uring_forget_files,
 	.name = "io_uring",
