@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nvswap-io as users run it: the real binary on small sizes. Its ds_io
+ * lines, --validate, --json (parsed with jansson), the files it leaves,
+ * --compare-fio against the real fio, and its messages for bad input.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+struct out {
+	int status; /* exit status, or -1 */
+	char *out;
+	char *err;
+};
+
+static char *slurp(const char *path)
+{
+	size_t n;
+	char *p = tu_read_file(path, &n);
+	char *s = malloc(n + 1);
+
+	memcpy(s, p, n);
+	s[n] = 0;
+	free(p);
+	return s;
+}
+
+/* Run nvswap-io with @args (a shell word list), optionally through
+ * @prefix (e.g. setpriv), collecting stdout and stderr. */
+static struct out nio(const char *prefix, const char *args)
+{
+	const char *bin = getenv("NVSWAP_IO");
+	char cmd[8192];
+	struct out o;
+	int st;
+
+	cr_assert_not_null(bin, "NVSWAP_IO is set by tests/meson.build");
+	snprintf(cmd, sizeof(cmd), "%s %s %s >%s 2>%s", prefix ? prefix : "",
+		 bin, args, tu_path("stdout"), tu_path("stderr"));
+	st = system(cmd);
+	o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	o.out = slurp(tu_path("stdout"));
+	o.err = slurp(tu_path("stderr"));
+	unlink(tu_path("stdout"));
+	unlink(tu_path("stderr"));
+	return o;
+}
+
+static void out_free(struct out *o)
+{
+	free(o->out);
+	free(o->err);
+}
+
+static bool matches(const char *text, const char *re)
+{
+	regex_t r;
+	bool ok;
+
+	cr_assert_eq(regcomp(&r, re, REG_EXTENDED | REG_NEWLINE), 0);
+	ok = regexec(&r, text, 0, NULL, 0) == 0;
+	regfree(&r);
+	return ok;
+}
+
+/* A folder of its own for the tool's files. */
+static const char *folder(void)
+{
+	const char *d = tu_path("io");
+
+	mkdir(d, 0755);
+	return d;
+}
+
+static unsigned entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	unsigned n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(nvswap_io, .fini = fini, .timeout = 300);
+
+Test(nvswap_io, write_prints_ds_io_lines_validates_and_cleans_up)
+{
+	char args[4096];
+	struct out o;
+
+	snprintf(args, sizeof(args), "--folder %s --io_size 8M --validate",
+		 folder());
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert(matches(o.out, "^Task Write Latency = [0-9]+\\.[0-9]+ sec$"),
+		  "%s", o.out);
+	cr_assert(matches(o.out, "^Task Write Speed = [0-9]+\\.[0-9]+ GB/sec$"),
+		  "%s", o.out);
+	cr_assert(matches(o.out, "^E2E Write Latency = [0-9]+\\.[0-9]+ sec$"));
+	cr_assert(matches(o.out, "^E2E Write Speed = [0-9]+\\.[0-9]+ GB/sec$"));
+	cr_assert(matches(o.out, "^Op Write Latency: min [0-9.]+ ms, median "
+				 "[0-9.]+ ms, p99 [0-9.]+ ms \\(1 ops of "
+				 "8388608 bytes\\)$"),
+		  "%s", o.out);
+	cr_assert(matches(o.out, "^Validation: ok, every byte$"), "%s", o.out);
+	cr_assert_eq(entries(folder()), 0, "the test file is removed");
+	out_free(&o);
+}
+
+Test(nvswap_io, read_with_parallelism_loops_and_warmup_validates)
+{
+	char args[4096];
+	struct out o;
+
+	snprintf(args, sizeof(args),
+		 "--folder %s --io_size 8M --read --io_parallel 2 --loops 3 "
+		 "--warmup_loops 1 --block_size 256K --queue_depth 4 "
+		 "--validate",
+		 folder());
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert(matches(o.out, "^Task Read Speed = [0-9.]+ GB/sec$"), "%s",
+		  o.out);
+	cr_assert(matches(o.out, "\\(3 ops of 8388608 bytes\\)"), "%s", o.out);
+	cr_assert(matches(o.out, "^Validation: ok, every byte$"), "%s", o.out);
+	out_free(&o);
+}
+
+static json_t *parse(const char *text)
+{
+	json_error_t e;
+	json_t *j = json_loads(text, 0, &e);
+
+	cr_assert_not_null(j, "not JSON: %s at line %d: %s", e.text, e.line,
+			   text);
+	return j;
+}
+
+Test(nvswap_io, json_has_every_figure_and_the_config)
+{
+	char args[4096];
+	struct out o;
+	json_t *j, *lat;
+
+	snprintf(args, sizeof(args),
+		 "--folder %s --io_size 8M --loops 2 --validate --json",
+		 folder());
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert_str_eq(o.err, "", "quiet with --json");
+	j = parse(o.out);
+	cr_assert_gt(json_real_value(json_object_get(j, "task_gbs")), 0);
+	cr_assert_gt(json_real_value(json_object_get(j, "e2e_gbs")), 0);
+	cr_assert_gt(json_real_value(json_object_get(j, "task_latency_sec")),
+		     0);
+	lat = json_object_get(j, "op_latency_ms");
+	cr_assert_gt(json_real_value(json_object_get(lat, "min")), 0);
+	cr_assert_geq(json_real_value(json_object_get(lat, "p99")),
+		      json_real_value(json_object_get(lat, "median")));
+	cr_assert(json_is_true(json_object_get(j, "validated")));
+	cr_assert_eq(json_integer_value(json_object_get(j, "requests")), 16);
+	cr_assert_not_null(json_string_value(json_object_get(j, "backend")));
+	cr_assert_eq(json_integer_value(json_object_get(
+			     json_object_get(j, "config"), "io_size")),
+		     8 << 20);
+	cr_assert_str_eq(json_string_value(json_object_get(
+				 json_object_get(j, "config"), "op")),
+			 "write");
+	json_decref(j);
+	out_free(&o);
+}
+
+/* Under io_uring, fixed buffers are the pinned ones: misaligned user
+ * memory is staged through the pinned bounce slots (registered), aligned
+ * pageable memory goes to the disk directly (not registered). */
+static void unpinned(const char *extra, bool bounced)
+{
+	char args[4096];
+	struct out o;
+	json_t *j;
+	json_int_t fixed, reqs;
+
+	snprintf(args, sizeof(args),
+		 "--folder %s --io_size 8M --read --unpinned %s --validate "
+		 "--json",
+		 folder(), extra);
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	j = parse(o.out);
+	cr_assert(json_is_true(json_object_get(j, "validated")));
+	fixed = json_integer_value(json_object_get(j, "fixed_buffer_requests"));
+	reqs = json_integer_value(json_object_get(j, "requests"));
+	if (strcmp(json_string_value(json_object_get(j, "backend")),
+		   "io_uring"))
+		cr_assert_eq(fixed, 0, "only io_uring registers buffers");
+	else
+		cr_assert_eq(fixed, bounced ? reqs : 0);
+	json_decref(j);
+	out_free(&o);
+}
+
+Test(nvswap_io, unpinned_misaligned_buffers_validate_through_pinned_slots)
+{
+	unpinned("--misalign 3", true);
+}
+
+Test(nvswap_io, unpinned_aligned_buffers_validate_unregistered)
+{
+	unpinned("", false);
+}
+
+Test(nvswap_io, different_file_each_iteration_keeps_one_file_per_op)
+{
+	char args[4096];
+	struct out o;
+
+	snprintf(args, sizeof(args),
+		 "--folder %s --io_size 1M --loops 3 "
+		 "--different_file_each_iteration --keep",
+		 folder());
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert_eq(entries(folder()), 3);
+	out_free(&o);
+}
+
+Test(nvswap_io, help_documents_every_option)
+{
+	static const char *const opts[] = {"--folder",
+					   "--io_size",
+					   "--read",
+					   "--block_size",
+					   "--queue_depth",
+					   "--single_submit",
+					   "--sequential_requests",
+					   "--io_parallel",
+					   "--loops",
+					   "--warmup_loops",
+					   "--validate",
+					   "--backend",
+					   "--pinned",
+					   "--unpinned",
+					   "--misalign",
+					   "--different_file_each_iteration",
+					   "--json",
+					   "--compare-fio",
+					   "--repeats",
+					   "--keep",
+					   "--sqpoll",
+					   "--iopoll",
+					   "--no-fixed"};
+	struct out o = nio(NULL, "-h");
+
+	cr_assert_eq(o.status, 0);
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+		cr_assert(strstr(o.out, opts[i]), "-h lacks %s", opts[i]);
+	out_free(&o);
+}
+
+Test(nvswap_io, missing_folder_is_named_with_the_cause)
+{
+	struct out o = nio(NULL, "--folder /nonexistent/nvswap --io_size 8M");
+
+	cr_assert_eq(o.status, 1);
+	cr_assert(strstr(o.err, "--folder /nonexistent/nvswap: No such file "
+				"or directory"),
+		  "%s", o.err);
+	out_free(&o);
+}
+
+Test(nvswap_io, bad_size_suffix_is_a_usage_error)
+{
+	char args[4096];
+	struct out o;
+
+	snprintf(args, sizeof(args), "--folder %s --io_size 8Q", folder());
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 2);
+	cr_assert(strstr(o.err, "--io_size: bad size '8Q'"), "%s", o.err);
+	cr_assert(strstr(o.err, "K, M or G"), "%s", o.err);
+	out_free(&o);
+}
+
+Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
+{
+	char args[4096];
+	struct out o;
+
+	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0)
+		cr_skip_test("needs root and setpriv to run as nobody");
+	/* nobody may enter the scratch tree but not write the folder. */
+	cr_assert_eq(chmod(tu_dir(), 0755), 0);
+	cr_assert_eq(chmod(folder(), 0555), 0);
+	snprintf(args, sizeof(args), "--folder %s --io_size 8M", folder());
+	o = nio("setpriv --reuid=65534 --regid=65534 --clear-groups", args);
+	cr_assert_eq(o.status, 1, "%s", o.err);
+	cr_assert(strstr(o.err, "cannot write there: Permission denied"), "%s",
+		  o.err);
+	out_free(&o);
+}
+
+Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
+{
+	char args[4096];
+	struct out o;
+	json_t *j, *r;
+
+	if (system("fio --version >/dev/null 2>&1") != 0)
+		cr_skip_test("fio is not installed (apt-get install fio)");
+	snprintf(args, sizeof(args),
+		 "--folder %s --io_size 8M --read --queue_depth 4 "
+		 "--compare-fio --repeats 2 --json",
+		 folder());
+	o = nio(NULL, args);
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	j = parse(o.out);
+	r = json_object_get(j, "ratio");
+	cr_assert_gt(json_real_value(json_object_get(r, "median")), 0);
+	cr_assert_leq(json_real_value(json_object_get(r, "min")),
+		      json_real_value(json_object_get(r, "max")));
+	cr_assert_gt(json_real_value(json_object_get(
+			     json_object_get(j, "fio_default_gbs"), "median")),
+		     0);
+	/* CPU time of an 8 MiB run can be below getrusage's tick. */
+	cr_assert(json_is_real(
+		json_object_get(json_object_get(j, "cpu_ratio"), "median")));
+	json_decref(j);
+	out_free(&o);
+}
