@@ -40,7 +40,11 @@ enum nvs_direct {
  * handing them to the disk directly.
  */
 enum nvs_staging {
-	NVS_STAGE_AUTO = 0,   /* the default: as NVS_STAGE_MISALIGNED */
+	NVS_STAGE_AUTO = 0,   /* the default: misaligned buffers, and
+				 unpinned ones too when the disk's queue
+				 would split a block_size request of 4 KiB
+				 pages (max_segments < block_size / 4096,
+				 as on virtio disks) */
 	NVS_STAGE_MISALIGNED, /* only buffers O_DIRECT cannot take */
 	NVS_STAGE_UNPINNED,   /* also every buffer outside pinned memory
 				   (DeepNVMe's behavior, without its mlock

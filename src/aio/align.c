@@ -32,22 +32,35 @@ static unsigned read_sysfs_uint(const char *path)
 	return (unsigned)strtoul(buf, NULL, 10);
 }
 
-/* Logical block size of the device holding @st (partitions included). */
-static unsigned device_lbs(dev_t dev)
+/* A queue attribute of the device holding a file (partitions included). */
+static unsigned queue_attr(dev_t dev, const char *name)
 {
 	char path[128];
 	unsigned v;
 
-	snprintf(path, sizeof(path),
-		 "/sys/dev/block/%u:%u/queue/logical_block_size", major(dev),
-		 minor(dev));
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/queue/%s",
+		 major(dev), minor(dev), name);
 	v = read_sysfs_uint(path);
 	if (v)
 		return v;
-	snprintf(path, sizeof(path),
-		 "/sys/dev/block/%u:%u/../queue/logical_block_size", major(dev),
-		 minor(dev));
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/../queue/%s",
+		 major(dev), minor(dev), name);
 	return read_sysfs_uint(path);
+}
+
+static unsigned device_lbs(dev_t dev)
+{
+	return queue_attr(dev, "logical_block_size");
+}
+
+unsigned nvs__dio_max_segments(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return 0;
+	return queue_attr(S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev,
+			  "max_segments");
 }
 
 static bool pow2(unsigned v)

@@ -134,7 +134,8 @@ struct nvs_file *nvs__files_get(struct nvs_files *c, const char *path,
 
 struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 				bool write, const struct stat *st, int fd,
-				bool direct, const struct nvs_dio_align *al)
+				bool direct, const struct nvs_dio_align *al,
+				unsigned max_segments)
 {
 	struct entry *slot = NULL, *old;
 	uint64_t h = key_hash(path, write);
@@ -175,7 +176,8 @@ struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 			.fd = fd,
 			.bfd = -1,
 			.direct = direct,
-			.al = *al};
+			.al = *al,
+			.max_segments = max_segments};
 		strcpy(slot->path, path);
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -24,6 +24,7 @@ struct nvs_file {
 	int bfd;     /* buffered descriptor for unaligned edges, or -1 */
 	bool direct;
 	struct nvs_dio_align al;
+	unsigned max_segments; /* of the disk's queue, 0 = unknown */
 };
 
 struct nvs_files;
@@ -46,7 +47,8 @@ struct nvs_file *nvs__files_get(struct nvs_files *c, const char *path,
  */
 struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 				bool write, const struct stat *st, int fd,
-				bool direct, const struct nvs_dio_align *al);
+				bool direct, const struct nvs_dio_align *al,
+				unsigned max_segments);
 /* Give @f its buffered descriptor @bfd (transferred); returns the one to
  * use (another thread may have set one first: @bfd is then closed). */
 int nvs__files_set_bfd(struct nvs_files *c, struct nvs_file *f, int bfd);

@@ -1077,6 +1077,7 @@ struct target {
 	int fd, bfd;
 	bool own_fd, own_bfd, direct;
 	struct nvs_dio_align al;
+	unsigned max_segments; /* of the disk's queue, 0 = unknown */
 	struct nvs_file *file; /* from the cache: fd and bfd belong to it */
 };
 
@@ -1192,7 +1193,10 @@ static int describe_fd(const struct nvs_aio_io *io, const char *path,
 		ret = -errno;
 		return SUBMIT_ERR(ret, io, "fstat: %s", nvs_strerror(ret));
 	}
-	return t->direct ? nvs_dio_alignment(t->fd, &t->al) : 0;
+	if (!t->direct)
+		return 0;
+	t->max_segments = nvs__dio_max_segments(t->fd);
+	return nvs_dio_alignment(t->fd, &t->al);
 }
 
 /*
@@ -1213,6 +1217,7 @@ static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
 			t->fd = t->file->fd;
 			t->direct = t->file->direct;
 			t->al = t->file->al;
+			t->max_segments = t->file->max_segments;
 			return 0;
 		}
 	}
@@ -1223,7 +1228,7 @@ static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
 		return ret;
 	if (h->files && S_ISREG(st->st_mode)) {
 		t->file = nvs__files_add(h->files, path, write, st, t->fd,
-					 t->direct, &t->al);
+					 t->direct, &t->al, t->max_segments);
 		if (t->file)
 			t->own_fd = false;
 	}
@@ -1386,6 +1391,21 @@ static bool needs_edges(const struct target *t, int64_t off, size_t n)
 	return (uint64_t)off % g || ((uint64_t)off + n) % g;
 }
 
+/*
+ * Whether unpinned memory should be staged through the pinned bounce slots
+ * for @t. AUTO does it when the disk's queue cannot take a block_size
+ * request of scattered 4 KiB pages in one piece (virtio: 254 segments for
+ * 256 pages of 1 MiB): measured there, staging reads at 0.96x pinned and
+ * direct 4 KiB-page I/O at 0.80x (writes 0.98x and 0.65x).
+ */
+static bool stage_unpinned(const struct nvs_aio *h, const struct target *t)
+{
+	if (h->opts.staging == NVS_STAGE_UNPINNED)
+		return true;
+	return h->opts.staging == NVS_STAGE_AUTO && t->max_segments &&
+	       h->opts.block_size / 4096 > t->max_segments;
+}
+
 static int get_slot(struct nvs_aio *h, bool ticket, struct op **out)
 {
 	struct op *op;
@@ -1463,7 +1483,7 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	}
 	op->write = io->opcode == NVS_AIO_WRITE;
 	op->direct = t.direct;
-	op->stage_all = t.direct && h->opts.staging == NVS_STAGE_UNPINNED &&
+	op->stage_all = t.direct && stage_unpinned(h, &t) &&
 			!nvs_pinned_contains(io->buf, io->nbytes);
 	op->fd = t.fd;
 	op->bfd = t.bfd;

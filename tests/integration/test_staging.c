@@ -9,8 +9,11 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "nvswap/aio.h"
 #include "nvswap/buffers.h"
@@ -189,4 +192,69 @@ Test(staging, locked_buffers_are_shared_across_handles)
 	cr_assert_eq(errno, EINVAL);
 	cr_assert_eq(nvs_aio_destroy(a), 0);
 	cr_assert_eq(nvs_aio_destroy(b), 0);
+}
+
+/* queue/max_segments of the disk under the scratch directory, or 0. */
+static unsigned scratch_max_segments(void)
+{
+	struct stat st;
+	char path[128];
+	unsigned v = 0;
+	FILE *f;
+
+	cr_assert_eq(stat(tu_dir(), &st), 0);
+	for (int up = 0; up < 2 && !v; up++) {
+		snprintf(path, sizeof(path),
+			 "/sys/dev/block/%u:%u/%squeue/"
+			 "max_segments",
+			 major(st.st_dev), minor(st.st_dev), up ? "../" : "");
+		f = fopen(path, "r");
+		if (f) {
+			if (fscanf(f, "%u", &v) != 1)
+				v = 0;
+			fclose(f);
+		}
+	}
+	return v;
+}
+
+static struct nvs_aio *mk_bs(uint32_t bs)
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+
+	nvs_aio_opts_init(&o);
+	o.block_size = bs;
+	o.queue_depth = 8;
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	return h;
+}
+
+Test(staging, auto_stages_unpinned_memory_where_the_disk_would_split_it)
+{
+	unsigned segs = scratch_max_segments();
+	size_t n = 4 << 20;
+	unsigned char *s = tu_alloc(n, 0), *d = tu_alloc(n, 0);
+	struct nvs_aio *fits, *splits;
+	struct nvs_aio_stats st;
+
+	if (segs == 0 || segs > 16384)
+		cr_skip_test("the scratch directory's disk reports no useful "
+			     "queue/max_segments (%u)",
+			     segs);
+	/* A request of 4 KiB pages fits the queue up to segs pages. */
+	fits = mk_bs(segs * 4096u);
+	splits = mk_bs((segs + 1) * 4096u);
+	roundtrip(fits, "f", s, d, n, 0);
+	nvs_aio_get_stats(fits, &st);
+	cr_assert_eq(st.bounced_requests, 0, "fits in %u segments", segs);
+	roundtrip(splits, "s", s, d, n, 0);
+	nvs_aio_get_stats(splits, &st);
+	cr_assert_gt(st.requests, 0);
+	cr_assert_eq(st.bounced_requests, st.requests,
+		     "every request of scattered pages is staged");
+	cr_assert_eq(nvs_aio_destroy(fits), 0);
+	cr_assert_eq(nvs_aio_destroy(splits), 0);
+	tu_free(s);
+	tu_free(d);
 }
