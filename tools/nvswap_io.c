@@ -52,6 +52,7 @@ struct args {
 	uint32_t uring_flags;
 	size_t bounce;
 	int staging;
+	bool prepared; /* --read: the file is already there and synced */
 };
 
 struct run {
@@ -149,8 +150,10 @@ static void usage(FILE *f)
 	      "  --bounce_bytes N        pinned staging memory per worker "
 	      "(default: the\n"
 	      "                          handle's, see nvs_aio_opts)\n"
-	      "  --stage_unpinned        stage every unpinned buffer "
-	      "(NVS_STAGE_UNPINNED)\n"
+	      "  --staging M             auto|misaligned|unpinned: which "
+	      "buffers go through\n"
+	      "                          the pinned staging memory (see "
+	      "enum nvs_staging)\n"
 	      "  --different_file_each_iteration  a new file for every op\n"
 	      "  --json                  one JSON object on stdout, no "
 	      "progress line\n"
@@ -264,7 +267,7 @@ static void parse(int argc, char **argv, struct args *a)
 		{"iopoll", no_argument, NULL, O_IOPOLL},
 		{"no-fixed", no_argument, NULL, O_NOFIXED},
 		{"bounce_bytes", required_argument, NULL, O_BOUNCE},
-		{"stage_unpinned", no_argument, NULL, O_STAGE},
+		{"staging", required_argument, NULL, O_STAGE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -366,7 +369,17 @@ static void parse(int argc, char **argv, struct args *a)
 				die(2, "--bounce_bytes: at most 4G");
 			break;
 		case O_STAGE:
-			a->staging = NVS_STAGE_UNPINNED;
+			if (!strcmp(optarg, "auto"))
+				a->staging = NVS_STAGE_AUTO;
+			else if (!strcmp(optarg, "misaligned"))
+				a->staging = NVS_STAGE_MISALIGNED;
+			else if (!strcmp(optarg, "unpinned"))
+				a->staging = NVS_STAGE_UNPINNED;
+			else
+				die(2,
+				    "--staging: '%s' is not one of auto, "
+				    "misaligned, unpinned",
+				    optarg);
 			break;
 		case 'h':
 			usage(stdout);
@@ -428,9 +441,12 @@ static void remove_files(void)
 		unlink(files[i]);
 }
 
+static void restore_huge(void);
+
 static void on_signal(int sig)
 {
 	remove_files();
+	restore_huge();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -571,7 +587,8 @@ static void one_run(const struct args *a, struct run *r)
 	setup_s = now_s() - t0;
 	if (a->read) {
 		for (unsigned i = 0; i < (a->diff_file ? a->loops : 1); i++)
-			prepare(a, file_for(a, i), buf);
+			if (!a->prepared)
+				prepare(a, file_for(a, i), buf);
 		memset(buf, 0, a->io_size);
 	} else {
 		pattern(buf, a->io_size, 1);
@@ -682,16 +699,20 @@ static long meminfo(const char *key)
 
 static long saved_huge = -1;
 
+/* Also called from the signal handler: only async-signal-safe calls. */
 static void restore_huge(void)
 {
-	FILE *f;
+	char buf[32];
+	int fd, n;
 
 	if (saved_huge < 0)
 		return;
-	f = fopen(HUGEPAGES, "w");
-	if (f) {
-		fprintf(f, "%ld\n", saved_huge);
-		fclose(f);
+	n = snprintf(buf, sizeof(buf), "%ld\n", saved_huge);
+	fd = open(HUGEPAGES, O_WRONLY);
+	if (fd >= 0) {
+		if (write(fd, buf, (size_t)n) != n)
+			saved_huge = -1; /* nothing more we can do */
+		close(fd);
 	}
 	saved_huge = -1;
 }
@@ -964,6 +985,7 @@ static int compare_fio(const struct args *a)
 	struct args warm = *a;
 	if (warm.warmup == 0)
 		warm.warmup = 1;
+	warm.prepared = a->read;
 	for (unsigned i = 0; i < reps; i++) {
 		struct fio_res f1 = {0}, f2;
 
