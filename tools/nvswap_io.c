@@ -52,7 +52,8 @@ struct args {
 	uint32_t uring_flags;
 	size_t bounce;
 	int staging;
-	bool prepared; /* --read: the file is already there and synced */
+	bool prepared;	  /* --read: the file is already there and synced */
+	bool warmup_read; /* warm-up ops read, whatever the timed ones do */
 };
 
 struct run {
@@ -594,7 +595,8 @@ static void one_run(const struct args *a, struct run *r)
 		pattern(buf, a->io_size, 1);
 	}
 	for (unsigned i = 0; i < a->warmup; i++) {
-		ret = a->read ? nvs_aio_sync_pread(h, buf, a->io_size,
+		ret = a->read || a->warmup_read
+			      ? nvs_aio_sync_pread(h, buf, a->io_size,
 						   file_for(a, 0), 0)
 			      : nvs_aio_sync_pwrite(h, buf, a->io_size,
 						    file_for(a, 0), 0);
@@ -656,7 +658,8 @@ struct fio_res {
 	bool ok;
 };
 
-static const char *fio_engine(enum nvs_backend b)
+/* Our backend's name, which is also fio's name for the same engine. */
+static const char *backend_str(enum nvs_backend b)
 {
 	switch (b) {
 	case NVS_BACKEND_IO_URING:
@@ -763,7 +766,8 @@ static bool reserve_huge(const struct args *a, char *why, size_t n)
 }
 
 /* Run fio with @huge or default buffers; parse its JSON with jansson. */
-static struct fio_res run_fio(const struct args *a, const char *path, bool huge)
+static struct fio_res run_fio(const struct args *a, enum nvs_backend eng,
+			      const char *path, bool huge)
 {
 	struct fio_res res = {0};
 	char cmd[4096], *out = NULL;
@@ -786,16 +790,13 @@ static struct fio_res run_fio(const struct args *a, const char *path, bool huge)
 		"fio --name=nvswap-io --filename=%s --rw=%s --bs=%zu "
 		"--iodepth=%u --ioengine=%s --direct=1 --thread "
 		"--numjobs=%u --size=%zu --offset_increment=%zu "
-		"--loops=%u --iomem=%s %s%s--output-format=json 2>&1",
-		path, rw, a->block_size, a->queue_depth,
-		fio_engine(a->backend == NVS_BACKEND_AUTO ? NVS_BACKEND_IO_URING
-							  : a->backend),
+		"--loops=%u --iomem=%s --scramble_buffers=0 %s%s"
+		"--output-format=json 2>&1",
+		path, rw, a->block_size, a->queue_depth, backend_str(eng),
 		a->parallel, a->io_size / a->parallel, a->io_size / a->parallel,
 		a->loops, huge ? "shmhuge" : "malloc",
-		a->backend != NVS_BACKEND_LIBAIO &&
-				a->backend != NVS_BACKEND_PSYNC
-			? "--fixedbufs=1 --registerfiles=1 "
-			: "",
+		eng == NVS_BACKEND_IO_URING ? "--fixedbufs=1 --registerfiles=1 "
+					    : "",
 		batch);
 	if (n < 0 || (size_t)n >= sizeof(cmd))
 		die(2, "--folder path too long for the fio command line");
@@ -876,9 +877,7 @@ static void print_run(const struct args *a, const struct run *r)
 	printf("CPU time: %.3f s per GiB (user + system)\n",
 	       r->cpu_s / (r->bytes / GIB));
 	printf("Backend: %s; fixed-buffer requests %llu of %llu; %s\n",
-	       r->st.backend == NVS_BACKEND_IO_URING ? "io_uring"
-	       : r->st.backend == NVS_BACKEND_LIBAIO ? "libaio"
-						     : "psync",
+	       backend_str(r->st.backend),
 	       (unsigned long long)r->st.fixed_buffer_requests,
 	       (unsigned long long)r->st.requests, r->st.backend_notes);
 	if (r->validated)
@@ -900,10 +899,8 @@ static json_t *run_json(const struct args *a, const struct run *r)
 		lat[0] * 1e3, "median", pct(lat, a->loops, 50) * 1e3, "p99",
 		pct(lat, a->loops, 99) * 1e3, "cpu_sec_per_gib",
 		r->cpu_s / (r->bytes / GIB), "backend",
-		r->st.backend == NVS_BACKEND_IO_URING ? "io_uring"
-		: r->st.backend == NVS_BACKEND_LIBAIO ? "libaio"
-						      : "psync",
-		"requests", (json_int_t)r->st.requests, "fixed_buffer_requests",
+		backend_str(r->st.backend), "requests",
+		(json_int_t)r->st.requests, "fixed_buffer_requests",
 		(json_int_t)r->st.fixed_buffer_requests, "retries",
 		(json_int_t)r->st.retries, "backend_notes", r->st.backend_notes,
 		"validated",
@@ -951,6 +948,7 @@ static int compare_fio(const struct args *a)
 	bool huge;
 	json_t *j = a->json ? json_object() : NULL;
 	const char *path = file_for(a, 0);
+	enum nvs_backend eng;
 	struct run r;
 	int rc = 0;
 
@@ -961,31 +959,35 @@ static int compare_fio(const struct args *a)
 		printf("note: %s; comparing against fio's default buffers "
 		       "only\n",
 		       why);
+	/* Both read (or overwrite) the same file, written and synced once
+	 * here, untimed. */
+	one_run(&(struct args){.folder = a->folder,
+			       .read = true,
+			       .backend = a->backend,
+			       .io_size = a->io_size,
+			       .block_size = a->block_size,
+			       .queue_depth = a->queue_depth,
+			       .parallel = 1,
+			       .loops = 1,
+			       .pinned = true},
+		&r);
+	free(r.lat);
+	eng = r.st.backend; /* fio runs the engine nvswap runs */
 	if (!quiet)
 		printf("nvswap vs fio: %s, %zu bytes, bs %zu, qd %u, "
 		       "parallelism %u, %s, %u interleaved repeats\n",
 		       a->read ? "read" : "write", a->io_size, a->block_size,
-		       a->queue_depth, a->parallel,
-		       fio_engine(a->backend == NVS_BACKEND_AUTO
-					  ? NVS_BACKEND_IO_URING
-					  : a->backend),
-		       reps);
-	if (a->read)
-		/* Both read the same, synced file. */
-		one_run(&(struct args){.folder = a->folder,
-				       .io_size = a->io_size,
-				       .block_size = a->block_size,
-				       .queue_depth = a->queue_depth,
-				       .parallel = 1,
-				       .loops = 1,
-				       .pinned = true},
-			&r);
+		       a->queue_depth, a->parallel, backend_str(eng), reps);
 	/* One untimed op first, as fio's set-up: buffers are registered
-	 * with the ring on first use, fio registers its before timing. */
+	 * with the ring on first use, fio registers its before timing. It
+	 * reads, also before a timed write: the host throttles sustained
+	 * writes, and an extra 1 GiB write right before the timed one would
+	 * put nvswap deeper into that than fio. */
 	struct args warm = *a;
 	if (warm.warmup == 0)
 		warm.warmup = 1;
-	warm.prepared = a->read;
+	warm.prepared = true;
+	warm.warmup_read = true;
 	for (unsigned i = 0; i < reps; i++) {
 		struct fio_res f1 = {0}, f2;
 
@@ -996,14 +998,14 @@ static int compare_fio(const struct args *a)
 			rc = 1;
 		free(r.lat);
 		if (huge) {
-			f1 = run_fio(a, path, true);
+			f1 = run_fio(a, eng, path, true);
 			if (!f1.ok)
 				die(1, "fio with huge-page buffers failed");
 			fh[i] = f1.gbs;
 			fhc[i] = f1.cpu_s /
 				 ((double)a->io_size * a->loops / GIB);
 		}
-		f2 = run_fio(a, path, false);
+		f2 = run_fio(a, eng, path, false);
 		if (!f2.ok)
 			die(1, "fio with default buffers failed");
 		fd[i] = f2.gbs;
