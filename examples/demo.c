@@ -6,7 +6,7 @@
  *
  *   nvswap-demo [--dir D] [--file NAME] [--keep] [--size BYTES[K|M|G]]
  *               [--block-size B] [--queue-depth N] [--parallelism N]
- *               [--overlap] [--backend libaio|psync]
+ *               [--overlap] [--backend io_uring|libaio|psync]
  */
 #include <nvswap/nvswap.h>
 
@@ -139,7 +139,9 @@ int main(int argc, char **argv)
 			keep = true;
 			break;
 		case 'B':
-			if (!strcmp(optarg, "libaio")) {
+			if (!strcmp(optarg, "io_uring")) {
+				o.backend = NVS_BACKEND_IO_URING;
+			} else if (!strcmp(optarg, "libaio")) {
 				o.backend = NVS_BACKEND_LIBAIO;
 			} else if (!strcmp(optarg, "psync")) {
 				o.backend = NVS_BACKEND_PSYNC;
@@ -153,7 +155,7 @@ int main(int argc, char **argv)
 				"usage: %s [--dir D] [--file NAME] [--keep] "
 				"[--size N[K|M|G]] [--block-size N] "
 				"[--queue-depth N] [--parallelism N] "
-				"[--overlap] [--backend libaio|psync]\n",
+				"[--overlap] [--backend io_uring|libaio|psync]\n",
 				argv[0]);
 			return c == 'h' ? 0 : 2;
 		}

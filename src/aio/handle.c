@@ -452,16 +452,16 @@ static void fill(struct worker *w)
 			} else {
 				w->batch[nb++] = &r->io;
 			}
-			if (r->slot >= 0 && s->op->write) {
+			if (r->slot >= 0 && s->op->write && nb > 0) {
 				/* Staged: the copy just made took far longer
 				 * than a system call. Let the disk start on it
 				 * while the next one is copied. */
-				unsigned acc = nb ? submit_batch(w, nb) : 1;
-				bool all = acc == nb || nb == 0;
+				bool all = submit_batch(w, nb) == nb;
+
 				nb = 0;
 				nvs__engine_kick(w->eng);
 				if (!all)
-					goto out;
+					goto out; /* kernel busy: reap first */
 			}
 		}
 		if (slice_finished(s))
