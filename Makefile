@@ -83,6 +83,7 @@ stress: build deps build-asan/build.ninja
 
 bench: build
 	bench/fio_compare.py
+	bench/fio_matrix.py --dir nvme_swap --repeats 5
 	./build/bench/nvswap-bench-copy
 	./build/bench/nvswap-bench-pinned --dir nvme_swap
 
