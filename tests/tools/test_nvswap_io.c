@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -324,6 +326,28 @@ Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
 	cr_assert_eq(o.status, 1, "%s", o.err);
 	cr_assert(strstr(o.err, "cannot write there: Permission denied"), "%s",
 		  o.err);
+	out_free(&o);
+}
+
+Test(nvswap_io, folder_on_a_read_only_filesystem_is_refused)
+{
+	char args[4096];
+	struct out o;
+
+	/* A read-only tmpfs in a private mount namespace; the tool, run
+	 * from here, inherits it. */
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("nvswap-test", folder(), "tmpfs", MS_RDONLY, "size=1m") < 0)
+		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
+			     "root and mount namespaces",
+			     strerror(errno));
+	snprintf(args, sizeof(args), "--folder %s --io_size 8M", folder());
+	o = nio(NULL, args);
+	umount2(folder(), MNT_DETACH);
+	cr_assert_eq(o.status, 1, "%s", o.err);
+	cr_assert(strstr(o.err, "cannot write there: Read-only file system"),
+		  "%s", o.err);
 	out_free(&o);
 }
 
