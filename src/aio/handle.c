@@ -329,7 +329,11 @@ static void slice_edges(struct worker *w, struct slice *s)
 	s->started = true;
 }
 
-/* Cut the next request off @s; NULL when no bounce slot is free. */
+/*
+ * Cut the next request off @s; NULL when no request struct or bounce slot
+ * is free. Request structs can run out below the queue depth: reap()
+ * refills while completed requests still wait to be processed.
+ */
 static struct req *slice_next_req(struct worker *w, struct slice *s)
 {
 	struct op *op = s->op;
@@ -338,6 +342,8 @@ static struct req *slice_next_req(struct worker *w, struct slice *s)
 	size_t len = NVS_MIN(op->chunk, s->len - s->issued);
 	int slot = -1;
 
+	if (!w->free_reqs)
+		return NULL;
 	if (op->direct &&
 	    (op->stage_all || ((uintptr_t)user & (op->mem_align - 1)))) {
 		if (w->nfree_slots == 0)

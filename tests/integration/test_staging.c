@@ -258,3 +258,51 @@ Test(staging, auto_stages_unpinned_memory_where_the_disk_would_split_it)
 	tu_free(s);
 	tu_free(d);
 }
+
+/*
+ * A sliding window refills a staged read's slot while the rest of the
+ * reap's completions still wait to be processed. With psync every request
+ * of a batch completes at once, so each reap hands back a full queue; when
+ * the staged op has cut its last request and a direct op behind it is
+ * being issued (no slots needed, queue deeper than the 8 slots), request
+ * structs run out below the queue depth. The refill must stop at the free
+ * request structs, not at the queue depth (it used to run past them and
+ * crash: found by make stress).
+ */
+Test(staging, staged_reads_refilled_mid_reap_never_outrun_the_requests)
+{
+	static const enum nvs_backend backends[] = {
+		NVS_BACKEND_PSYNC, NVS_BACKEND_LIBAIO, NVS_BACKEND_AUTO};
+	size_t n = 4 << 20;
+	unsigned char *src = tu_alloc(2 * n, 0);
+	unsigned char *direct = tu_alloc(n, 0), *staged = tu_alloc(n, 5);
+
+	tu_fill(src, 2 * n, 11);
+	tu_write_file(tu_path("m"), src, 2 * n);
+	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+		struct nvs_aio_opts o;
+		struct nvs_aio *h;
+
+		nvs_aio_opts_init(&o);
+		o.backend = backends[i];
+		o.block_size = 64 << 10;
+		o.queue_depth = 16; /* more than the 8 bounce slots */
+		o.overlap_events = true;
+		cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+		memset(direct, 0, n);
+		memset(staged, 0, n);
+		cr_assert_eq(nvs_aio_async_pread(h, staged, n, tu_path("m"),
+						 (int64_t)n),
+			     0);
+		cr_assert_eq(nvs_aio_async_pread(h, direct, n, tu_path("m"), 0),
+			     0);
+		cr_assert_eq(nvs_aio_wait(h), 2, "%s", nvs_last_error());
+		cr_assert(memcmp(direct, src, n) == 0);
+		cr_assert(memcmp(staged, src + n, n) == 0);
+		cr_assert_gt(bounced(h), 0);
+		cr_assert_eq(nvs_aio_destroy(h), 0);
+	}
+	tu_free(src);
+	tu_free(direct);
+	tu_free(staged);
+}

@@ -104,7 +104,13 @@ int main(int argc, char **argv)
 		static const uint32_t bss[] = {512, 4096, 8192, 65536, 1 << 20};
 
 		nvs_aio_opts_init(&o);
-		o.backend = rnd() % 2 ? NVS_BACKEND_LIBAIO : NVS_BACKEND_PSYNC;
+		/* AUTO is io_uring where the kernel allows it. */
+		static const enum nvs_backend backends[] = {NVS_BACKEND_AUTO,
+							    NVS_BACKEND_LIBAIO,
+							    NVS_BACKEND_PSYNC};
+		o.backend = backends[rnd() % 3];
+		if (rnd() % 4 == 0)
+			o.uring_flags = NVS_URING_NO_FIXED;
 		o.intra_op_parallelism = 1 + (uint32_t)(rnd() % 4);
 		o.queue_depth = 1 + (uint32_t)(rnd() % 16);
 		o.block_size = bss[rnd() % 5];
