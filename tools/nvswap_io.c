@@ -658,19 +658,6 @@ struct fio_res {
 	bool ok;
 };
 
-/* Our backend's name, which is also fio's name for the same engine. */
-static const char *backend_str(enum nvs_backend b)
-{
-	switch (b) {
-	case NVS_BACKEND_IO_URING:
-		return "io_uring";
-	case NVS_BACKEND_LIBAIO:
-		return "libaio";
-	default:
-		return "psync";
-	}
-}
-
 static long read_long(const char *path)
 {
 	char buf[32] = "";
@@ -792,7 +779,7 @@ static struct fio_res run_fio(const struct args *a, enum nvs_backend eng,
 		"--numjobs=%u --size=%zu --offset_increment=%zu "
 		"--loops=%u --iomem=%s --scramble_buffers=0 %s%s"
 		"--output-format=json 2>&1",
-		path, rw, a->block_size, a->queue_depth, backend_str(eng),
+		path, rw, a->block_size, a->queue_depth, nvs_backend_name(eng),
 		a->parallel, a->io_size / a->parallel, a->io_size / a->parallel,
 		a->loops, huge ? "shmhuge" : "malloc",
 		eng == NVS_BACKEND_IO_URING ? "--fixedbufs=1 --registerfiles=1 "
@@ -877,7 +864,7 @@ static void print_run(const struct args *a, const struct run *r)
 	printf("CPU time: %.3f s per GiB (user + system)\n",
 	       r->cpu_s / (r->bytes / GIB));
 	printf("Backend: %s; fixed-buffer requests %llu of %llu; %s\n",
-	       backend_str(r->st.backend),
+	       nvs_backend_name(r->st.backend),
 	       (unsigned long long)r->st.fixed_buffer_requests,
 	       (unsigned long long)r->st.requests, r->st.backend_notes);
 	if (r->validated)
@@ -899,7 +886,7 @@ static json_t *run_json(const struct args *a, const struct run *r)
 		lat[0] * 1e3, "median", pct(lat, a->loops, 50) * 1e3, "p99",
 		pct(lat, a->loops, 99) * 1e3, "cpu_sec_per_gib",
 		r->cpu_s / (r->bytes / GIB), "backend",
-		backend_str(r->st.backend), "requests",
+		nvs_backend_name(r->st.backend), "requests",
 		(json_int_t)r->st.requests, "fixed_buffer_requests",
 		(json_int_t)r->st.fixed_buffer_requests, "retries",
 		(json_int_t)r->st.retries, "backend_notes", r->st.backend_notes,
@@ -977,7 +964,8 @@ static int compare_fio(const struct args *a)
 		printf("nvswap vs fio: %s, %zu bytes, bs %zu, qd %u, "
 		       "parallelism %u, %s, %u interleaved repeats\n",
 		       a->read ? "read" : "write", a->io_size, a->block_size,
-		       a->queue_depth, a->parallel, backend_str(eng), reps);
+		       a->queue_depth, a->parallel, nvs_backend_name(eng),
+		       reps);
 	/* One untimed op first, as fio's set-up: buffers are registered
 	 * with the ring on first use, fio registers its before timing. It
 	 * reads, also before a timed write: the host throttles sustained

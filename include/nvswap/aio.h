@@ -352,6 +352,12 @@ NVS_API uint32_t nvs_aio_get_intra_op_parallelism(const struct nvs_aio *h);
  * page size when larger). Other values work too, through bounce memory.
  */
 NVS_API uint32_t nvs_aio_get_alignment(const struct nvs_aio *h);
+/**
+ * nvs_backend_name() - "io_uring", "libaio", "psync", or "auto" for
+ * NVS_BACKEND_AUTO and any other value: the names NVSWAP_BACKEND takes
+ * (and fio's --ioengine names for the same engines). Threading: any.
+ */
+NVS_API const char *nvs_backend_name(enum nvs_backend backend);
 /** Name of the backend in use: "io_uring", "libaio", "psync",
  *  "fault(io_uring)"...; nvs_aio_stats.backend_notes says why. */
 NVS_API const char *nvs_aio_backend_name(const struct nvs_aio *h);

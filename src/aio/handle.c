@@ -775,7 +775,7 @@ static void handle_free(struct nvs_aio *h)
 	nvs__free(h);
 }
 
-static const char *backend_str(enum nvs_backend b)
+const char *nvs_backend_name(enum nvs_backend b)
 {
 	switch (b) {
 	case NVS_BACKEND_IO_URING:
@@ -797,7 +797,7 @@ static int create_workers(struct nvs_aio *h, enum nvs_backend backend)
 
 	h->backend = backend;
 	snprintf(h->backend_name, sizeof(h->backend_name),
-		 h->plan ? "fault(%s)" : "%s", backend_str(backend));
+		 h->plan ? "fault(%s)" : "%s", nvs_backend_name(backend));
 	for (unsigned i = 0; i < h->nworkers; i++) {
 		ret = worker_init(h, &h->workers[i]);
 		if (ret < 0)
@@ -861,7 +861,7 @@ static int start_backend(struct nvs_aio *h)
 
 	for (size_t i = 0; i < NVS_ARRAY_SIZE(chain); i++) {
 		enum nvs_backend b = chain[i];
-		const char *name = backend_str(b);
+		const char *name = nvs_backend_name(b);
 
 		if (want != NVS_BACKEND_AUTO && b != want)
 			continue;

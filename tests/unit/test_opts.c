@@ -319,3 +319,12 @@ Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
 	cr_assert_eq(nvs_parse_size("1", NULL), -EINVAL);
 	cr_assert_eq(v, 7, "unchanged on failure");
 }
+
+Test(opts, backend_names_are_the_ones_nvswap_backend_takes)
+{
+	cr_assert_str_eq(nvs_backend_name(NVS_BACKEND_IO_URING), "io_uring");
+	cr_assert_str_eq(nvs_backend_name(NVS_BACKEND_LIBAIO), "libaio");
+	cr_assert_str_eq(nvs_backend_name(NVS_BACKEND_PSYNC), "psync");
+	cr_assert_str_eq(nvs_backend_name(NVS_BACKEND_AUTO), "auto");
+	cr_assert_str_eq(nvs_backend_name((enum nvs_backend)99), "auto");
+}
