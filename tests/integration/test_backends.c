@@ -31,12 +31,13 @@ static void fini(void)
 
 TestSuite(backends, .fini = fini);
 
-static bool uring_here(void)
+/* Skips the calling test, with the reason, where io_uring cannot run. */
+static void need_uring(void)
 {
-	char why[200];
+	char why[200] = "";
 
-	return nvs__engine_probe(NVS_BACKEND_IO_URING, 8, why, sizeof(why)) ==
-	       0;
+	if (nvs__engine_probe(NVS_BACKEND_IO_URING, 8, why, sizeof(why)) < 0)
+		cr_skip_test("io_uring unavailable here: %s", why);
 }
 
 /* A seccomp filter failing @nr1 and @nr2 (-1: none) with @err, as a
@@ -179,8 +180,7 @@ static struct nvs_aio *uring_handle(unsigned par, uint32_t flags)
 	struct nvs_aio *h;
 	int ret;
 
-	if (!uring_here())
-		cr_skip_test("io_uring unavailable here");
+	need_uring();
 	unsetenv("NVSWAP_BACKEND");
 	nvs_aio_opts_init(&o);
 	o.backend = NVS_BACKEND_IO_URING;
@@ -239,8 +239,7 @@ Test(backends, files_closed_by_the_cache_are_never_written_through_a_slot)
 	struct nvs_aio *h;
 	unsigned char a[4096], b[4096], back[4096];
 
-	if (!uring_here())
-		cr_skip_test("io_uring unavailable here");
+	need_uring();
 	unsetenv("NVSWAP_BACKEND");
 	nvs_aio_opts_init(&o);
 	o.backend = NVS_BACKEND_IO_URING;
