@@ -7,5 +7,6 @@
 #include "nvswap/version.h"
 #include "nvswap/aio.h"
 #include "nvswap/buffers.h"
+#include "nvswap/config.h"
 
 #endif /* NVSWAP_NVSWAP_H */

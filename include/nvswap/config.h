@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * DeepSpeed-style JSON configuration: the zero_optimization.offload_param
+ * and offload_optimizer sections, the top-level aio section, and an nvswap
+ * section for our own keys. Parsed with jansson; every error names the key
+ * and its line and column.
+ */
+#ifndef NVSWAP_CONFIG_H
+#define NVSWAP_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvswap/aio.h"
+#include "nvswap/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Which offload section. */
+enum nvs_offload_kind {
+	NVS_OFFLOAD_PARAM = 0,	   /* zero_optimization.offload_param */
+	NVS_OFFLOAD_OPTIMIZER = 1, /* zero_optimization.offload_optimizer */
+};
+
+/** An offload section's "device". */
+enum nvs_offload_device {
+	NVS_DEVICE_NONE = 0, /* "none", also when the section is absent */
+	NVS_DEVICE_CPU,	     /* "cpu" */
+	NVS_DEVICE_NVME,     /* "nvme" */
+};
+
+/**
+ * struct nvs_offload_config - one offload section, DeepSpeed's defaults
+ * where a key is absent. Sizes count elements, as in DeepSpeed; nvswap's
+ * swappers take the element size from the caller (2 for fp16/bf16, 4 for
+ * fp32).
+ */
+struct nvs_offload_config {
+	bool present;			/* the section is in the file */
+	enum nvs_offload_device device; /* default none */
+	const char *nvme_path;		/* borrowed from the config; NULL
+					   when absent */
+	uint64_t buffer_count;		/* param 5, optimizer 4 */
+	uint64_t buffer_size;		/* elements, default 1e8 */
+	uint64_t max_in_cpu;		/* elements, default 1e9 */
+	bool pin_memory;		/* default true */
+	bool pipeline_read;		/* default false */
+	bool pipeline_write;		/* default false */
+};
+
+/** Most paths the nvswap section's "nvme_paths" may list. */
+#define NVS_CONFIG_MAX_PATHS 16
+
+/**
+ * struct nvs_nvswap_config - the "nvswap" section (our own keys).
+ */
+struct nvs_nvswap_config {
+	enum nvs_backend backend; /* "backend": auto|io_uring|libaio|psync */
+	uint64_t stripe_size;	  /* bytes, default 1 MiB */
+	bool checksum;		  /* default false */
+	bool auto_evict;	  /* default false */
+	unsigned npaths;	  /* entries of "nvme_paths", 0 = none */
+	const char *nvme_paths[NVS_CONFIG_MAX_PATHS]; /* borrowed */
+};
+
+struct nvs_config;
+
+/**
+ * nvs_config_load() - read and check a DeepSpeed-style JSON file.
+ * @path: borrowed for the call.
+ * @out:  receives the config (free with nvs_config_free()); NULL on error.
+ *
+ * Keys outside the checked sections (optimizer, fp16, ...) are ignored;
+ * inside them, unknown keys are errors (with a "did you mean"), and the
+ * DeepSpeed keys nvswap does not use are accepted and listed by
+ * nvs_config_warning(). Numbers such as 1e8 are accepted for counts.
+ * Return: 0, or
+ *   -EINVAL   malformed JSON, an unknown key, a wrong type, a zero or
+ *             negative size, an unknown device/backend: nvs_last_error()
+ *             says "FILE:LINE:COLUMN: KEY: what";
+ *   -ENOENT   the file, or an nvme_path of a section with device "nvme"
+ *             (or one of nvswap.nvme_paths), does not exist;
+ *   -EACCES   the file is not readable, or an nvme_path not writable;
+ *   -EROFS    an nvme_path is on a read-only filesystem;
+ *   -ENOTDIR  an nvme_path is not a directory;
+ *   -ENOMEM.
+ * The swap manager that will consume the offload sections
+ * (nvs_config_swapper_opts()) is not built yet.
+ * Threading: any thread; a loaded config is read-only and may be shared.
+ */
+NVS_API int nvs_config_load(const char *path, struct nvs_config **out);
+
+/**
+ * nvs_config_load_string() - as nvs_config_load(), from @json.
+ * @name: what error messages call the text (e.g. "<inline>"), or NULL.
+ */
+NVS_API int nvs_config_load_string(const char *json, const char *name,
+				   struct nvs_config **out);
+
+/** nvs_config_free() - free @cfg; NULL is a no-op. */
+NVS_API void nvs_config_free(struct nvs_config *cfg);
+
+/**
+ * nvs_config_offload() - one offload section, defaults filled in.
+ * Return: 0, or -EINVAL for a NULL argument or an unknown @which.
+ */
+NVS_API int nvs_config_offload(const struct nvs_config *cfg,
+			       enum nvs_offload_kind which,
+			       struct nvs_offload_config *out);
+
+/**
+ * nvs_config_aio_opts() - handle options from the "aio" section (and
+ * nvswap.backend), on top of nvs_aio_opts_init(): block_size (1048576),
+ * queue_depth (8), intra_op_parallelism (1; the older thread_count and
+ * num_threads are accepted with a warning), single_submit (false),
+ * overlap_events (true). DeepSpeed's defaults, which differ from the
+ * handle's own (queue depth 128, batch-and-drain).
+ * Return: 0, or -EINVAL for a NULL argument.
+ */
+NVS_API int nvs_config_aio_opts(const struct nvs_config *cfg,
+				struct nvs_aio_opts *opts);
+
+/** aio.use_gds (default false); false for NULL. */
+NVS_API bool nvs_config_use_gds(const struct nvs_config *cfg);
+
+/** The "nvswap" section, defaults filled in. 0 or -EINVAL for NULLs. */
+NVS_API int nvs_config_nvswap(const struct nvs_config *cfg,
+			      struct nvs_nvswap_config *out);
+
+/**
+ * nvs_config_warning() - the @i-th note about the file (0-based): keys
+ * accepted but unused by nvswap, deprecated spellings. NULL past the end.
+ */
+NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
+				       unsigned i);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVSWAP_CONFIG_H */

@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The DeepSpeed-style config: defaults, every key of the checked sections,
+ * a DeepSpeed config with other sections, and each error with the key and
+ * its line and column.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include "internal/alloc.h"
+#include "nvswap/config.h"
+#include "testutil.h"
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(config, .fini = fini);
+
+static struct nvs_config *load(const char *json)
+{
+	struct nvs_config *c = NULL;
+	int ret = nvs_config_load_string(json, "t.json", &c);
+
+	cr_assert_eq(ret, 0, "%s", nvs_last_error());
+	return c;
+}
+
+/* Loading @json fails with @err and a message containing @msg. */
+static void fails(const char *json, int err, const char *msg)
+{
+	struct nvs_config *c = (struct nvs_config *)&c;
+
+	cr_assert_eq(nvs_config_load_string(json, "t.json", &c), err,
+		     "%s -> %s", json, nvs_last_error());
+	cr_assert_null(c);
+	cr_assert(strstr(nvs_last_error(), msg), "wanted '%s' in '%s'", msg,
+		  nvs_last_error());
+}
+
+Test(config, an_empty_config_has_deepspeeds_defaults)
+{
+	struct nvs_config *c = load("{}");
+	struct nvs_offload_config p, o;
+	struct nvs_aio_opts a;
+	struct nvs_nvswap_config n;
+
+	cr_assert_eq(nvs_config_offload(c, NVS_OFFLOAD_PARAM, &p), 0);
+	cr_assert_eq(nvs_config_offload(c, NVS_OFFLOAD_OPTIMIZER, &o), 0);
+	cr_assert_not(p.present);
+	cr_assert_eq(p.device, NVS_DEVICE_NONE);
+	cr_assert_null(p.nvme_path);
+	cr_assert_eq(p.buffer_count, 5);
+	cr_assert_eq(o.buffer_count, 4);
+	cr_assert_eq(p.buffer_size, 100000000u);
+	cr_assert_eq(p.max_in_cpu, 1000000000u);
+	cr_assert(p.pin_memory);
+	cr_assert_not(o.pipeline_read);
+	cr_assert_not(o.pipeline_write);
+	cr_assert_eq(nvs_config_aio_opts(c, &a), 0);
+	cr_assert_eq(a.block_size, 1048576);
+	cr_assert_eq(a.queue_depth, 8);
+	cr_assert_eq(a.intra_op_parallelism, 1);
+	cr_assert_not(a.single_submit);
+	cr_assert(a.overlap_events);
+	cr_assert_eq(a.backend, NVS_BACKEND_AUTO);
+	cr_assert_not(nvs_config_use_gds(c));
+	cr_assert_eq(nvs_config_nvswap(c, &n), 0);
+	cr_assert_eq(n.stripe_size, 1 << 20);
+	cr_assert_eq(n.npaths, 0);
+	cr_assert_not(n.checksum);
+	cr_assert_null(nvs_config_warning(c, 0));
+	nvs_config_free(c);
+}
+
+Test(config, a_deepspeed_config_with_other_sections_loads_every_key)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_offload_config p, o;
+	struct nvs_aio_opts a;
+
+	snprintf(json, sizeof(json),
+		 "{\n"
+		 "  \"train_batch_size\": 16,\n"
+		 "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0},\n"
+		 "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": "
+		 "0.001}},\n"
+		 "  \"zero_optimization\": {\n"
+		 "    \"stage\": 3,\n"
+		 "    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": "
+		 "\"%s\", \"buffer_count\": 6, \"buffer_size\": 1e8, "
+		 "\"max_in_cpu\": 0, \"pin_memory\": false},\n"
+		 "    \"offload_optimizer\": {\"device\": \"nvme\", "
+		 "\"nvme_path\": \"%s\", \"buffer_count\": 8, "
+		 "\"buffer_size\": 2e7, \"pipeline_read\": true, "
+		 "\"pipeline_write\": true, \"fast_init\": false, \"ratio\": "
+		 "0.3}\n"
+		 "  },\n"
+		 "  \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, "
+		 "\"intra_op_parallelism\": 2, \"single_submit\": true, "
+		 "\"overlap_events\": false, \"use_gds\": true}\n"
+		 "}\n",
+		 tu_dir(), tu_dir());
+	c = load(json);
+	nvs_config_offload(c, NVS_OFFLOAD_PARAM, &p);
+	nvs_config_offload(c, NVS_OFFLOAD_OPTIMIZER, &o);
+	cr_assert(p.present);
+	cr_assert_eq(p.device, NVS_DEVICE_NVME);
+	cr_assert_str_eq(p.nvme_path, tu_dir());
+	cr_assert_eq(p.buffer_count, 6);
+	cr_assert_eq(p.buffer_size, 100000000u, "1e8 is a count");
+	cr_assert_eq(p.max_in_cpu, 0);
+	cr_assert_not(p.pin_memory);
+	cr_assert_eq(o.buffer_count, 8);
+	cr_assert_eq(o.buffer_size, 20000000u);
+	cr_assert(o.pipeline_read);
+	cr_assert(o.pipeline_write);
+	nvs_config_aio_opts(c, &a);
+	cr_assert_eq(a.block_size, 262144);
+	cr_assert_eq(a.queue_depth, 32);
+	cr_assert_eq(a.intra_op_parallelism, 2);
+	cr_assert(a.single_submit);
+	cr_assert_not(a.overlap_events);
+	cr_assert(nvs_config_use_gds(c));
+	/* The DeepSpeed keys nvswap does not use, with where they are: line
+	 * 8, at the key's opening quote. */
+	const char *l8 = json;
+	char want[256];
+	for (int i = 1; i < 8; i++)
+		l8 = strchr(l8, '\n') + 1;
+	snprintf(want, sizeof(want),
+		 "t.json:8:%d: zero_optimization.offload_optimizer.fast_init: "
+		 "accepted, unused by nvswap",
+		 (int)(strstr(l8, "\"fast_init\"") - l8) + 1);
+	cr_assert_str_eq(nvs_config_warning(c, 0), want);
+	cr_assert(strstr(nvs_config_warning(c, 1), "offload_optimizer.ratio"));
+	cr_assert_null(nvs_config_warning(c, 2));
+	nvs_config_free(c);
+}
+
+Test(config, older_thread_count_spellings_work_with_a_warning)
+{
+	struct nvs_config *c = load("{\"aio\": {\"thread_count\": 3}}");
+	struct nvs_aio_opts a;
+
+	nvs_config_aio_opts(c, &a);
+	cr_assert_eq(a.intra_op_parallelism, 3);
+	cr_assert(strstr(nvs_config_warning(c, 0),
+			 "aio.thread_count: deprecated spelling of "
+			 "aio.intra_op_parallelism"),
+		  "%s", nvs_config_warning(c, 0));
+	nvs_config_free(c);
+	c = load("{\"aio\": {\"num_threads\": 4}}");
+	nvs_config_aio_opts(c, &a);
+	cr_assert_eq(a.intra_op_parallelism, 4);
+	nvs_config_free(c);
+}
+
+Test(config, the_nvswap_section_reads_our_keys)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_nvswap_config n;
+	struct nvs_aio_opts a;
+
+	mkdir(tu_path("a"), 0755);
+	mkdir(tu_path("b"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"nvswap\": {\"backend\": \"libaio\", \"stripe_size\": "
+		 "4194304, \"checksum\": true, \"auto_evict\": true, "
+		 "\"nvme_paths\": [\"%s\", \"%s\"]}}",
+		 tu_path("a"), tu_path("b"));
+	c = load(json);
+	nvs_config_nvswap(c, &n);
+	cr_assert_eq(n.backend, NVS_BACKEND_LIBAIO);
+	cr_assert_eq(n.stripe_size, 4 << 20);
+	cr_assert(n.checksum);
+	cr_assert(n.auto_evict);
+	cr_assert_eq(n.npaths, 2);
+	cr_assert_str_eq(n.nvme_paths[0], tu_path("a"));
+	cr_assert_str_eq(n.nvme_paths[1], tu_path("b"));
+	nvs_config_aio_opts(c, &a);
+	cr_assert_eq(a.backend, NVS_BACKEND_LIBAIO, "the handle gets it");
+	nvs_config_free(c);
+}
+
+Test(config, unknown_keys_say_where_and_what_was_meant)
+{
+	fails("{\n  \"aio\": {\n    \"queue_dept\": 8\n  }\n}", -EINVAL,
+	      "t.json:3:5: aio.queue_dept: unknown key (did you mean "
+	      "'queue_depth'?)");
+	fails("{\"zero_optimization\": {\"offload_param\": {\"bufer_count\": "
+	      "3}}}",
+	      -EINVAL,
+	      "t.json:1:42: zero_optimization.offload_param.bufer_count: "
+	      "unknown key (did you mean 'buffer_count'?)");
+	fails("{\"nvswap\": {\"flux_capacitor\": 1}}", -EINVAL,
+	      "nvswap.flux_capacitor: unknown key");
+}
+
+Test(config, wrong_types_and_bad_values_are_errors_naming_the_key)
+{
+	fails("{\"aio\": {\"queue_depth\": \"8\"}}", -EINVAL,
+	      "t.json:1:10: aio.queue_depth: must be a number");
+	fails("{\"aio\": {\"single_submit\": 1}}", -EINVAL,
+	      "aio.single_submit: must be true or false");
+	fails("{\"aio\": {\"queue_depth\": 0}}", -EINVAL,
+	      "aio.queue_depth: must be a whole number of at least 1 (got 0)");
+	fails("{\"aio\": {\"queue_depth\": -4}}", -EINVAL, "(got -4)");
+	fails("{\"aio\": {\"queue_depth\": 1.5}}", -EINVAL, "(got 1.5)");
+	fails("{\"aio\": {\"block_size\": 1000}}", -EINVAL,
+	      "aio.block_size: must be a multiple of 512");
+	fails("{\"aio\": {\"queue_depth\": 1e9}}", -EINVAL,
+	      "aio.queue_depth: at most 32768");
+	fails("{\"zero_optimization\": {\"offload_param\": {\"buffer_size\": "
+	      "0}}}",
+	      -EINVAL, "offload_param.buffer_size: must be a whole number");
+	fails("{\"zero_optimization\": {\"offload_param\": {\"device\": "
+	      "\"gpu\"}}}",
+	      -EINVAL, "must be \"none\", \"cpu\" or \"nvme\"");
+	fails("{\"zero_optimization\": {\"offload_param\": 3}}", -EINVAL,
+	      "zero_optimization.offload_param: must be an object");
+	fails("{\"nvswap\": {\"backend\": \"floppy\"}}", -EINVAL,
+	      "nvswap.backend: must be \"auto\"");
+	fails("{\"nvswap\": {\"nvme_paths\": []}}", -EINVAL,
+	      "nvswap.nvme_paths: must be a list of 1 to 16");
+	fails("{\"nvswap\": {\"nvme_paths\": [7]}}", -EINVAL,
+	      "entry 0 is not a non-empty string");
+	fails("[1, 2]", -EINVAL, "the top level must be an object");
+}
+
+Test(config, malformed_json_and_duplicate_keys_give_line_and_column)
+{
+	fails("{\n  \"aio\": {\"queue_depth\": 8,}\n}", -EINVAL, "t.json:2:");
+	fails("{\n  \"aio\": {\"queue_depth\": 8,}\n}", -EINVAL,
+	      "malformed JSON");
+	fails("{\"aio\": {}, \"aio\": {}}", -EINVAL, "duplicate");
+}
+
+Test(config, an_nvme_device_needs_a_directory_it_can_write)
+{
+	char json[4096];
+
+	fails("{\"zero_optimization\": {\"offload_param\": {\"device\": "
+	      "\"nvme\"}}}",
+	      -EINVAL, "device \"nvme\" needs an nvme_path");
+	fails("{\"zero_optimization\": {\"offload_param\": {\"device\": "
+	      "\"nvme\", \"nvme_path\": \"/nonexistent/nvswap\"}}}",
+	      -ENOENT,
+	      "offload_param.nvme_path: '/nonexistent/nvswap': No such file");
+	tu_write_file(tu_path("f"), "x", 1);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}}",
+		 tu_path("f"));
+	fails(json, -ENOTDIR, "is not a directory");
+	/* A path is only checked when the device is nvme. */
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": "
+		 "\"cpu\", \"nvme_path\": \"/nonexistent\"}}}");
+	nvs_config_free(load(json));
+}
+
+Test(config, a_read_only_nvme_path_is_refused)
+{
+	char json[4096];
+	const char *d = tu_path("ro");
+
+	mkdir(d, 0755);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("nvswap-test", d, "tmpfs", MS_RDONLY, "size=1m") < 0)
+		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
+			     "root and mount namespaces",
+			     strerror(errno));
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}}",
+		 d);
+	fails(json, -EROFS, "cannot create files there: Read-only file system");
+	umount2(d, MNT_DETACH);
+}
+
+Test(config, files_load_and_errors_name_the_file)
+{
+	struct nvs_config *c = (struct nvs_config *)&c;
+	char want[4200];
+
+	cr_assert_eq(nvs_config_load(tu_path("none.json"), &c), -ENOENT);
+	cr_assert_null(c);
+	cr_assert(strstr(nvs_last_error(), "none.json"));
+	const char *ok = "{\"aio\": {\"queue_depth\": 4}}";
+	tu_write_file(tu_path("ok.json"), ok, strlen(ok));
+	cr_assert_eq(nvs_config_load(tu_path("ok.json"), &c), 0);
+	nvs_config_free(c);
+	tu_write_file(tu_path("bad.json"), "{\n\"aio\": 5}", 11);
+	cr_assert_eq(nvs_config_load(tu_path("bad.json"), &c), -EINVAL);
+	snprintf(want, sizeof(want), "%s:2:1: aio: must be an object",
+		 tu_path("bad.json"));
+	cr_assert_str_eq(nvs_last_error(), want);
+}
+
+Test(config, null_arguments_are_einval_and_free_null_is_a_noop)
+{
+	struct nvs_config *c;
+	struct nvs_offload_config o;
+
+	cr_assert_eq(nvs_config_load(NULL, &c), -EINVAL);
+	cr_assert_eq(nvs_config_load("x", NULL), -EINVAL);
+	cr_assert_eq(nvs_config_load_string(NULL, NULL, &c), -EINVAL);
+	cr_assert_eq(nvs_config_offload(NULL, NVS_OFFLOAD_PARAM, &o), -EINVAL);
+	c = load("{}");
+	cr_assert_eq(nvs_config_offload(c, (enum nvs_offload_kind)7, &o),
+		     -EINVAL);
+	cr_assert_eq(nvs_config_aio_opts(c, NULL), -EINVAL);
+	cr_assert_eq(nvs_config_nvswap(c, NULL), -EINVAL);
+	cr_assert_null(nvs_config_warning(NULL, 0));
+	cr_assert_not(nvs_config_use_gds(NULL));
+	nvs_config_free(c);
+	nvs_config_free(NULL);
+}
+
+Test(config, every_failed_allocation_is_enomem_and_leaks_nothing)
+{
+	const char *json = "{\"zero_optimization\": {\"offload_optimizer\": "
+			   "{\"fast_init\": true}}, \"aio\": {\"num_threads\": "
+			   "2}}";
+
+	for (unsigned long i = 1;; i++) {
+		struct nvs_config *c = (struct nvs_config *)&c;
+		int ret;
+
+		nvs__alloc_fail_at(i);
+		ret = nvs_config_load_string(json, NULL, &c);
+		nvs__alloc_fail_at(0);
+		if (ret == 0) {
+			/* Both warnings made it: none was dropped. */
+			cr_assert_not_null(nvs_config_warning(c, 1));
+			nvs_config_free(c);
+			cr_assert_gt(i, 3, "the config, positions, warnings");
+			break;
+		}
+		cr_assert_eq(ret, -ENOMEM, "allocation %lu: %s", i,
+			     nvs_last_error());
+		cr_assert_null(c);
+	}
+}
