@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+/*
+ * CRC32C: the standard check values (RFC 3720's iSCSI vectors), the CPU
+ * instruction against the table on every length and alignment, and
+ * chaining.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "swapper/crc32c.h"
+
+TestSuite(crc32c);
+
+Test(crc32c, standard_check_values)
+{
+	unsigned char buf[32];
+
+	cr_assert_eq(nvs__crc32c(0, "123456789", 9), 0xE3069283u);
+	cr_assert_eq(nvs__crc32c_sw(0, "123456789", 9), 0xE3069283u);
+	memset(buf, 0, sizeof(buf));
+	cr_assert_eq(nvs__crc32c(0, buf, 32), 0x8A9136AAu);
+	memset(buf, 0xff, sizeof(buf));
+	cr_assert_eq(nvs__crc32c(0, buf, 32), 0x62A8AB43u);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)i;
+	cr_assert_eq(nvs__crc32c(0, buf, 32), 0x46DD794Eu);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)(31 - i);
+	cr_assert_eq(nvs__crc32c(0, buf, 32), 0x113FDB5Cu);
+	cr_assert_eq(nvs__crc32c(0, buf, 0), 0);
+}
+
+Test(crc32c, the_instruction_and_the_table_agree_everywhere)
+{
+	enum { N = 4096 + 64 };
+	unsigned char *buf = malloc(N);
+	unsigned seed = 7;
+
+	if (!nvs__crc32c_hw())
+		cr_log_info("no SSE4.2 here: both sides use the table");
+	for (int i = 0; i < N; i++)
+		buf[i] = (unsigned char)rand_r(&seed);
+	for (size_t off = 0; off < 16; off++)
+		for (size_t n = 0; n + off <= N; n += 1 + n / 7)
+			cr_assert_eq(nvs__crc32c(0, buf + off, n),
+				     nvs__crc32c_sw(0, buf + off, n),
+				     "offset %zu length %zu", off, n);
+	free(buf);
+}
+
+Test(crc32c, chaining_equals_one_pass)
+{
+	const char *s = "nvswap swaps tensors to NVMe and back";
+	size_t n = strlen(s);
+
+	for (size_t cut = 0; cut <= n; cut++)
+		cr_assert_eq(
+			nvs__crc32c(nvs__crc32c(0, s, cut), s + cut, n - cut),
+			nvs__crc32c(0, s, n));
+}
