@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A swapper's directory on one NVMe path: <nvme_path>/nvswap/rank<R>/,
+ * held with an flock on its "lock" file so two live processes never share
+ * it. Swap files inside are named swap.*, created 0600 with O_NOFOLLOW;
+ * nothing outside the directory is touched. Swap files a killed process
+ * left behind are found stale (the lock is free) and removed at the next
+ * open. Threading: one owner.
+ */
+#ifndef NVS_SWAPPER_SWAPDIR_H
+#define NVS_SWAPPER_SWAPDIR_H
+
+#include <stdbool.h>
+
+struct nvs_swapdir {
+	int dirfd;	/* the rank directory */
+	int lockfd;	/* its lock file, flocked */
+	unsigned stale; /* swap files of a dead owner removed at open */
+	char path[4096];
+};
+
+/*
+ * Create (0700) and lock <@nvme_path>/nvswap/rank<@rank>/. Returns 0, or
+ * -errno with nvs_last_error() set: -EBUSY (a live process holds it; the
+ * message has its pid), -ELOOP (a symlink where a directory should be),
+ * -ENOENT/-EACCES/-EROFS/-ENOTDIR from the path.
+ */
+int nvs__swapdir_open(const char *nvme_path, int rank, struct nvs_swapdir *d);
+/* Create swap file "swap.<@name>" (O_EXCL, 0600, O_NOFOLLOW) with @flags
+ * added (e.g. O_DIRECT); returns the descriptor or -errno. */
+int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags);
+/* Unlock and close; with @remove, delete the swap files, the lock and the
+ * rank directory first (scratch mode). */
+void nvs__swapdir_close(struct nvs_swapdir *d, bool remove);
+
+#endif
