@@ -307,28 +307,39 @@ uint64_t nvs__engine_retries(const struct nvs_engine *e)
 	return atomic_load_explicit(&e->retries, memory_order_relaxed);
 }
 
+/* The real backend and its state, under the fault backend if any: the
+ * optional ops (stats, kick, forget_files) go straight to it. */
+static const struct nvs_engine_ops *real(const struct nvs_engine *e, void **be)
+{
+	*be = e->base ? nvs__fault_base_be(e->be) : e->be;
+	return e->base ? e->base : e->ops;
+}
+
 void nvs__engine_stats(const struct nvs_engine *e, struct nvs_engine_stats *st)
 {
-	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;
+	void *be;
+	const struct nvs_engine_ops *ops = real(e, &be);
 
 	memset(st, 0, sizeof(*st));
 	if (ops->stats)
-		ops->stats(e->base ? nvs__fault_base_be(e->be) : e->be, st);
+		ops->stats(be, st);
 	st->retries = nvs__engine_retries(e);
 }
 
 void nvs__engine_kick(struct nvs_engine *e)
 {
-	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;
+	void *be;
+	const struct nvs_engine_ops *ops = real(e, &be);
 
 	if (ops->kick)
-		ops->kick(e->base ? nvs__fault_base_be(e->be) : e->be);
+		ops->kick(be);
 }
 
 void nvs__engine_forget_files(struct nvs_engine *e)
 {
-	const struct nvs_engine_ops *ops = e->base ? e->base : e->ops;
+	void *be;
+	const struct nvs_engine_ops *ops = real(e, &be);
 
 	if (ops->forget_files)
-		ops->forget_files(e->base ? nvs__fault_base_be(e->be) : e->be);
+		ops->forget_files(be);
 }

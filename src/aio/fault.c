@@ -18,8 +18,9 @@ struct fault {
 	unsigned long attempts; /* attempts seen, for the rules' nth */
 	const struct nvs_engine_ops *base;
 	void *be;
-	struct nvs_ioreq **failed; /* failed here, FIFO, reaped first */
-	unsigned head, nfailed, depth;
+	/* Failed here, reaped first. The engine never has more than depth
+	 * requests out, so it has room for every one of them. */
+	struct nvs_reqq failed;
 };
 
 int nvs__fault_init(const struct nvs_engine_ops *base,
@@ -33,15 +34,13 @@ int nvs__fault_init(const struct nvs_engine_ops *base,
 		return -ENOMEM;
 	f->plan = *cfg->plan;
 	f->base = base;
-	f->depth = cfg->depth;
-	f->failed = nvs__calloc(cfg->depth, sizeof(*f->failed));
-	if (!f->failed) {
+	if (nvs__reqq_init(&f->failed, cfg->depth) < 0) {
 		nvs__free(f);
 		return -ENOMEM;
 	}
 	ret = base->init(cfg, &f->be);
 	if (ret < 0) {
-		nvs__free(f->failed);
+		nvs__reqq_fini(&f->failed);
 		nvs__free(f);
 		return ret;
 	}
@@ -59,7 +58,7 @@ static void fault_fini(void *be)
 	struct fault *f = be;
 
 	f->base->fini(f->be);
-	nvs__free(f->failed);
+	nvs__reqq_fini(&f->failed);
 	nvs__free(f);
 }
 
@@ -79,12 +78,10 @@ match(const struct fault *f, const struct nvs_ioreq *r, unsigned long attempt)
 	return NULL;
 }
 
-/* The engine never has more than depth requests out, so failed[] has
- * room for every one of them. */
 static void park(struct fault *f, struct nvs_ioreq *r, int err)
 {
 	r->res = err;
-	f->failed[(f->head + f->nfailed++) % f->depth] = r;
+	nvs__reqq_push(&f->failed, r);
 }
 
 /* A short attempt moves at most short_bytes (default half of what is
@@ -144,14 +141,9 @@ static int fault_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		      unsigned max)
 {
 	struct fault *f = be;
-	unsigned n = 0;
+	unsigned n = nvs__reqq_drain(&f->failed, out, 0, max);
 	int ret;
 
-	while (n < max && f->nfailed > 0) {
-		out[n++] = f->failed[f->head];
-		f->head = (f->head + 1) % f->depth;
-		f->nfailed--;
-	}
 	if (n == max || (n > 0 && n >= min))
 		return (int)n;
 	ret = f->base->reap(f->be, min > n ? min - n : 0, out + n, max - n);

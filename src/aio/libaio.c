@@ -16,10 +16,9 @@ struct laio {
 	struct iocb *iocbs; /* depth control blocks */
 	struct iocb **free; /* stack of unused ones */
 	unsigned nfree;
-	struct iocb **subv;	  /* scratch vector for io_submit */
-	struct io_event *events;  /* scratch for io_getevents */
-	struct nvs_ioreq **early; /* failed at io_submit, reaped first */
-	unsigned nearly;
+	struct iocb **subv;	 /* scratch vector for io_submit */
+	struct io_event *events; /* scratch for io_getevents */
+	struct nvs_reqq early;	 /* failed at io_submit, reaped first */
 	unsigned depth;
 };
 
@@ -33,7 +32,7 @@ static void laio_fini(void *be)
 	nvs__free(a->free);
 	nvs__free(a->subv);
 	nvs__free(a->events);
-	nvs__free(a->early);
+	nvs__reqq_fini(&a->early);
 	nvs__free(a);
 }
 
@@ -51,8 +50,8 @@ static int laio_init(const struct nvs_engine_cfg *cfg, void **be)
 	a->free = nvs__calloc(depth, sizeof(*a->free));
 	a->subv = nvs__calloc(depth, sizeof(*a->subv));
 	a->events = nvs__calloc(depth, sizeof(*a->events));
-	a->early = nvs__calloc(depth, sizeof(*a->early));
-	if (!a->iocbs || !a->free || !a->subv || !a->events || !a->early) {
+	if (!a->iocbs || !a->free || !a->subv || !a->events ||
+	    nvs__reqq_init(&a->early, depth) < 0) {
 		laio_fini(a);
 		return -ENOMEM;
 	}
@@ -104,7 +103,7 @@ static int laio_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 		struct nvs_ioreq *r = a->subv[accepted]->data;
 		r->res = ret;
 		a->free[a->nfree++] = a->subv[accepted];
-		a->early[a->nearly++] = r;
+		nvs__reqq_push(&a->early, r);
 		accepted++;
 	}
 	for (unsigned i = accepted; i < n; i++)
@@ -116,11 +115,9 @@ static int laio_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		     unsigned max)
 {
 	struct laio *a = be;
-	unsigned n = 0;
+	unsigned n = nvs__reqq_drain(&a->early, out, 0, max);
 	int ret;
 
-	while (a->nearly > 0 && n < max)
-		out[n++] = a->early[--a->nearly];
 	if (n >= max || (n >= min && n > 0))
 		return (int)n;
 	if (min > n)

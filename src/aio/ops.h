@@ -9,6 +9,9 @@
 #define NVS_AIO_OPS_H
 
 #include "aio/engine.h"
+#include "internal/alloc.h"
+
+#include <errno.h>
 
 struct nvs_engine_ops {
 	/*
@@ -51,6 +54,59 @@ void *nvs__fault_base_be(void *fault_be);
 int nvs__uring_probe(char *why, size_t n);
 /* The sysctl file nvs__uring_probe reads (tests replace it). */
 extern const char *nvs__uring_disabled_path;
+
+/*
+ * A FIFO of requests, fixed capacity (a backend's depth): attempts parked
+ * until reaped (psync), failed before reaching the kernel (fault,
+ * io_uring), or prepared and not yet consumed by it (io_uring).
+ */
+struct nvs_reqq {
+	struct nvs_ioreq **v;
+	unsigned head, n, cap;
+};
+
+static inline int nvs__reqq_init(struct nvs_reqq *q, unsigned cap)
+{
+	q->v = nvs__calloc(cap, sizeof(*q->v));
+	q->head = q->n = 0;
+	q->cap = cap;
+	return q->v ? 0 : -ENOMEM;
+}
+
+static inline void nvs__reqq_fini(struct nvs_reqq *q)
+{
+	nvs__free(q->v);
+	q->v = NULL;
+}
+
+/* Append @r; false when full. */
+static inline bool nvs__reqq_push(struct nvs_reqq *q, struct nvs_ioreq *r)
+{
+	if (q->n == q->cap)
+		return false;
+	q->v[(q->head + q->n++) % q->cap] = r;
+	return true;
+}
+
+/* The oldest, taken out; the queue must not be empty. */
+static inline struct nvs_ioreq *nvs__reqq_pop(struct nvs_reqq *q)
+{
+	struct nvs_ioreq *r = q->v[q->head];
+
+	q->head = (q->head + 1) % q->cap;
+	q->n--;
+	return r;
+}
+
+/* Move the oldest ones to @out[@n...] up to @max; the new count. */
+static inline unsigned nvs__reqq_drain(struct nvs_reqq *q,
+				       struct nvs_ioreq **out, unsigned n,
+				       unsigned max)
+{
+	while (n < max && q->n > 0)
+		out[n++] = nvs__reqq_pop(q);
+	return n;
+}
 
 /* Bytes the next attempt of @r moves: what is left, at most r->cap. */
 static inline size_t nvs__ioreq_span(const struct nvs_ioreq *r)

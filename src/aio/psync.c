@@ -11,10 +11,7 @@
 #include <unistd.h>
 
 struct psync {
-	struct nvs_ioreq **ring; /* finished attempts, FIFO */
-	unsigned head;
-	unsigned count;
-	unsigned depth;
+	struct nvs_reqq done; /* finished attempts */
 };
 
 static void attempt(struct nvs_ioreq *r)
@@ -33,18 +30,15 @@ static void attempt(struct nvs_ioreq *r)
 
 static int psync_init(const struct nvs_engine_cfg *cfg, void **be)
 {
-	unsigned depth = cfg->depth;
 	struct psync *p;
 
 	p = nvs__calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->ring = nvs__calloc(depth, sizeof(*p->ring));
-	if (!p->ring) {
+	if (nvs__reqq_init(&p->done, cfg->depth) < 0) {
 		nvs__free(p);
 		return -ENOMEM;
 	}
-	p->depth = depth;
 	*be = p;
 	return 0;
 }
@@ -53,18 +47,8 @@ static void psync_fini(void *be)
 {
 	struct psync *p = be;
 
-	nvs__free(p->ring);
+	nvs__reqq_fini(&p->done);
 	nvs__free(p);
-}
-
-static bool park(void *be, struct nvs_ioreq *r)
-{
-	struct psync *p = be;
-
-	if (p->count == p->depth)
-		return false;
-	p->ring[(p->head + p->count++) % p->depth] = r;
-	return true;
 }
 
 static int psync_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
@@ -72,9 +56,9 @@ static int psync_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 	struct psync *p = be;
 	unsigned i;
 
-	for (i = 0; i < n && p->count < p->depth; i++) {
+	for (i = 0; i < n && p->done.n < p->done.cap; i++) {
 		attempt(reqs[i]);
-		park(p, reqs[i]);
+		nvs__reqq_push(&p->done, reqs[i]);
 	}
 	return (int)i;
 }
@@ -83,15 +67,9 @@ static int psync_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		      unsigned max)
 {
 	struct psync *p = be;
-	unsigned n = 0;
 
 	(void)min; /* everything submitted has already finished */
-	while (n < max && p->count > 0) {
-		out[n++] = p->ring[p->head];
-		p->head = (p->head + 1) % p->depth;
-		p->count--;
-	}
-	return (int)n;
+	return (int)nvs__reqq_drain(&p->done, out, 0, max);
 }
 
 const struct nvs_engine_ops nvs__psync_ops = {

@@ -46,15 +46,11 @@ struct uring {
 	struct io_uring ring;
 	bool ring_ok;
 	bool eager; /* submit at once; else with the next reap's wait */
-	unsigned depth;
 	int broken; /* a fatal io_uring_enter error: every submit fails */
-	/* Prepared SQEs the kernel has not consumed, FIFO (submit order). */
-	struct nvs_ioreq **pend;
-	unsigned phead, npend;
-	unsigned inkernel; /* consumed by the kernel, CQE not yet seen */
-	/* Failed without reaching the kernel, FIFO, reaped first. */
-	struct nvs_ioreq **failed;
-	unsigned fhead, nfailed;
+	/* Prepared SQEs the kernel has not consumed (submit order). */
+	struct nvs_reqq pend;
+	unsigned inkernel;	/* consumed by the kernel, CQE not yet seen */
+	struct nvs_reqq failed; /* never reached the kernel, reaped first */
 	/* Registered files: the file-cache key held by each slot. */
 	bool files_on;
 	uint64_t fkey[FILE_SLOTS];
@@ -248,8 +244,8 @@ static void uring_fini(void *be)
 
 	if (u->ring_ok)
 		io_uring_queue_exit(&u->ring);
-	nvs__free(u->pend);
-	nvs__free(u->failed);
+	nvs__reqq_fini(&u->pend);
+	nvs__reqq_fini(&u->failed);
 	nvs__free(u);
 }
 
@@ -291,10 +287,8 @@ static int uring_init(const struct nvs_engine_cfg *cfg, void **be)
 	u = nvs__calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	u->depth = cfg->depth;
-	u->pend = nvs__calloc(cfg->depth, sizeof(*u->pend));
-	u->failed = nvs__calloc(cfg->depth, sizeof(*u->failed));
-	if (!u->pend || !u->failed) {
+	if (nvs__reqq_init(&u->pend, cfg->depth) < 0 ||
+	    nvs__reqq_init(&u->failed, cfg->depth) < 0) {
 		uring_fini(u);
 		return -ENOMEM;
 	}
@@ -352,12 +346,6 @@ static void prep(struct uring *u, struct io_uring_sqe *sqe, struct nvs_ioreq *r)
 	io_uring_sqe_set_data(sqe, r);
 }
 
-static void fail_req(struct uring *u, struct nvs_ioreq *r, int err)
-{
-	r->res = err;
-	u->failed[(u->fhead + u->nfailed++) % u->depth] = r;
-}
-
 /* Hand the prepared SQEs to the kernel and, with @wait, wait for that
  * many completions in the same io_uring_enter. Transient refusals leave
  * the SQEs queued for the next call; a fatal one fails them. */
@@ -365,7 +353,7 @@ static void flush(struct uring *u, unsigned wait)
 {
 	int ret;
 
-	if (u->npend == 0)
+	if (u->pend.n == 0)
 		return;
 	do {
 		ret = wait ? io_uring_submit_and_wait(&u->ring, wait)
@@ -375,18 +363,17 @@ static void flush(struct uring *u, unsigned wait)
 		return;
 	if (ret < 0) {
 		u->broken = ret;
-		while (u->npend > 0) {
-			fail_req(u, u->pend[u->phead], ret);
-			u->phead = (u->phead + 1) % u->depth;
-			u->npend--;
+		while (u->pend.n > 0) {
+			struct nvs_ioreq *r = nvs__reqq_pop(&u->pend);
+			r->res = ret;
+			nvs__reqq_push(&u->failed, r);
 		}
 		return;
 	}
-	if ((unsigned)ret > u->npend)
-		ret = (int)u->npend;
-	u->phead = (u->phead + (unsigned)ret) % u->depth;
-	u->npend -= (unsigned)ret;
-	u->inkernel += (unsigned)ret;
+	for (int i = 0; i < ret && u->pend.n > 0; i++) {
+		nvs__reqq_pop(&u->pend);
+		u->inkernel++;
+	}
 }
 
 static int uring_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
@@ -401,7 +388,7 @@ static int uring_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 		if (!sqe)
 			break; /* ring full: the engine retries after a reap */
 		prep(u, sqe, reqs[i]);
-		u->pend[(u->phead + u->npend++) % u->depth] = reqs[i];
+		nvs__reqq_push(&u->pend, reqs[i]);
 	}
 	/* Otherwise the worker's next step is a reap: submitting there
 	 * saves one system call per batch. */
@@ -412,31 +399,20 @@ static int uring_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 
 /* ------------------------------------------------------------- reap */
 
-static unsigned take_failed(struct uring *u, struct nvs_ioreq **out, unsigned n,
-			    unsigned max)
-{
-	while (n < max && u->nfailed > 0) {
-		out[n++] = u->failed[u->fhead];
-		u->fhead = (u->fhead + 1) % u->depth;
-		u->nfailed--;
-	}
-	return n;
-}
-
 static int uring_reap(void *be, unsigned min, struct nvs_ioreq **out,
 		      unsigned max)
 {
 	struct uring *u = be;
 	struct io_uring_cqe *cqe;
-	unsigned n = take_failed(u, out, 0, max), head, seen = 0;
+	unsigned n = nvs__reqq_drain(&u->failed, out, 0, max), head, seen = 0;
 	int ret = 0;
 
-	if (n < min && u->npend > 0) {
+	if (n < min && u->pend.n > 0) {
 		/* Submit and wait in one io_uring_enter. Without SUBMIT_ALL
 		 * the kernel may stop at a failing SQE, so wait only for
 		 * what is sure to complete: one more than before. */
 		unsigned sure = u->setup_flags & SUBMIT_ALL
-					? u->inkernel + u->npend
+					? u->inkernel + u->pend.n
 					: u->inkernel + 1;
 		unsigned before = u->inkernel;
 
@@ -445,7 +421,7 @@ static int uring_reap(void *be, unsigned min, struct nvs_ioreq **out,
 			min = 0; /* waited inside the submit */
 	}
 	flush(u, 0);
-	n = take_failed(u, out, n, max);
+	n = nvs__reqq_drain(&u->failed, out, n, max);
 	if (n < min && u->inkernel == 0) {
 		/* Everything waits in the SQ: the kernel is short of
 		 * resources. Let it breathe, the engine calls again. */

@@ -355,27 +355,17 @@ static bool hook_merge(extent_hooks_t *eh, void *addr_a, size_t size_a,
 }
 
 /* No destroy hook: the arenas live as long as the process. No purge
- * hooks: freed memory is never given back. */
+ * hooks: freed memory is never given back. The same hooks twice:
+ * kind_of() tells the arenas apart by the table's address. */
+#define HOOKS                                                                  \
+	{                                                                      \
+		.alloc = hook_alloc, .dalloc = hook_dalloc,                    \
+		.commit = hook_commit, .decommit = hook_decommit,              \
+		.split = hook_split, .merge = hook_merge,                      \
+	}
 static extent_hooks_t hooks[2] = {
-	[NVS__ARENA_LOCKED] =
-		{
-			.alloc = hook_alloc,
-			.dalloc = hook_dalloc,
-			.commit = hook_commit,
-			.decommit = hook_decommit,
-			.split = hook_split,
-			.merge = hook_merge,
-		},
-	[NVS__ARENA_PAGEABLE] =
-		{
-			.alloc = hook_alloc,
-			.dalloc = hook_dalloc,
-			.commit = hook_commit,
-			.decommit = hook_decommit,
-			.split = hook_split,
-			.merge = hook_merge,
-		},
-};
+	[NVS__ARENA_LOCKED] = HOOKS, [NVS__ARENA_PAGEABLE] = HOOKS};
+#undef HOOKS
 
 /* -------------------------------------------------------------- setup */
 

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -239,56 +240,75 @@ static void warn(struct nvs_config *c, const char *path, const char *fmt, ...)
 /* ------------------------------------------------------------- schema */
 
 enum vkind {
-	V_BOOL,
-	V_COUNT,  /* whole number >= 1 (1e8 accepted) */
-	V_COUNT0, /* whole number >= 0 */
-	V_STRING,
-	V_DEVICE,
-	V_BACKEND,
-	V_PATHS,
-	V_UNUSED, /* a DeepSpeed key nvswap does not use: any value */
-	V_ALIAS,  /* an older name of another key: a warning */
+	V_BOOL,	   /* bool */
+	V_COUNT,   /* uint64_t, whole number >= 1 (1e8 accepted) */
+	V_COUNT0,  /* uint64_t, whole number >= 0 */
+	V_U32,	   /* uint32_t, whole number >= 1, at most max, of multiple */
+	V_STRING,  /* const char *, non-empty, borrowed from the tree */
+	V_DEVICE,  /* enum nvs_offload_device */
+	V_BACKEND, /* enum nvs_backend */
+	V_PATHS,   /* struct nvs_nvswap_config's nvme_paths and npaths */
+	V_UNUSED,  /* a DeepSpeed key nvswap does not use: any value */
+	V_ALIAS,   /* an older name of another key: read as it, a warning */
 };
 
+/* One key of a section: where its value goes in the section's target. */
 struct keydef {
 	const char *name;
 	enum vkind kind;
+	size_t off;	      /* in the target struct */
+	uint32_t max;	      /* V_U32: largest value */
+	uint32_t multiple;    /* V_U32: the value must be a multiple, or 0 */
 	const char *alias_of; /* V_ALIAS */
 };
 
+#define OFF(f) offsetof(struct nvs_offload_config, f)
 static const struct keydef offload_keys[] = {
-	{"device", V_DEVICE, NULL},
-	{"nvme_path", V_STRING, NULL},
-	{"buffer_count", V_COUNT, NULL},
-	{"buffer_size", V_COUNT, NULL},
-	{"max_in_cpu", V_COUNT0, NULL},
-	{"pin_memory", V_BOOL, NULL},
-	{"pipeline_read", V_BOOL, NULL},
-	{"pipeline_write", V_BOOL, NULL},
-	{"fast_init", V_UNUSED, NULL},
-	{"ratio", V_UNUSED, NULL},
-	{"super_offload", V_UNUSED, NULL},
-	{"cpuadam_cores_perc", V_UNUSED, NULL},
-	{NULL, 0, NULL},
+	{"device", V_DEVICE, OFF(device), 0, 0, NULL},
+	{"nvme_path", V_STRING, OFF(nvme_path), 0, 0, NULL},
+	{"buffer_count", V_COUNT, OFF(buffer_count), 0, 0, NULL},
+	{"buffer_size", V_COUNT, OFF(buffer_size), 0, 0, NULL},
+	{"max_in_cpu", V_COUNT0, OFF(max_in_cpu), 0, 0, NULL},
+	{"pin_memory", V_BOOL, OFF(pin_memory), 0, 0, NULL},
+	{"pipeline_read", V_BOOL, OFF(pipeline_read), 0, 0, NULL},
+	{"pipeline_write", V_BOOL, OFF(pipeline_write), 0, 0, NULL},
+	{"fast_init", V_UNUSED, 0, 0, 0, NULL},
+	{"ratio", V_UNUSED, 0, 0, 0, NULL},
+	{"super_offload", V_UNUSED, 0, 0, 0, NULL},
+	{"cpuadam_cores_perc", V_UNUSED, 0, 0, 0, NULL},
+	{NULL, 0, 0, 0, 0, NULL},
 };
+#undef OFF
 
+/* The aio section's target is the whole config: use_gds is not an
+ * option of the handle. */
+#define OFF(f) offsetof(struct nvs_config, f)
 static const struct keydef aio_keys[] = {
-	{"block_size", V_COUNT, NULL},
-	{"queue_depth", V_COUNT, NULL},
-	{"intra_op_parallelism", V_COUNT, NULL},
-	{"thread_count", V_ALIAS, "intra_op_parallelism"},
-	{"num_threads", V_ALIAS, "intra_op_parallelism"},
-	{"single_submit", V_BOOL, NULL},
-	{"overlap_events", V_BOOL, NULL},
-	{"use_gds", V_BOOL, NULL},
-	{NULL, 0, NULL},
+	{"block_size", V_U32, OFF(aio.block_size), NVS_AIO_MAX_BLOCK_SIZE, 512,
+	 NULL},
+	{"queue_depth", V_U32, OFF(aio.queue_depth), NVS_AIO_MAX_QUEUE_DEPTH, 0,
+	 NULL},
+	{"intra_op_parallelism", V_U32, OFF(aio.intra_op_parallelism),
+	 NVS_AIO_MAX_PARALLELISM, 0, NULL},
+	{"thread_count", V_ALIAS, 0, 0, 0, "intra_op_parallelism"},
+	{"num_threads", V_ALIAS, 0, 0, 0, "intra_op_parallelism"},
+	{"single_submit", V_BOOL, OFF(aio.single_submit), 0, 0, NULL},
+	{"overlap_events", V_BOOL, OFF(aio.overlap_events), 0, 0, NULL},
+	{"use_gds", V_BOOL, OFF(use_gds), 0, 0, NULL},
+	{NULL, 0, 0, 0, 0, NULL},
 };
+#undef OFF
 
+#define OFF(f) offsetof(struct nvs_nvswap_config, f)
 static const struct keydef nvswap_keys[] = {
-	{"backend", V_BACKEND, NULL}, {"stripe_size", V_COUNT, NULL},
-	{"checksum", V_BOOL, NULL},   {"nvme_paths", V_PATHS, NULL},
-	{"auto_evict", V_BOOL, NULL}, {NULL, 0, NULL},
+	{"backend", V_BACKEND, OFF(backend), 0, 0, NULL},
+	{"stripe_size", V_COUNT, OFF(stripe_size), 0, 0, NULL},
+	{"checksum", V_BOOL, OFF(checksum), 0, 0, NULL},
+	{"nvme_paths", V_PATHS, 0, 0, 0, NULL}, /* the whole struct */
+	{"auto_evict", V_BOOL, OFF(auto_evict), 0, 0, NULL},
+	{NULL, 0, 0, 0, 0, NULL},
 };
+#undef OFF
 
 static unsigned edit_distance(const char *a, const char *b)
 {
@@ -399,201 +419,137 @@ static int check_dir(const struct nvs_config *c, const char *path,
 
 /* ----------------------------------------------------------- sections */
 
-static int load_offload(struct nvs_config *c, json_t *sec, const char *path,
-			struct nvs_offload_config *o)
+static int set_paths(const struct nvs_config *c, const char *path, json_t *v,
+		     struct nvs_nvswap_config *o)
+{
+	int ret;
+
+	if (!json_is_array(v) || json_array_size(v) == 0 ||
+	    json_array_size(v) > NVS_CONFIG_MAX_PATHS)
+		return bad(c, -EINVAL, path,
+			   "must be a list of 1 to %d directories",
+			   NVS_CONFIG_MAX_PATHS);
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		const char *p = json_string_value(json_array_get(v, i));
+		if (!p || !*p)
+			return bad(c, -EINVAL, path,
+				   "entry %zu is not a non-empty string", i);
+		ret = check_dir(c, path, p);
+		if (ret < 0)
+			return ret;
+		o->nvme_paths[o->npaths++] = p;
+	}
+	return 0;
+}
+
+/* Check @v as @d says and store it at @field. */
+static int set_value(struct nvs_config *c, const char *path,
+		     const struct keydef *d, json_t *v, void *field)
+{
+	const char *s = json_string_value(v);
+	uint64_t n;
+	int ret;
+
+	switch (d->kind) {
+	case V_BOOL:
+		return get_bool(c, path, v, field);
+	case V_COUNT:
+	case V_COUNT0:
+		return get_count(c, path, v, d->kind == V_COUNT, field);
+	case V_U32:
+		ret = get_count(c, path, v, 1, &n);
+		if (ret < 0)
+			return ret;
+		if (d->multiple && (n % d->multiple || n > d->max))
+			return bad(c, -EINVAL, path,
+				   "must be a multiple of %u up to %u",
+				   d->multiple, d->max);
+		if (n > d->max)
+			return bad(c, -EINVAL, path, "at most %u", d->max);
+		*(uint32_t *)field = (uint32_t)n;
+		return 0;
+	case V_STRING:
+		if (!s || !*s)
+			return bad(c, -EINVAL, path,
+				   "must be a non-empty string");
+		*(const char **)field = s;
+		return 0;
+	case V_DEVICE:
+		if (s && !strcmp(s, "none"))
+			*(enum nvs_offload_device *)field = NVS_DEVICE_NONE;
+		else if (s && !strcmp(s, "cpu"))
+			*(enum nvs_offload_device *)field = NVS_DEVICE_CPU;
+		else if (s && !strcmp(s, "nvme"))
+			*(enum nvs_offload_device *)field = NVS_DEVICE_NVME;
+		else
+			return bad(c, -EINVAL, path,
+				   "must be \"none\", \"cpu\" or \"nvme\"");
+		return 0;
+	case V_BACKEND:
+		for (enum nvs_backend b = NVS_BACKEND_AUTO;
+		     b <= NVS_BACKEND_PSYNC; b++)
+			if (s && !strcmp(s, nvs_backend_name(b))) {
+				*(enum nvs_backend *)field = b;
+				return 0;
+			}
+		return bad(c, -EINVAL, path,
+			   "must be \"auto\", \"io_uring\", \"libaio\" or "
+			   "\"psync\"");
+	case V_PATHS:
+		return set_paths(c, path, v, field);
+	default: /* V_UNUSED */
+		warn(c, path, "accepted, unused by nvswap");
+		return 0;
+	}
+}
+
+/* Check every key of the section at @path against @defs; values go into
+ * @target. */
+static int load_section(struct nvs_config *c, json_t *sec, const char *path,
+			const struct keydef *defs, void *target)
 {
 	const char *k;
 	json_t *v;
 	char kp[PATH_MAX_KEY];
-	int ret = 0;
 
 	if (!json_is_object(sec))
 		return bad(c, -EINVAL, path, "must be an object");
-	o->present = true;
 	json_object_foreach(sec, k, v)
 	{
-		const struct keydef *d = find_key(offload_keys, k);
+		const struct keydef *d = find_key(defs, k);
+		int ret;
 
 		snprintf(kp, sizeof(kp), "%s.%s", path, k);
 		if (!d)
-			return unknown_key(c, offload_keys, kp, k);
-		switch (d->kind) {
-		case V_DEVICE: {
-			const char *s = json_string_value(v);
-			if (s && !strcmp(s, "none"))
-				o->device = NVS_DEVICE_NONE;
-			else if (s && !strcmp(s, "cpu"))
-				o->device = NVS_DEVICE_CPU;
-			else if (s && !strcmp(s, "nvme"))
-				o->device = NVS_DEVICE_NVME;
-			else
-				return bad(c, -EINVAL, kp,
-					   "must be \"none\", \"cpu\" or "
-					   "\"nvme\"");
-			break;
-		}
-		case V_STRING:
-			if (!json_is_string(v) || !*json_string_value(v))
-				return bad(c, -EINVAL, kp,
-					   "must be a non-empty string");
-			o->nvme_path = json_string_value(v);
-			break;
-		case V_COUNT:
-			ret = get_count(c, kp, v, 1,
-					!strcmp(k, "buffer_count")
-						? &o->buffer_count
-						: &o->buffer_size);
-			break;
-		case V_COUNT0:
-			ret = get_count(c, kp, v, 0, &o->max_in_cpu);
-			break;
-		case V_BOOL:
-			ret = get_bool(c, kp, v,
-				       !strcmp(k, "pin_memory") ? &o->pin_memory
-				       : !strcmp(k, "pipeline_read")
-					       ? &o->pipeline_read
-					       : &o->pipeline_write);
-			break;
-		default:
-			warn(c, kp, "accepted, unused by nvswap");
-			break;
-		}
-		if (ret < 0)
-			return ret;
-	}
-	if (o->device == NVS_DEVICE_NVME) {
-		snprintf(kp, sizeof(kp), "%s.nvme_path", path);
-		if (!o->nvme_path)
-			return bad(c, -EINVAL, path,
-				   "device \"nvme\" needs an nvme_path");
-		return check_dir(c, kp, o->nvme_path);
-	}
-	return 0;
-}
-
-static int load_aio(struct nvs_config *c, json_t *sec)
-{
-	struct nvs_aio_opts *a = &c->aio;
-	const char *k;
-	json_t *v;
-	char kp[PATH_MAX_KEY];
-	uint64_t n;
-	int ret = 0;
-
-	if (!json_is_object(sec))
-		return bad(c, -EINVAL, "aio", "must be an object");
-	json_object_foreach(sec, k, v)
-	{
-		const struct keydef *d = find_key(aio_keys, k);
-		const char *name = d && d->kind == V_ALIAS ? d->alias_of : k;
-
-		snprintf(kp, sizeof(kp), "aio.%s", k);
-		if (!d)
-			return unknown_key(c, aio_keys, kp, k);
-		if (d->kind == V_ALIAS)
-			warn(c, kp, "deprecated spelling of aio.%s",
+			return unknown_key(c, defs, kp, k);
+		if (d->kind == V_ALIAS) {
+			warn(c, kp, "deprecated spelling of %s.%s", path,
 			     d->alias_of);
-		if (d->kind == V_BOOL) {
-			bool b = false;
-			ret = get_bool(c, kp, v, &b);
-			if (!strcmp(k, "single_submit"))
-				a->single_submit = b;
-			else if (!strcmp(k, "overlap_events"))
-				a->overlap_events = b;
-			else
-				c->use_gds = b;
-		} else {
-			ret = get_count(c, kp, v, 1, &n);
-			if (ret == 0 && !strcmp(name, "block_size")) {
-				if (n % 512 || n > NVS_AIO_MAX_BLOCK_SIZE)
-					return bad(c, -EINVAL, kp,
-						   "must be a multiple of 512 "
-						   "up to %u",
-						   NVS_AIO_MAX_BLOCK_SIZE);
-				a->block_size = (uint32_t)n;
-			} else if (ret == 0 && !strcmp(name, "queue_depth")) {
-				if (n > NVS_AIO_MAX_QUEUE_DEPTH)
-					return bad(c, -EINVAL, kp, "at most %u",
-						   NVS_AIO_MAX_QUEUE_DEPTH);
-				a->queue_depth = (uint32_t)n;
-			} else if (ret == 0) {
-				if (n > NVS_AIO_MAX_PARALLELISM)
-					return bad(c, -EINVAL, kp, "at most %u",
-						   NVS_AIO_MAX_PARALLELISM);
-				a->intra_op_parallelism = (uint32_t)n;
-			}
+			d = find_key(defs, d->alias_of);
 		}
+		ret = set_value(c, kp, d, v, (char *)target + d->off);
 		if (ret < 0)
 			return ret;
 	}
 	return 0;
 }
 
-static int load_nvswap(struct nvs_config *c, json_t *sec)
+static int load_offload(struct nvs_config *c, json_t *sec, const char *path,
+			struct nvs_offload_config *o)
 {
-	struct nvs_nvswap_config *o = &c->nv;
-	const char *k;
-	json_t *v;
 	char kp[PATH_MAX_KEY];
-	int ret = 0;
+	int ret = load_section(c, sec, path, offload_keys, o);
 
-	if (!json_is_object(sec))
-		return bad(c, -EINVAL, "nvswap", "must be an object");
-	json_object_foreach(sec, k, v)
-	{
-		const struct keydef *d = find_key(nvswap_keys, k);
-
-		snprintf(kp, sizeof(kp), "nvswap.%s", k);
-		if (!d)
-			return unknown_key(c, nvswap_keys, kp, k);
-		switch (d->kind) {
-		case V_BACKEND: {
-			const char *s = json_string_value(v);
-			enum nvs_backend b;
-			for (b = NVS_BACKEND_AUTO; b <= NVS_BACKEND_PSYNC; b++)
-				if (s && !strcmp(s, nvs_backend_name(b)))
-					break;
-			if (b > NVS_BACKEND_PSYNC)
-				return bad(c, -EINVAL, kp,
-					   "must be \"auto\", \"io_uring\", "
-					   "\"libaio\" or \"psync\"");
-			o->backend = b;
-			break;
-		}
-		case V_COUNT:
-			ret = get_count(c, kp, v, 1, &o->stripe_size);
-			break;
-		case V_BOOL:
-			ret = get_bool(c, kp, v,
-				       !strcmp(k, "checksum") ? &o->checksum
-							      : &o->auto_evict);
-			break;
-		default: /* V_PATHS */
-			if (!json_is_array(v) || json_array_size(v) == 0 ||
-			    json_array_size(v) > NVS_CONFIG_MAX_PATHS)
-				return bad(c, -EINVAL, kp,
-					   "must be a list of 1 to %d "
-					   "directories",
-					   NVS_CONFIG_MAX_PATHS);
-			for (size_t i = 0; i < json_array_size(v); i++) {
-				const char *p =
-					json_string_value(json_array_get(v, i));
-				if (!p || !*p)
-					return bad(c, -EINVAL, kp,
-						   "entry %zu is not a "
-						   "non-empty string",
-						   i);
-				ret = check_dir(c, kp, p);
-				if (ret < 0)
-					return ret;
-				o->nvme_paths[o->npaths++] = p;
-			}
-			break;
-		}
-		if (ret < 0)
-			return ret;
-	}
-	return 0;
+	if (ret < 0)
+		return ret;
+	o->present = true;
+	if (o->device != NVS_DEVICE_NVME)
+		return 0;
+	if (!o->nvme_path)
+		return bad(c, -EINVAL, path,
+			   "device \"nvme\" needs an nvme_path");
+	snprintf(kp, sizeof(kp), "%s.nvme_path", path);
+	return check_dir(c, kp, o->nvme_path);
 }
 
 /* ---------------------------------------------------------- load/free */
@@ -654,10 +610,11 @@ static int load_text(struct nvs_config *c, const char *text, size_t len)
 		}
 	}
 	sec = json_object_get(c->root, "aio");
-	if (sec && (ret = load_aio(c, sec)) < 0)
+	if (sec && (ret = load_section(c, sec, "aio", aio_keys, c)) < 0)
 		return ret;
 	sec = json_object_get(c->root, "nvswap");
-	if (sec && (ret = load_nvswap(c, sec)) < 0)
+	if (sec &&
+	    (ret = load_section(c, sec, "nvswap", nvswap_keys, &c->nv)) < 0)
 		return ret;
 	if (c->oom)
 		return nvs__err(-ENOMEM, "nvs_config_load: out of memory");
