@@ -60,25 +60,60 @@ static long holder_pid(int lockfd)
 	return n > 0 ? strtol(buf, NULL, 10) : 0;
 }
 
-int nvs__swapdir_open(const char *nvme_path, int rank, struct nvs_swapdir *d)
+/* A subdirectory name: one component, not "." or "..", printable. */
+static bool good_name(const char *name)
 {
-	char name[32], pid[32];
+	size_t n = strlen(name);
+
+	if (n == 0 || n > 64 || !strcmp(name, ".") || !strcmp(name, ".."))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (name[i] == '/' || (unsigned char)name[i] < 0x20)
+			return false;
+	return true;
+}
+
+int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
+		      struct nvs_swapdir *d)
+{
+	char rname[32], pid[32];
 	int base, top, ret, n;
 
 	memset(d, 0, sizeof(*d));
 	d->dirfd = d->lockfd = -1;
-	snprintf(d->path, sizeof(d->path), "%s/nvswap/rank%d", nvme_path, rank);
+	if (name && !*name)
+		name = NULL;
+	if (rank < 0 || (name && !good_name(name)))
+		return nvs__err(-EINVAL,
+				"nvswap: bad swap directory name "
+				"\"%s\" or rank %d",
+				name ? name : "", rank);
+	if (name)
+		n = snprintf(d->path, sizeof(d->path), "%s/nvswap/%s/rank%d",
+			     nvme_path, name, rank);
+	else
+		n = snprintf(d->path, sizeof(d->path), "%s/nvswap/rank%d",
+			     nvme_path, rank);
+	if (n >= (int)sizeof(d->path))
+		return nvs__err(-ENAMETOOLONG, "nvswap: nvme_path %s: too long",
+				nvme_path);
+	d->named = name != NULL;
 	base = open(nvme_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (base < 0)
 		return nvs__err(-errno, "nvswap: nvme_path %s: %s", nvme_path,
 				nvs_strerror(errno));
 	top = subdir(base, "nvswap");
 	close(base);
+	if (top >= 0 && name) {
+		int sub = subdir(top, name);
+		close(top);
+		top = sub;
+	}
 	if (top < 0)
-		return nvs__err(top, "nvswap: %s/nvswap: %s", nvme_path,
+		return nvs__err(top, "nvswap: %s: %s", d->path,
 				nvs_strerror(-top));
-	snprintf(name, sizeof(name), "rank%d", rank);
-	d->dirfd = subdir(top, name);
+	snprintf(rname, sizeof(rname), "rank%d", rank);
+	d->dirfd = subdir(top, rname);
 	close(top);
 	if (d->dirfd < 0) {
 		ret = d->dirfd;
@@ -127,6 +162,12 @@ int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags)
 	fd = openat(d->dirfd, file,
 		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | flags,
 		    0600);
+	if (fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
+		/* The filesystem refuses O_DIRECT (after creating the
+		 * file): buffered, then. */
+		unlinkat(d->dirfd, file, 0);
+		return nvs__swapdir_create(d, name, flags & ~O_DIRECT);
+	}
 	return fd < 0 ? -errno : fd;
 }
 
@@ -142,7 +183,15 @@ void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 		close(d->lockfd); /* drops the flock */
 	if (d->dirfd >= 0)
 		close(d->dirfd);
-	if (remove && owned)
-		rmdir(d->path); /* fails harmlessly if someone else is in */
+	if (remove && owned) {
+		/* Both fail harmlessly while someone else is in. */
+		rmdir(d->path);
+		if (d->named) {
+			char *slash = strrchr(d->path, '/');
+			*slash = '\0';
+			rmdir(d->path);
+			*slash = '/';
+		}
+	}
 	d->dirfd = d->lockfd = -1;
 }

@@ -2,7 +2,8 @@
 /*
  * A swapper's directory on one NVMe path: <nvme_path>/nvswap/rank<R>/,
  * held with an flock on its "lock" file so two live processes never share
- * it. Swap files inside are named swap.*, created 0600 with O_NOFOLLOW;
+ * it (a <name> level between nvswap/ and rank<R>/ lets several swappers
+ * share a path). Swap files inside are named swap.*, created 0600 with O_NOFOLLOW;
  * nothing outside the directory is touched. Swap files a killed process
  * left behind are found stale (the lock is free) and removed at the next
  * open. Threading: one owner.
@@ -16,18 +17,25 @@ struct nvs_swapdir {
 	int dirfd;	/* the rank directory */
 	int lockfd;	/* its lock file, flocked */
 	unsigned stale; /* swap files of a dead owner removed at open */
+	bool named;	/* path has a <name> level */
 	char path[4096];
 };
 
 /*
- * Create (0700) and lock <@nvme_path>/nvswap/rank<@rank>/. Returns 0, or
+ * Create (0700) and lock <@nvme_path>/nvswap/rank<@rank>/, or with a
+ * @name (one path component, e.g. "param"; NULL or "" for none)
+ * <@nvme_path>/nvswap/<@name>/rank<@rank>/, so that several swappers of
+ * one process may share a path. Returns 0, or
  * -errno with nvs_last_error() set: -EBUSY (a live process holds it; the
  * message has its pid), -ELOOP (a symlink where a directory should be),
+ * -EINVAL (a bad @name, a negative @rank),
  * -ENOENT/-EACCES/-EROFS/-ENOTDIR from the path.
  */
-int nvs__swapdir_open(const char *nvme_path, int rank, struct nvs_swapdir *d);
+int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
+		      struct nvs_swapdir *d);
 /* Create swap file "swap.<@name>" (O_EXCL, 0600, O_NOFOLLOW) with @flags
- * added (e.g. O_DIRECT); returns the descriptor or -errno. */
+ * added (e.g. O_DIRECT; dropped when the filesystem refuses it: check
+ * the descriptor's flags); returns the descriptor or -errno. */
 int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags);
 /* Unlock and close; with @remove, delete the swap files, the lock and the
  * rank directory first (scratch mode). */
