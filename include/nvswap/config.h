@@ -87,8 +87,8 @@ struct nvs_config;
  *   -EROFS    an nvme_path is on a read-only filesystem;
  *   -ENOTDIR  an nvme_path is not a directory;
  *   -ENOMEM.
- * The swap manager that will consume the offload sections
- * (nvs_config_swapper_opts()) is not built yet.
+ * The offload sections become swapper options with
+ * nvs_config_swapper_opts() (nvswap/swapper.h).
  * Threading: any thread; a loaded config is read-only and may be shared.
  */
 NVS_API int nvs_config_load(const char *path, struct nvs_config **out);

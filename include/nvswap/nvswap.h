@@ -8,5 +8,6 @@
 #include "nvswap/aio.h"
 #include "nvswap/buffers.h"
 #include "nvswap/config.h"
+#include "nvswap/swapper.h"
 
 #endif /* NVSWAP_NVSWAP_H */

@@ -7,12 +7,14 @@
  * are borrowed from it.
  */
 #include "nvswap/config.h"
+#include "nvswap/swapper.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -750,4 +752,66 @@ int nvs_config_nvswap(const struct nvs_config *cfg,
 const char *nvs_config_warning(const struct nvs_config *cfg, unsigned i)
 {
 	return cfg && i < cfg->nwarn ? cfg->warn[i] : NULL;
+}
+
+int nvs_config_swapper_opts(const struct nvs_config *cfg,
+			    enum nvs_offload_kind which, int rank,
+			    struct nvs_swapper_opts *opts)
+{
+	static const char *const names[] = {"offload_param",
+					    "offload_optimizer"};
+	const struct nvs_offload_config *off;
+	uint64_t elem, bytes;
+
+	if (!cfg || !opts || opts->size != sizeof(*opts) || rank < 0 ||
+	    (which != NVS_OFFLOAD_PARAM && which != NVS_OFFLOAD_OPTIMIZER))
+		return nvs__err(-EINVAL, "nvs_config_swapper_opts: NULL "
+					 "argument, opts not from "
+					 "nvs_swapper_opts_init(), a negative "
+					 "rank or an unknown section");
+	off = &cfg->off[which];
+	if (off->device != NVS_DEVICE_NVME)
+		return nvs__err(-EINVAL,
+				"%s: zero_optimization.%s.device is \"%s\", "
+				"not \"nvme\": there is nothing to swap",
+				cfg->name, names[which],
+				off->device == NVS_DEVICE_CPU ? "cpu" : "none");
+	elem = opts->elem_size ? opts->elem_size
+			       : (which == NVS_OFFLOAD_PARAM ? 2 : 4);
+	if (off->buffer_size > SIZE_MAX / elem)
+		return nvs__err(-EINVAL,
+				"%s: zero_optimization.%s.buffer_size %" PRIu64
+				" x %" PRIu64 " bytes overflows",
+				cfg->name, names[which], off->buffer_size,
+				elem);
+	bytes = off->buffer_size * elem;
+	if (off->buffer_count > 65536)
+		return nvs__err(-EINVAL,
+				"%s: zero_optimization.%s.buffer_count %" PRIu64
+				" is more than 65536 buffers",
+				cfg->name, names[which], off->buffer_count);
+	if (cfg->nv.npaths) {
+		opts->npaths = cfg->nv.npaths;
+		for (unsigned i = 0; i < cfg->nv.npaths; i++)
+			opts->nvme_paths[i] = cfg->nv.nvme_paths[i];
+	} else if (off->nvme_path) {
+		opts->npaths = 1;
+		opts->nvme_paths[0] = off->nvme_path;
+	} else {
+		return nvs__err(-EINVAL,
+				"%s: zero_optimization.%s has device \"nvme\" "
+				"but no nvme_path (nor nvswap.nvme_paths)",
+				cfg->name, names[which]);
+	}
+	opts->name = which == NVS_OFFLOAD_PARAM ? "param" : "optimizer";
+	opts->rank = rank;
+	opts->elem_size = (size_t)elem;
+	opts->buffer_size = (size_t)bytes;
+	opts->buffer_count = (unsigned)off->buffer_count;
+	opts->pin_memory = off->pin_memory;
+	opts->stripe_size = cfg->nv.stripe_size;
+	opts->checksum = cfg->nv.checksum;
+	opts->auto_evict = cfg->nv.auto_evict;
+	opts->aio = cfg->aio;
+	return 0;
 }

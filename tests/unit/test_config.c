@@ -15,6 +15,7 @@
 
 #include "internal/alloc.h"
 #include "nvswap/config.h"
+#include "nvswap/swapper.h"
 #include "testutil.h"
 
 static void fini(void)
@@ -352,4 +353,100 @@ Test(config, every_failed_allocation_is_enomem_and_leaks_nothing)
 			     nvs_last_error());
 		cr_assert_null(c);
 	}
+}
+
+Test(config, offload_sections_become_swapper_options)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_swapper_opts o;
+
+	mkdir(tu_path("p"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 6, "
+		 "\"buffer_size\": 1e6, \"pin_memory\": false}, "
+		 "\"offload_optimizer\": {\"device\": \"nvme\", "
+		 "\"nvme_path\": \"%s\"}}, \"aio\": {\"block_size\": 262144, "
+		 "\"queue_depth\": 16}, \"nvswap\": {\"stripe_size\": 2097152, "
+		 "\"checksum\": true, \"auto_evict\": true}}",
+		 tu_path("p"), tu_path("p"));
+	c = load(json);
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 3, &o), 0,
+		     "%s", nvs_last_error());
+	cr_assert_eq(o.npaths, 1);
+	cr_assert_str_eq(o.nvme_paths[0], tu_path("p"));
+	cr_assert_str_eq(o.name, "param");
+	cr_assert_eq(o.rank, 3);
+	cr_assert_eq(o.buffer_count, 6);
+	cr_assert_eq(o.elem_size, 2, "fp16 parameters");
+	cr_assert_eq(o.buffer_size, 2000000);
+	cr_assert(!o.pin_memory);
+	cr_assert_eq(o.stripe_size, 2 << 20);
+	cr_assert(o.checksum);
+	cr_assert(o.auto_evict);
+	cr_assert_eq(o.aio.block_size, 262144);
+	cr_assert_eq(o.aio.queue_depth, 16);
+	cr_assert(o.aio.overlap_events, "DeepSpeed's default");
+
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_OPTIMIZER, 0, &o),
+		     0);
+	cr_assert_str_eq(o.name, "optimizer");
+	cr_assert_eq(o.buffer_count, 4);
+	cr_assert_eq(o.elem_size, 4, "fp32 optimizer state");
+	cr_assert_eq(o.buffer_size, 400000000ull);
+	cr_assert(o.pin_memory);
+
+	nvs_swapper_opts_init(&o);
+	o.elem_size = 4;
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o), 0);
+	cr_assert_eq(o.buffer_size, 4000000, "the caller's element size");
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, -1, &o),
+		     -EINVAL);
+	cr_assert_eq(
+		nvs_config_swapper_opts(c, (enum nvs_offload_kind)7, 0, &o),
+		-EINVAL);
+	cr_assert_eq(nvs_config_swapper_opts(NULL, NVS_OFFLOAD_PARAM, 0, &o),
+		     -EINVAL);
+	o.size = 0;
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o),
+		     -EINVAL, "opts not initialised");
+	nvs_config_free(c);
+}
+
+Test(config, swapper_options_need_an_nvme_device_and_take_nvme_paths_first)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_swapper_opts o;
+
+	c = load("{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"cpu\"}}}");
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o),
+		     -EINVAL);
+	cr_assert(strstr(nvs_last_error(),
+			 "offload_param.device is \"cpu\", not \"nvme\""),
+		  "%s", nvs_last_error());
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_OPTIMIZER, 0, &o),
+		     -EINVAL, "absent section: device none");
+	cr_assert(strstr(nvs_last_error(), "\"none\""), "%s", nvs_last_error());
+	nvs_config_free(c);
+
+	mkdir(tu_path("a"), 0755);
+	mkdir(tu_path("b"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_optimizer\": "
+		 "{\"device\": \"nvme\", \"nvme_path\": \"%s\"}}, "
+		 "\"nvswap\": {\"nvme_paths\": [\"%s\", \"%s\"]}}",
+		 tu_path("a"), tu_path("a"), tu_path("b"));
+	c = load(json);
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_OPTIMIZER, 0, &o),
+		     0);
+	cr_assert_eq(o.npaths, 2);
+	cr_assert_str_eq(o.nvme_paths[1], tu_path("b"));
+	nvs_config_free(c);
 }

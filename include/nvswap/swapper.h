@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The swap manager: tensors registered by a caller-chosen 64-bit id, kept
+ * in swap files on one or more NVMe paths and brought into a fixed pool of
+ * pinned buffers on demand, with asynchronous prefetch and write-back so
+ * the I/O overlaps the caller's compute.
+ */
+#ifndef NVSWAP_SWAPPER_H
+#define NVSWAP_SWAPPER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvswap/aio.h"
+#include "nvswap/common.h"
+#include "nvswap/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most NVMe paths (devices) one swapper stripes over. */
+#define NVS_SWAPPER_MAX_PATHS 16
+
+/**
+ * enum nvs_tensor_state - where a tensor's data is.
+ *
+ *   ON_NVME  --prefetch/acquire-->  READING  --read done-->  RESIDENT
+ *   RESIDENT --evict, dirty-->  WRITING  --write done-->  ON_NVME
+ *   RESIDENT --evict, clean-->  ON_NVME (no I/O)
+ *
+ * A failed read goes back to ON_NVME (retry with prefetch or acquire); a
+ * failed write goes back to RESIDENT, still dirty (nothing is lost; retry
+ * with evict). A prefetch or acquire of a WRITING tensor keeps its buffer
+ * when the write ends (RESIDENT, clean) instead of reading it back.
+ */
+enum nvs_tensor_state {
+	NVS_TENSOR_ON_NVME = 0,
+	NVS_TENSOR_READING = 1,
+	NVS_TENSOR_RESIDENT = 2,
+	NVS_TENSOR_WRITING = 3,
+};
+
+/**
+ * struct nvs_swapper_opts - settings of a swapper.
+ * Fill it with nvs_swapper_opts_init() (or nvs_config_swapper_opts()),
+ * then set at least nvme_paths/npaths, buffer_size and buffer_count.
+ */
+struct nvs_swapper_opts {
+	size_t size;	 /* set by nvs_swapper_opts_init */
+	unsigned npaths; /* entries of nvme_paths, 1..NVS_SWAPPER_MAX_PATHS */
+	const char *nvme_paths[NVS_SWAPPER_MAX_PATHS]; /* existing, writable
+							  directories, one per
+							  device; borrowed for
+							  create */
+	const char *name;   /* NULL: swap files in <path>/nvswap/rank<R>/; else
+			     <path>/nvswap/<name>/rank<R>/ (one component),
+			     so several swappers can share a path */
+	int rank;	    /* default 0 */
+	size_t buffer_size; /* bytes per pool buffer = largest tensor */
+	unsigned buffer_count; /* pool buffers = tensors resident at once */
+	size_t elem_size;      /* bytes per element, used only by
+				  nvs_config_swapper_opts() (0 there = 2 for
+				  parameters, 4 for optimizer state) */
+	uint64_t stripe_size;  /* tensors of at least this many bytes are
+				  striped over the paths in units of this;
+				  default 1 MiB, a multiple of 4096 */
+	bool pin_memory;       /* default true: the pool is page-locked;
+				  false: locked when possible, unlocked memory
+				  accepted when the memlock limit refuses */
+	bool auto_evict;       /* default false: when the pool is empty,
+				  prefetch/acquire evict the least recently
+				  released tensor (clean ones first) instead
+				  of waiting for the caller to evict */
+	bool checksum;	       /* default false: CRC32C each tensor when
+				  written, verify when read (-EBADMSG) */
+	uint8_t reserved8[5];
+	uint32_t wait_ms; /* how long prefetch/acquire wait for another
+				   thread to evict when the pool is empty and
+				   auto_evict is off; 0 (default) = no limit */
+	uint32_t reserved32;
+	struct nvs_aio_opts aio; /* the swapper's aio handle; filled by
+				    nvs_aio_opts_init(). max_ops 0 = sized for
+				    the pool */
+	uint64_t reserved[8];
+};
+
+/**
+ * struct nvs_swap_stats - counters of a swapper since its creation.
+ */
+struct nvs_swap_stats {
+	uint64_t bytes_read;	  /* tensor bytes read from NVMe */
+	uint64_t bytes_written;	  /* tensor bytes written (register with
+				     init data included) */
+	uint64_t reads;		  /* tensor reads completed */
+	uint64_t writes;	  /* tensor writes completed */
+	uint64_t io_ops;	  /* aio ops (one per extent) */
+	uint64_t io_errors;	  /* tensor reads or writes that failed */
+	uint64_t checksum_errors; /* reads refused by the checksum */
+	uint64_t prefetches;	  /* prefetch calls that started a read */
+	uint64_t acquires;	  /* successful acquires */
+	uint64_t acquire_hits;	  /* of those, already resident (no wait) */
+	uint64_t acquire_wait_ns; /* time blocked in acquire: I/O not hidden
+				     by compute, and waits for a buffer */
+	uint64_t clean_evictions; /* evictions that needed no write */
+	uint64_t auto_evictions;  /* evictions the swapper chose itself */
+	uint64_t zero_fills;	  /* reads of never-written tensors served
+				     by zero-filling, no I/O */
+	uint64_t revived;	  /* writes whose buffer was kept because the
+				     tensor was wanted again */
+	uint64_t buffer_waits;	  /* times a call waited for a pool buffer */
+	uint64_t buffer_wait_ns;  /* time spent in those waits */
+	unsigned buffer_count;	  /* pool buffers */
+	unsigned buffers_in_use;  /* held now (resident or in flight) */
+	unsigned pool_high_water; /* most held at once */
+	unsigned tensors;	  /* registered now */
+	size_t buffer_size;	  /* bytes per pool buffer (rounded up to the
+				     I/O alignment) */
+	bool pinned;		  /* the pool is page-locked */
+	enum nvs_backend backend; /* the aio backend in use */
+	uint64_t tensor_bytes;	  /* bytes of the registered tensors */
+	unsigned npaths;
+	uint64_t path_bytes_read[NVS_SWAPPER_MAX_PATHS];
+	uint64_t path_bytes_written[NVS_SWAPPER_MAX_PATHS];
+	uint64_t path_space_used[NVS_SWAPPER_MAX_PATHS]; /* allocated bytes */
+	uint64_t path_file_size[NVS_SWAPPER_MAX_PATHS];	 /* swap file size */
+	uint64_t reserved[8];
+};
+
+/** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */
+struct nvs_tensor_info {
+	enum nvs_tensor_state state;
+	size_t nbytes;
+	unsigned acquired; /* acquires not yet released */
+	bool dirty;	   /* resident data not yet written */
+	bool on_disk;	   /* has been written at least once (false: reads
+			      as zeros without I/O) */
+	unsigned extents;  /* pieces on the paths */
+	uint64_t reserved[4];
+};
+
+struct nvs_swapper;
+
+/** nvs_swapper_opts_init() - the defaults (see struct nvs_swapper_opts). */
+NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
+
+/**
+ * nvs_swapper_create() - open the swap directories, create the swap files
+ * (one per path, O_DIRECT where the filesystem allows), the pinned pool
+ * and the aio handle.
+ * @opts: borrowed for the call.
+ * @out:  receives the swapper; NULL on failure.
+ *
+ * Swap files of a process that died without cleaning up (its lock is
+ * free) are removed first. Nothing outside the rank directories is
+ * touched.
+ * Return: 0, or
+ *   -EINVAL  NULL argument, opts not from nvs_swapper_opts_init(), no
+ *            path or more than NVS_SWAPPER_MAX_PATHS, a zero buffer size
+ *            or count, a stripe size not a multiple of 4096, a bad name;
+ *   -EBUSY   a live process (or another swapper here) holds a rank
+ *            directory; the message has its pid;
+ *   -ENOENT/-EACCES/-EROFS/-ENOTDIR  an nvme_path;
+ *   -ENOMEM/-EPERM  the pool (memlock limit) or memory;
+ *   and the errors of nvs_aio_create().
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapper_create(const struct nvs_swapper_opts *opts,
+			       struct nvs_swapper **out);
+
+/**
+ * nvs_swapper_destroy() - finish all I/O in flight, then remove the swap
+ * files and directories and free everything.
+ * @s: the swapper, or NULL (a no-op returning 0).
+ *
+ * Pointers from nvs_swapper_acquire() are invalid afterwards, released or
+ * not. Dirty resident tensors are not written (the files are scratch).
+ * Return: 0, or the -errno of an I/O failure no call reported yet.
+ * No other thread may use @s during or after this call.
+ */
+NVS_API int nvs_swapper_destroy(struct nvs_swapper *s);
+
+/**
+ * nvs_swapper_register() - add tensor @id of @nbytes bytes, on NVMe.
+ * @init: NULL: the tensor reads as zeros (no I/O until it is first
+ *        written); else @nbytes bytes written to its place now (borrowed
+ *        for the call; any alignment).
+ *
+ * Return: 0, or
+ *   -EEXIST  @id is registered;
+ *   -EINVAL  @nbytes is 0; -EFBIG  @nbytes exceeds the pool's buffer
+ *            size (the message names both);
+ *   -ENOSPC/-EIO  writing @init failed: the tensor is not registered;
+ *   -ENOMEM.
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapper_register(struct nvs_swapper *s, uint64_t id,
+				 size_t nbytes, const void *init);
+
+/**
+ * nvs_swapper_unregister() - forget tensor @id and free its space and
+ * buffer (waits for its I/O in flight; unwritten changes are dropped).
+ * Return: 0, -ENOENT (unknown id), -EBUSY (acquired and not released).
+ */
+NVS_API int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id);
+
+/**
+ * nvs_swapper_prefetch() - start reading tensor @id into a pool buffer and
+ * return; a no-op when it is already resident or being read. On a WRITING
+ * tensor it keeps the buffer once the write ends (no read).
+ *
+ * When the pool is empty it first waits for a write-back to end, evicts
+ * by itself (auto_evict), or waits for another thread to evict.
+ * Return: 0, or
+ *   -ENOENT   unknown id;
+ *   -EDEADLK  every pool buffer is held by an acquire: release one first;
+ *   -ETIMEDOUT  no buffer within wait_ms;
+ *   -errno    the read could not be submitted (the tensor stays ON_NVME).
+ * A read that fails later is reported by the next acquire or wait of @id.
+ */
+NVS_API int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id);
+
+/**
+ * nvs_swapper_acquire() - the resident data of tensor @id.
+ * @ptr: receives the tensor's buffer (nbytes bytes, 4096-aligned, pinned),
+ *       the caller's until nvs_swapper_release(); write to it and release
+ *       with dirty = true to keep the change.
+ *
+ * Starts a read when the tensor is on NVMe; waits only for what is still
+ * in flight for this tensor. Acquires nest: each needs a release.
+ * Return: 0, or -ENOENT, -EDEADLK, -ETIMEDOUT as nvs_swapper_prefetch();
+ *   -EIO (or another -errno) the read failed: the tensor is ON_NVME and a
+ *        later acquire retries it;
+ *   -EBADMSG  checksum mismatch: the data is not handed out; the message
+ *        names the id and the file.
+ * @ptr is NULL on failure.
+ */
+NVS_API int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr);
+
+/**
+ * nvs_swapper_release() - end one acquire of @id.
+ * @dirty: the caller changed the data; it will be written at eviction.
+ * The tensor stays resident until evicted.
+ * Return: 0, -ENOENT, or -EBUSY when @id is not acquired.
+ */
+NVS_API int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty);
+
+/**
+ * nvs_swapper_evict() - free tensor @id's buffer: start the write-back when
+ * it is dirty (the buffer returns to the pool when the write ends), else
+ * give the buffer back at once. A no-op on ON_NVME and WRITING tensors; a
+ * READING one is waited for, then dropped.
+ * Return: 0, -ENOENT, -EBUSY (acquired), or the -errno of a write that
+ * could not be submitted (the tensor stays resident and dirty).
+ */
+NVS_API int nvs_swapper_evict(struct nvs_swapper *s, uint64_t id);
+
+/**
+ * nvs_swapper_wait() - wait until tensor @id has no I/O in flight.
+ * Return: 0, -ENOENT, or the -errno of its last read or write if that
+ * failed and was not reported yet (reported once). After a failed write
+ * the tensor is RESIDENT and dirty: evict again to retry.
+ */
+NVS_API int nvs_swapper_wait(struct nvs_swapper *s, uint64_t id);
+
+/**
+ * nvs_swapper_wait_all() - wait until no I/O is in flight.
+ * Return: 0, or the first unreported -errno of any tensor (all of them are
+ * reported by this call).
+ */
+NVS_API int nvs_swapper_wait_all(struct nvs_swapper *s);
+
+/** nvs_swapper_stats() - copy the counters. 0, or -EINVAL for NULLs. */
+NVS_API int nvs_swapper_stats(const struct nvs_swapper *s,
+			      struct nvs_swap_stats *st);
+
+/** nvs_swapper_info() - tensor @id's state. 0, -ENOENT, -EINVAL. */
+NVS_API int nvs_swapper_info(const struct nvs_swapper *s, uint64_t id,
+			     struct nvs_tensor_info *info);
+
+/** nvs_swapper_dir() - the rank directory on path @i, NULL past the end. */
+NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
+
+/**
+ * nvs_config_swapper_opts() - swapper options from a loaded config.
+ * @which: NVS_OFFLOAD_PARAM or NVS_OFFLOAD_OPTIMIZER.
+ * @opts:  from nvs_swapper_opts_init(); set elem_size first to override
+ *         the element size (0: 2 bytes for parameters, fp16/bf16; 4 for
+ *         optimizer state, fp32).
+ *
+ * Fills: nvme_paths (nvswap.nvme_paths when given, else the section's
+ * nvme_path), name ("param" or "optimizer"), rank, buffer_count,
+ * buffer_size (the section's buffer_size elements x elem_size),
+ * pin_memory, stripe_size, checksum, auto_evict and the aio options.
+ * Return: 0, or -EINVAL: a NULL argument, an unknown @which, a negative
+ * @rank, or a section whose device is not "nvme" or that has no path (the
+ * message says which).
+ */
+NVS_API int nvs_config_swapper_opts(const struct nvs_config *cfg,
+				    enum nvs_offload_kind which, int rank,
+				    struct nvs_swapper_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVSWAP_SWAPPER_H */
