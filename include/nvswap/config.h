@@ -132,7 +132,9 @@ NVS_API int nvs_config_nvswap(const struct nvs_config *cfg,
 
 /**
  * nvs_config_warning() - the @i-th note about the file (0-based): keys
- * accepted but unused by nvswap, deprecated spellings. NULL past the end.
+ * accepted but unused by nvswap, deprecated spellings, an "aio" section
+ * inside zero_optimization (ignored there, as by DeepSpeed). NULL past
+ * the end.
  */
 NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
 				       unsigned i);

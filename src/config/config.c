@@ -610,6 +610,14 @@ static int load_text(struct nvs_config *c, const char *text, size_t len)
 			if (ret < 0)
 				return ret;
 		}
+		/* A common mistake (it is in published examples): DeepSpeed
+		 * reads aio only at the top level and drops this one
+		 * silently. Say so. */
+		if (json_object_get(zo, "aio"))
+			warn(c, "zero_optimization.aio",
+			     "ignored, as DeepSpeed ignores it: aio is a "
+			     "top-level section; move it out of "
+			     "zero_optimization for its settings to apply");
 	}
 	sec = json_object_get(c->root, "aio");
 	if (sec && (ret = load_section(c, sec, "aio", aio_keys, c)) < 0)

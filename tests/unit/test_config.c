@@ -450,3 +450,42 @@ Test(config, swapper_options_need_an_nvme_device_and_take_nvme_paths_first)
 	cr_assert_str_eq(o.nvme_paths[1], tu_path("b"));
 	nvs_config_free(c);
 }
+
+/* The NVMe sample of the Hugging Face DeepSpeed guide: it puts "aio"
+ * inside zero_optimization, where DeepSpeed never reads it. It loads, and
+ * the misplaced section is named instead of silently dropped. */
+Test(config, a_published_sample_with_aio_misplaced_loads_and_says_so)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_aio_opts a;
+	const char *w;
+	bool found = false;
+
+	snprintf(
+		json, sizeof(json),
+		"{\n\"zero_optimization\": {\n  \"stage\": 3,\n"
+		"  \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+		"\"%s\", \"pin_memory\": true, \"buffer_count\": 4, "
+		"\"fast_init\": false},\n"
+		"  \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": "
+		"\"%s\", \"pin_memory\": true, \"buffer_count\": 5, "
+		"\"buffer_size\": 1e8, \"max_in_cpu\": 1e9},\n"
+		"  \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, "
+		"\"thread_count\": 1, \"single_submit\": false, "
+		"\"overlap_events\": true},\n"
+		"  \"overlap_comm\": true, \"contiguous_gradients\": true, "
+		"\"sub_group_size\": 1e9, \"reduce_bucket_size\": \"auto\", "
+		"\"stage3_max_live_parameters\": 1e9, "
+		"\"stage3_gather_16bit_weights_on_model_save\": true\n}\n}",
+		tu_dir(), tu_dir());
+	c = load(json);
+	for (unsigned i = 0; (w = nvs_config_warning(c, i)); i++)
+		if (strstr(w, "t.json:6:3: zero_optimization.aio: ignored"))
+			found = true;
+	cr_assert(found, "the misplaced aio section is named");
+	nvs_config_aio_opts(c, &a);
+	cr_assert_eq(a.block_size, 1048576, "DeepSpeed's default, as there");
+	cr_assert_eq(a.queue_depth, 8);
+	nvs_config_free(c);
+}
