@@ -109,8 +109,11 @@ struct nvs_swap_stats {
 				     by zero-filling, no I/O */
 	uint64_t revived;	  /* writes whose buffer was kept because the
 				     tensor was wanted again */
-	uint64_t buffer_waits;	  /* times a call waited for a pool buffer */
-	uint64_t buffer_wait_ns;  /* time spent in those waits */
+	uint64_t buffer_waits;	  /* prefetches/acquires that found the pool
+				     empty (and collected a write-back,
+				     evicted, or waited for an eviction) */
+	uint64_t buffer_wait_ns;  /* time from then until they had a buffer
+				     (or failed) */
 	unsigned buffer_count;	  /* pool buffers */
 	unsigned buffers_in_use;  /* held now (resident or in flight) */
 	unsigned pool_high_water; /* most held at once */

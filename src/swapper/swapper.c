@@ -494,7 +494,6 @@ static struct tensor *victim(struct nvs_swapper *s)
 static int make_room(struct nvs_swapper *s, uint64_t deadline)
 {
 	struct tensor *t;
-	uint64_t t0;
 
 	if (reap_writes(s))
 		return 0;
@@ -538,8 +537,6 @@ static int make_room(struct nvs_swapper *s, uint64_t deadline)
 				s->in_use);
 	/* Buffers are held by resident or arriving tensors that only the
 	 * caller may evict: wait for another thread to. */
-	s->st.buffer_waits++;
-	t0 = nvs__now_ns();
 	if (deadline) {
 		struct timespec ts;
 		uint64_t now = nvs__now_ns();
@@ -560,7 +557,6 @@ static int make_room(struct nvs_swapper *s, uint64_t deadline)
 	} else {
 		wait_change(s);
 	}
-	s->st.buffer_wait_ns += nvs__now_ns() - t0;
 	return 0;
 }
 
@@ -1004,25 +1000,26 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 		       bool *waited, bool prefetch)
 {
-	uint64_t deadline = deadline_of(s);
+	uint64_t deadline = deadline_of(s), t0 = 0;
+	int ret;
 
 	for (;;) {
 		struct tensor *t = find(s, id);
 		void *buf;
-		int ret;
-		if (!t)
-			return no_tensor(id, call);
+		if (!t) {
+			ret = no_tensor(id, call);
+			break;
+		}
 		if (t->busy) {
 			wait_change(s);
 			*waited = true;
 			continue;
 		}
-		if (t->state == NVS_TENSOR_WRITING) {
+		ret = 0;
+		if (t->state == NVS_TENSOR_WRITING)
 			t->revive = true;
-			return 0;
-		}
 		if (t->state != NVS_TENSOR_ON_NVME)
-			return 0;
+			break;
 		buf = buffer_get(s);
 		if (buf) {
 			t->err = 0; /* a new read: an old failure is moot */
@@ -1031,13 +1028,20 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 			ret = start_read(s, t, buf);
 			if (ret == 0 && prefetch)
 				s->st.prefetches++;
-			return ret;
+			break;
+		}
+		if (!t0) {
+			s->st.buffer_waits++;
+			t0 = nvs__now_ns();
 		}
 		*waited = true;
 		ret = make_room(s, deadline);
 		if (ret < 0)
-			return ret;
+			break;
 	}
+	if (t0)
+		s->st.buffer_wait_ns += nvs__now_ns() - t0;
+	return ret;
 }
 
 int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id)
