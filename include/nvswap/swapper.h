@@ -76,9 +76,12 @@ struct nvs_swapper_opts {
 	bool checksum;	       /* default false: CRC32C each tensor when
 				  written, verify when read (-EBADMSG) */
 	uint8_t reserved8[5];
-	uint32_t wait_ms; /* how long prefetch/acquire wait for another
-				   thread to evict when the pool is empty and
-				   auto_evict is off; 0 (default) = no limit */
+	/* How long prefetch/acquire wait for another thread to evict when
+	 * the pool is empty and auto_evict is off; 0 (default) = no limit.
+	 * A single-threaded caller that does not evict what it released
+	 * should turn on auto_evict or set this (-ETIMEDOUT): nobody else
+	 * will free a buffer. */
+	uint32_t wait_ms;
 	uint32_t reserved32;
 	struct nvs_aio_opts aio; /* the swapper's aio handle; filled by
 				    nvs_aio_opts_init(). max_ops 0 = sized for

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -836,6 +837,21 @@ static void unplace(struct nvs_swapper *s, struct tensor *t)
 	nvs__space_release(s->space, t->ext, t->nexts);
 }
 
+/* Give a written tensor's blocks back to the filesystem, so that freeing
+ * tensors frees disk space (a full disk recovers). Best effort: a
+ * filesystem without hole punching keeps them until destroy. */
+static void punch(struct nvs_swapper *s, const struct tensor *t)
+{
+	if (!t->on_disk)
+		return;
+	for (size_t i = 0; i < t->nexts; i++) {
+		const struct nvs_extent *e = &t->ext[i];
+		fallocate(s->path[e->path].fd,
+			  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			  (off_t)e->off, (off_t)io_len(s, e));
+	}
+}
+
 int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 			 const void *init)
 {
@@ -983,6 +999,7 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 	list_remove(t);
 	if (t->buf)
 		buffer_put(s, t);
+	punch(s, t);
 	unplace(s, t);
 	HASH_DEL(s->table, t);
 	s->st.tensors--;

@@ -12,10 +12,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -657,6 +659,74 @@ Test(swapper, a_full_disk_on_write_back_keeps_the_tensor_resident_and_dirty)
 	expect(s, 3, a, BUF);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	free(a);
+}
+
+/* A private mount namespace with a 1 MiB tmpfs: a real full disk. */
+static const char *small_fs(void)
+{
+	const char *mnt = tu_path("mnt");
+
+	mkdir(mnt, 0755);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("nvswap-test", mnt, "tmpfs", 0, "size=1m") < 0)
+		return NULL;
+	return mnt;
+}
+
+Test(swapper, a_really_full_disk_loses_nothing_and_unregistering_frees_it)
+{
+	enum { T = 6, SZ = 256 << 10 };
+	const char *mnt = small_fs();
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s;
+	struct nvs_tensor_info info;
+	unsigned char *ref[T];
+	int ret = 0;
+	unsigned i;
+
+	if (!mnt)
+		cr_skip_test("cannot mount a small tmpfs here (%s): needs root "
+			     "and CAP_SYS_ADMIN",
+			     strerror(errno));
+	opts(&o, 2);
+	o.nvme_paths[0] = mnt;
+	o.buffer_size = SZ;
+	s = mk_with(&o);
+	/* 6 x 256 KiB on a 1 MiB disk: placing is free (the file is
+	 * sparse), writing them is not. */
+	for (i = 0; i < T; i++) {
+		ref[i] = malloc(SZ);
+		cr_assert_eq(nvs_swapper_register(s, i, SZ, NULL), 0);
+	}
+	for (i = 0; i < T; i++) {
+		modify(s, i, ref[i], SZ, 200 + i);
+		cr_assert_eq(nvs_swapper_evict(s, i), 0, "%s",
+			     nvs_last_error());
+		ret = nvs_swapper_wait(s, i);
+		if (ret < 0)
+			break;
+	}
+	cr_assert_eq(ret, -ENOSPC, "tensor %u: %d %s", i, ret,
+		     nvs_last_error());
+	cr_assert_lt(i, T);
+	cr_assert(strstr(nvs_last_error(), mnt), "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_info(s, i, &info), 0);
+	cr_assert_eq(info.state, NVS_TENSOR_RESIDENT);
+	cr_assert(info.dirty, "nothing lost: still resident, still dirty");
+	expect(s, i, ref[i], SZ);
+	/* Freeing an earlier tensor gives its blocks back to the disk; the
+	 * retry then succeeds and every byte reads back. */
+	cr_assert_eq(nvs_swapper_unregister(s, 0), 0);
+	cr_assert_eq(nvs_swapper_evict(s, i), 0);
+	cr_assert_eq(nvs_swapper_wait(s, i), 0, "%s", nvs_last_error());
+	for (unsigned k = 1; k <= i; k++) {
+		expect(s, k, ref[k], SZ);
+		cr_assert_eq(nvs_swapper_evict(s, k), 0);
+	}
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	for (i = 0; i < T; i++)
+		free(ref[i]);
 }
 
 Test(swapper, a_failed_write_back_is_reported_by_wait_all_and_destroy)
