@@ -153,6 +153,26 @@ static void wait_change(struct nvs_swapper *s)
 	pthread_cond_wait(&s->cond, &s->lock);
 }
 
+/* Tensor @id once no other thread works on it (see tensor.busy): 0 and
+ * *@out, or -ENOENT. Lock held, dropped while waiting; @waited (or NULL)
+ * is set when it waited. */
+static int idle(struct nvs_swapper *s, uint64_t id, const char *call,
+		struct tensor **out, bool *waited)
+{
+	for (;;) {
+		struct tensor *t = find(s, id);
+		if (!t)
+			return no_tensor(id, call);
+		if (!t->busy) {
+			*out = t;
+			return 0;
+		}
+		wait_change(s);
+		if (waited)
+			*waited = true;
+	}
+}
+
 /* Keep @err with the calling thread's last error as @t's unreported
  * failure. */
 static void keep_error(struct tensor *t, int err, const char *msg)
@@ -479,6 +499,15 @@ static int start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
 	return ret;
 }
 
+/* Evict clean, unpinned, resident @t: no I/O. Lock held. */
+static void drop(struct nvs_swapper *s, struct tensor *t)
+{
+	list_remove(t);
+	t->state = NVS_TENSOR_ON_NVME;
+	buffer_put(s, t);
+	s->st.clean_evictions++;
+}
+
 /* The victim for automatic eviction: the least recently released clean
  * tensor, else the least recently released dirty one. */
 static struct tensor *victim(struct nvs_swapper *s)
@@ -506,10 +535,7 @@ static int make_room(struct nvs_swapper *s, uint64_t deadline)
 	if (s->auto_evict) {
 		t = victim(s);
 		if (t && !t->dirty) {
-			list_remove(t);
-			t->state = NVS_TENSOR_ON_NVME;
-			buffer_put(s, t);
-			s->st.clean_evictions++;
+			drop(s, t);
 			s->st.auto_evictions++;
 			return 0;
 		}
@@ -967,21 +993,17 @@ out_free:
 
 int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 {
-	struct tensor *t;
+	struct tensor *t = NULL;
 
 	if (!s)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_unregister: NULL swapper");
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		t = find(s, id);
-		if (!t) {
+		int ret = idle(s, id, "nvs_swapper_unregister", &t, NULL);
+		if (ret < 0) {
 			pthread_mutex_unlock(&s->lock);
-			return no_tensor(id, "nvs_swapper_unregister");
-		}
-		if (t->busy) {
-			wait_change(s);
-			continue;
+			return ret;
 		}
 		if (t->pins) {
 			pthread_mutex_unlock(&s->lock);
@@ -1021,18 +1043,10 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 	int ret;
 
 	for (;;) {
-		struct tensor *t = find(s, id);
+		struct tensor *t = NULL;
 		void *buf;
-		if (!t) {
-			ret = no_tensor(id, call);
+		if ((ret = idle(s, id, call, &t, waited)) < 0)
 			break;
-		}
-		if (t->busy) {
-			wait_change(s);
-			*waited = true;
-			continue;
-		}
-		ret = 0;
 		if (t->state == NVS_TENSOR_WRITING)
 			t->revive = true;
 		if (t->state != NVS_TENSOR_ON_NVME)
@@ -1086,16 +1100,10 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		return nvs__err(-EINVAL, "nvs_swapper_acquire: NULL argument");
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		struct tensor *t = find(s, id);
-		if (!t) {
-			ret = no_tensor(id, "nvs_swapper_acquire");
+		struct tensor *t = NULL;
+		ret = idle(s, id, "nvs_swapper_acquire", &t, &waited);
+		if (ret < 0)
 			break;
-		}
-		if (t->busy) {
-			wait_change(s);
-			waited = true;
-			continue;
-		}
 		if (t->state == NVS_TENSOR_RESIDENT) {
 			if (t->pins++ == 0)
 				list_remove(t);
@@ -1136,7 +1144,7 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 
 int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 {
-	struct tensor *t;
+	struct tensor *t = NULL;
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_release: NULL swapper");
@@ -1164,22 +1172,13 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 
 int nvs_swapper_evict(struct nvs_swapper *s, uint64_t id)
 {
-	struct tensor *t;
+	struct tensor *t = NULL;
 	int ret = 0;
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_evict: NULL swapper");
 	pthread_mutex_lock(&s->lock);
-	for (;;) {
-		t = find(s, id);
-		if (!t) {
-			ret = no_tensor(id, "nvs_swapper_evict");
-			break;
-		}
-		if (t->busy) {
-			wait_change(s);
-			continue;
-		}
+	while ((ret = idle(s, id, "nvs_swapper_evict", &t, NULL)) == 0) {
 		if (t->pins) {
 			ret = nvs__err(-EBUSY,
 				       "nvs_swapper_evict: tensor %" PRIu64
@@ -1198,10 +1197,7 @@ int nvs_swapper_evict(struct nvs_swapper *s, uint64_t id)
 		if (t->dirty) {
 			ret = start_write(s, t);
 		} else {
-			list_remove(t);
-			t->state = NVS_TENSOR_ON_NVME;
-			buffer_put(s, t);
-			s->st.clean_evictions++;
+			drop(s, t);
 		}
 		break;
 	}
@@ -1211,22 +1207,13 @@ int nvs_swapper_evict(struct nvs_swapper *s, uint64_t id)
 
 int nvs_swapper_wait(struct nvs_swapper *s, uint64_t id)
 {
-	struct tensor *t;
+	struct tensor *t = NULL;
 	int ret;
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_wait: NULL swapper");
 	pthread_mutex_lock(&s->lock);
-	for (;;) {
-		t = find(s, id);
-		if (!t) {
-			ret = no_tensor(id, "nvs_swapper_wait");
-			break;
-		}
-		if (t->busy) {
-			wait_change(s);
-			continue;
-		}
+	while ((ret = idle(s, id, "nvs_swapper_wait", &t, NULL)) == 0) {
 		if (t->on == &s->flight) {
 			collect(s, t);
 			continue;
@@ -1265,7 +1252,7 @@ int nvs_swapper_info(const struct nvs_swapper *cs, uint64_t id,
 		     struct nvs_tensor_info *info)
 {
 	struct nvs_swapper *s = (struct nvs_swapper *)(uintptr_t)cs;
-	struct tensor *t;
+	struct tensor *t = NULL;
 
 	if (!s || !info)
 		return nvs__err(-EINVAL, "nvs_swapper_info: NULL argument");
