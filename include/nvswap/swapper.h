@@ -228,6 +228,15 @@ NVS_API int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id);
 NVS_API int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id);
 
 /**
+ * nvs_swapper_try_prefetch() - nvs_swapper_prefetch() that never waits
+ * for a buffer: it takes a free one or one a finished write-back gives
+ * back, else returns -EAGAIN and changes nothing. For read-ahead that
+ * should shrink, not stall, when buffers are short.
+ * Return: 0, -EAGAIN, -ENOENT, or a submit error.
+ */
+NVS_API int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id);
+
+/**
  * nvs_swapper_acquire() - the resident data of tensor @id.
  * @ptr: receives the tensor's buffer (nbytes bytes, 4096-aligned, pinned),
  *       the caller's until nvs_swapper_release(); write to it and release

@@ -1037,7 +1037,7 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 /* Bring ON_NVME @id toward residence. Lock held; loops until the tensor
  * is READING, RESIDENT or WRITING-with-revive, or fails. */
 static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
-		       bool *waited, bool prefetch)
+		       bool *waited, bool prefetch, bool try)
 {
 	uint64_t deadline = deadline_of(s), t0 = 0;
 	int ret;
@@ -1059,6 +1059,16 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 			ret = start_read(s, t, buf);
 			if (ret == 0 && prefetch)
 				s->st.prefetches++;
+			break;
+		}
+		if (try) {
+			/* Finished write-backs only: never block. */
+			if (reap_writes(s))
+				continue;
+			ret = nvs__err(-EAGAIN,
+				       "%s: no free pool buffer for tensor "
+				       "%" PRIu64,
+				       call, id);
 			break;
 		}
 		if (!t0) {
@@ -1083,7 +1093,22 @@ int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id)
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_prefetch: NULL swapper");
 	pthread_mutex_lock(&s->lock);
-	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true);
+	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true, false);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id)
+{
+	bool waited = false;
+	int ret;
+
+	if (!s)
+		return nvs__err(-EINVAL,
+				"nvs_swapper_try_prefetch: NULL swapper");
+	pthread_mutex_lock(&s->lock);
+	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
+			  true);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -1122,7 +1147,7 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		}
 		if (t->state == NVS_TENSOR_ON_NVME) {
 			ret = start_fetch(s, id, "nvs_swapper_acquire", &waited,
-					  false);
+					  false, false);
 			if (ret < 0)
 				break;
 			continue;

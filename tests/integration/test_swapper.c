@@ -965,3 +965,31 @@ Test(swapper, param_and_optimizer_swappers_from_one_config_share_a_path)
 	nvs_config_free(c);
 	free(a);
 }
+
+Test(swapper, try_prefetch_takes_a_free_or_written_back_buffer_or_says_eagain)
+{
+	struct nvs_swapper *s = mk(2);
+	void *p;
+
+	for (unsigned i = 0; i < 4; i++)
+		cr_assert_eq(nvs_swapper_register(s, i, 100, NULL), 0);
+	cr_assert_eq(nvs_swapper_try_prefetch(s, 0), 0);
+	cr_assert_eq(nvs_swapper_try_prefetch(s, 1), 0);
+	cr_assert_eq(nvs_swapper_try_prefetch(s, 2), -EAGAIN);
+	cr_assert(strstr(nvs_last_error(), "no free pool buffer"));
+	cr_assert_eq(state(s, 2), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffer_waits, 0, "it did not wait");
+	cr_assert_eq(nvs_swapper_try_prefetch(s, 9), -ENOENT);
+	/* A write-back that has ended gives its buffer to the next try. */
+	touch(s, 0);
+	cr_assert_eq(nvs_swapper_evict(s, 0), 0);
+	struct timespec d = {0, 20 * 1000 * 1000};
+	while (state(s, 0) == NVS_TENSOR_WRITING) {
+		if (nvs_swapper_try_prefetch(s, 2) == 0)
+			break;
+		nanosleep(&d, NULL);
+	}
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0);
+	cr_assert_eq(state(s, 0), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
