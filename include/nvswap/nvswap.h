@@ -9,5 +9,6 @@
 #include "nvswap/buffers.h"
 #include "nvswap/config.h"
 #include "nvswap/swapper.h"
+#include "nvswap/offload.h"
 
 #endif /* NVSWAP_NVSWAP_H */

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The three kinds of offloaded training state, on top of the swap manager
+ * (nvswap/swapper.h): parameters walked layer by layer with read-ahead,
+ * optimizer state swapped per sub-group with optional pipelining, and
+ * gradients written behind during backward and read back for the step.
+ *
+ * Each role swapper borrows a struct nvs_swapper (which must outlive it).
+ * A layer's or group's tensors are packed into one swapper tensor, each
+ * at a 64-byte aligned offset, registered under id id_base + (group <<
+ * 20): a group needs one pool buffer (so the packed group must fit in
+ * buffer_size), and several roles can share one swapper when their
+ * id_base differ (say 0 and 1 << 40). Threading: a role swapper is used
+ * by one thread at a time; the swapper under it may be shared.
+ */
+#ifndef NVSWAP_OFFLOAD_H
+#define NVSWAP_OFFLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvswap/common.h"
+#include "nvswap/swapper.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most tensors one layer or sub-group holds. */
+#define NVS_OFFLOAD_MAX_TENSORS 64
+/** Largest layer or group number + 1. */
+#define NVS_OFFLOAD_MAX_GROUPS (1u << 20)
+
+/* ------------------------------------------------------------ parameters */
+
+/** struct nvs_param_swapper_opts - fill with nvs_param_swapper_opts_init(). */
+struct nvs_param_swapper_opts {
+	size_t size;
+	unsigned lookahead;  /* layers read ahead of the walk, default 1 */
+	uint64_t max_in_cpu; /* bytes of parameters that never go to disk,
+				default 0. Whole layers, in the order they
+				are added, while they fit (DeepSpeed keeps
+				the first parameters up to max_in_cpu
+				elements) */
+	uint64_t id_base;    /* default 0 */
+	uint64_t reserved[6];
+};
+
+struct nvs_param_swapper;
+
+/** nvs_param_swapper_opts_init() - the defaults. */
+NVS_API void nvs_param_swapper_opts_init(struct nvs_param_swapper_opts *o);
+
+/**
+ * nvs_param_swapper_create() - a parameter swapper over @core (borrowed;
+ * must outlive it). @opts: borrowed for the call.
+ * Return: 0, -EINVAL (NULLs, opts not initialised), -ENOMEM.
+ */
+NVS_API int nvs_param_swapper_create(struct nvs_swapper *core,
+				     const struct nvs_param_swapper_opts *opts,
+				     struct nvs_param_swapper **out);
+
+/**
+ * nvs_param_swapper_destroy() - unregister every layer's tensors from the
+ * swapper and free the resident ones. NULL is a no-op.
+ * Return: 0, or the first error of an unregister (-EBUSY: a layer is
+ * still acquired; the swapper is freed anyway).
+ */
+NVS_API int nvs_param_swapper_destroy(struct nvs_param_swapper *p);
+
+/**
+ * nvs_param_add_layer() - layer @layer: @n tensors of @nbytes[i] bytes,
+ * initial contents @init[i] (@init or @init[i] NULL: zeros).
+ * Return: 0, -EEXIST (the layer exists), -EINVAL (n is 0 or above
+ * NVS_OFFLOAD_MAX_TENSORS, layer >= NVS_OFFLOAD_MAX_GROUPS, a zero size),
+ * or nvs_swapper_register()'s errors (-EFBIG: the layer, packed, is
+ * larger than a pool buffer). Nothing is added on failure.
+ */
+NVS_API int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer,
+				unsigned n, const size_t *nbytes,
+				const void *const *init);
+
+/**
+ * nvs_param_prefetch_layer() - start reading @layer without waiting for
+ * buffers (as far as free buffers go). Return: 0, -ENOENT, or a submit
+ * error; a short pool is not an error.
+ */
+NVS_API int nvs_param_prefetch_layer(struct nvs_param_swapper *p,
+				     unsigned layer);
+
+/**
+ * nvs_param_acquire_layer() - the resident tensors of @layer.
+ * @ptrs: receives one pointer per tensor, in add order.
+ *
+ * Before it waits it reads ahead the next @lookahead layers in the walk's
+ * direction (upwards after acquiring a lower layer, downwards after a
+ * higher one: forward and backward passes both read ahead), without ever
+ * waiting for buffers to do so.
+ * Return: 0, -ENOENT (no such layer), or nvs_swapper_acquire()'s errors;
+ * on failure nothing stays acquired.
+ */
+NVS_API int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
+				    void **ptrs);
+
+/**
+ * nvs_param_release_layer() - end an acquire. @dirty: the parameters
+ * changed (written back at eviction; clean layers are dropped without
+ * I/O). Return: 0, -ENOENT, -EBUSY (not acquired).
+ */
+NVS_API int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,
+				    bool dirty);
+
+/**
+ * nvs_param_evict_layer() - give @layer's buffers back (write-back of
+ * changed tensors starts now; a no-op for layers kept in CPU memory).
+ * Return: 0, -ENOENT, -EBUSY (acquired), or a write submit error.
+ */
+NVS_API int nvs_param_evict_layer(struct nvs_param_swapper *p, unsigned layer);
+
+/** nvs_param_layer_in_cpu() - whether @layer is kept in CPU memory. */
+NVS_API bool nvs_param_layer_in_cpu(const struct nvs_param_swapper *p,
+				    unsigned layer);
+
+/* ------------------------------------------------------- optimizer state */
+
+/** struct nvs_optim_swapper_opts - fill with nvs_optim_swapper_opts_init(). */
+struct nvs_optim_swapper_opts {
+	size_t size;
+	bool pipeline_read;  /* swap_in(g) also reads group g+1 ahead */
+	bool pipeline_write; /* swap_out(g) returns before its write-back */
+	uint8_t reserved8[6];
+	uint64_t id_base; /* default 0 */
+	uint64_t reserved[6];
+};
+
+struct nvs_optim_swapper;
+
+NVS_API void nvs_optim_swapper_opts_init(struct nvs_optim_swapper_opts *o);
+
+/** nvs_optim_swapper_create() - as nvs_param_swapper_create(). */
+NVS_API int nvs_optim_swapper_create(struct nvs_swapper *core,
+				     const struct nvs_optim_swapper_opts *opts,
+				     struct nvs_optim_swapper **out);
+
+/** nvs_optim_swapper_destroy() - as nvs_param_swapper_destroy(). */
+NVS_API int nvs_optim_swapper_destroy(struct nvs_optim_swapper *o);
+
+/**
+ * nvs_optim_add_group() - sub-group @group with @n state tensors (e.g.
+ * fp32 master weights, exp_avg, exp_avg_sq), sizes and initial contents as
+ * nvs_param_add_layer(). Groups are stepped in the order they are added;
+ * "the next group" is the next one added.
+ */
+NVS_API int nvs_optim_add_group(struct nvs_optim_swapper *o, unsigned group,
+				unsigned n, const size_t *nbytes,
+				const void *const *init);
+
+/**
+ * nvs_optim_swap_in() - the resident state tensors of @group (@state: one
+ * pointer each). With pipeline_read, the next group's state is then read
+ * ahead into whatever buffers are free, so it arrives while this group
+ * steps. A group takes one buffer whatever its number of tensors, so the
+ * full pipeline (read g+1, step g, write g-1) needs 3; fewer mean less
+ * overlap, never a failure (1 buffer works, serially).
+ * Return: as nvs_param_acquire_layer().
+ */
+NVS_API int nvs_optim_swap_in(struct nvs_optim_swapper *o, unsigned group,
+			      void **state);
+
+/**
+ * nvs_optim_swap_out() - the step of @group is done: its state is written
+ * back. Without pipeline_write this waits for the write; with it, the
+ * write overlaps the next group's step (its buffers return when it ends,
+ * collected by later calls). Return: 0, -ENOENT, -EBUSY (not swapped in),
+ * or a write error (the state stays resident and dirty).
+ */
+NVS_API int nvs_optim_swap_out(struct nvs_optim_swapper *o, unsigned group);
+
+/* ------------------------------------------------------------- gradients */
+
+/** How nvs_grad_write() combines data with what the group holds. */
+enum nvs_grad_mode {
+	NVS_GRAD_ASSIGN = 0,	     /* copy */
+	NVS_GRAD_ACCUMULATE_F32 = 1, /* add, as float32 (offset and size
+					multiples of 4) */
+};
+
+struct nvs_grad_swapper_opts {
+	size_t size;
+	uint64_t id_base; /* default 0 */
+	uint64_t reserved[6];
+};
+
+struct nvs_grad_swapper;
+
+NVS_API void nvs_grad_swapper_opts_init(struct nvs_grad_swapper_opts *o);
+
+/** nvs_grad_swapper_create() - as nvs_param_swapper_create(). */
+NVS_API int nvs_grad_swapper_create(struct nvs_swapper *core,
+				    const struct nvs_grad_swapper_opts *opts,
+				    struct nvs_grad_swapper **out);
+
+/** nvs_grad_swapper_destroy() - as nvs_param_swapper_destroy(). */
+NVS_API int nvs_grad_swapper_destroy(struct nvs_grad_swapper *g);
+
+/**
+ * nvs_grad_add_group() - a gradient region of @nbytes for @group, reading
+ * as zeros until written (no I/O). Return: 0, -EEXIST, -EINVAL, or
+ * nvs_swapper_register()'s errors.
+ */
+NVS_API int nvs_grad_add_group(struct nvs_grad_swapper *g, unsigned group,
+			       size_t nbytes);
+
+/**
+ * nvs_grad_write() - put a gradient partition at @offset of @group's
+ * region (any offset and size: alignment is handled when the region is
+ * written). The first write after a flush brings the region in (read
+ * back, or zeros after nvs_grad_zero()) and keeps it until
+ * nvs_grad_flush(). @data: borrowed for the call.
+ * Return: 0, -ENOENT, -EINVAL (out of the region; ACCUMULATE_F32 with an
+ * offset or size not a multiple of 4; an unknown mode), -EBUSY (the
+ * region is acquired for reading), or nvs_swapper_acquire()'s errors.
+ */
+NVS_API int nvs_grad_write(struct nvs_grad_swapper *g, unsigned group,
+			   size_t offset, const void *data, size_t nbytes,
+			   enum nvs_grad_mode mode);
+
+/**
+ * nvs_grad_flush() - write @group's region behind (returns at once; the
+ * write overlaps what comes next). A no-op when nothing was written since
+ * the last flush. Return: 0, -ENOENT, or a write submit error.
+ */
+NVS_API int nvs_grad_flush(struct nvs_grad_swapper *g, unsigned group);
+
+/**
+ * nvs_grad_acquire() - @group's region for the optimizer step (flushes
+ * pending writes first; waits only for this region's I/O). Release with
+ * nvs_grad_release(). Return: as nvs_swapper_acquire().
+ */
+NVS_API int nvs_grad_acquire(struct nvs_grad_swapper *g, unsigned group,
+			     const void **ptr);
+
+/** nvs_grad_release() - end nvs_grad_acquire(); the region is evicted. */
+NVS_API int nvs_grad_release(struct nvs_grad_swapper *g, unsigned group);
+
+/**
+ * nvs_grad_zero() - @group's region reads as zeros again (a new step):
+ * no I/O, the old contents are dropped. Return: 0, -ENOENT, -EBUSY.
+ */
+NVS_API int nvs_grad_zero(struct nvs_grad_swapper *g, unsigned group);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVSWAP_OFFLOAD_H */

@@ -1,0 +1,8 @@
+/* Compiles alone: nvswap/offload.h is self-contained. */
+#include <nvswap/offload.h>
+#include <nvswap/offload.h> /* and include-guarded */
+
+int main(void)
+{
+	return 0;
+}
