@@ -1,5 +1,6 @@
 # nvswap: the two commands of the quick start, and a few helpers.
-#   make demo   set up, build, run the main job (1 GiB through the handle)
+#   make demo   set up, build, run the main job (examples/offload_train: a
+#               model trained with everything offloaded, checked bit for bit)
 #   make test   set up, build, run every suite: plain, ASan+UBSan, TSan,
 #               plus the format and banned-call checks
 # Everything else is for developers: build, stress, bench, format, clean.
@@ -13,7 +14,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all deps build demo test test-plain test-asan test-tsan \
+.PHONY: all deps build demo demo-io test test-plain test-asan test-tsan \
 	check-format check-banned format bench stress clean
 
 all: build
@@ -28,6 +29,10 @@ build: deps build/build.ninja
 	ninja -C build
 
 demo: build
+	./build/examples/offload_train --config examples/ds_config.json
+
+# The handle alone: 1 GiB written to ./nvme_swap/ and read back.
+demo-io: build
 	./build/examples/nvswap-demo --dir nvme_swap --size 1G
 
 build-asan/build.ninja: | deps

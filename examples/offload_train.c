@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The main job: train a small MLP (ReLU layers, mean squared error, Adam)
+ * with its parameters, gradients and optimizer state all on NVMe through
+ * the role swappers, configured by a DeepSpeed JSON file, with pinned
+ * pools much smaller than the model. The same training runs in memory
+ * beside it, and at the end the offloaded weights must equal the
+ * in-memory ones bit for bit.
+ *
+ *   offload_train [--config F] [--layers N] [--hidden N] [--steps N]
+ *                 [--micro-batches N]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nvswap/nvswap.h>
+
+#define BATCH 32
+#define PART_ROWS 61 /* gradient partitions: rows, an odd byte count */
+
+static unsigned L = 16, H = 768, STEPS = 8, MB = 2;
+static size_t WN, PN; /* floats: weights, weights + bias */
+
+#define TRY(call)                                                              \
+	do {                                                                   \
+		int ret_ = (call);                                             \
+		if (ret_ < 0) {                                                \
+			fprintf(stderr, "\noffload_train: %s failed: %s\n",    \
+				#call, nvs_last_error());                      \
+			return ret_;                                           \
+		}                                                              \
+	} while (0)
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Deterministic data: a float in [-0.5, 0.5) from a counter. */
+static float noise(uint64_t k)
+{
+	k = (k ^ (k >> 33)) * 0xff51afd7ed558ccdull;
+	k = (k ^ (k >> 33)) * 0xc4ceb9fe1a85ec53ull;
+	return (float)((k ^ (k >> 33)) >> 40) / 16777216.0f - 0.5f;
+}
+
+/* ---- the model's arithmetic, shared by both runs (same order: same bits) */
+
+/* out = relu?(W x + b) for the batch; W is H x H, row-major. */
+static void forward(const float *W, const float *b, const float *x, float *out,
+		    int relu)
+{
+	for (unsigned n = 0; n < BATCH; n++)
+		for (unsigned o = 0; o < H; o++) {
+			float z = b[o];
+			const float *w = W + (size_t)o * H, *xn = x + n * H;
+			for (unsigned i = 0; i < H; i++)
+				z += w[i] * xn[i];
+			out[n * H + o] = relu && z < 0 ? 0 : z;
+		}
+}
+
+/* From dz (the gradient at this layer's output, ReLU applied by the
+ * caller): the parameter gradient g (dW then db) and dx = W^T dz. */
+static void backward(const float *W, const float *x, const float *dz, float *g,
+		     float *dx)
+{
+	memset(g, 0, PN * sizeof(float));
+	for (unsigned o = 0; o < H; o++)
+		for (unsigned n = 0; n < BATCH; n++) {
+			float d = dz[n * H + o];
+			float *gw = g + (size_t)o * H;
+			const float *xn = x + n * H;
+			for (unsigned i = 0; i < H; i++)
+				gw[i] += d * xn[i];
+			g[WN + o] += d;
+		}
+	memset(dx, 0, BATCH * H * sizeof(float));
+	for (unsigned n = 0; n < BATCH; n++)
+		for (unsigned o = 0; o < H; o++) {
+			float d = dz[n * H + o];
+			const float *w = W + (size_t)o * H;
+			for (unsigned i = 0; i < H; i++)
+				dx[n * H + i] += w[i] * d;
+		}
+}
+
+static void adam(float *p, float *m, float *v, const float *g, unsigned t)
+{
+	const float b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f;
+	const float c1 = 1 - powf(b1, (float)t), c2 = 1 - powf(b2, (float)t);
+
+	for (size_t i = 0; i < PN; i++) {
+		m[i] = b1 * m[i] + (1 - b1) * g[i];
+		v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+		p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+	}
+}
+
+static void init_layer(float *p, unsigned l)
+{
+	float scale = 2.0f / sqrtf((float)H);
+
+	for (size_t i = 0; i < PN; i++)
+		p[i] = i < WN ? noise(((uint64_t)l << 40) + i) * scale : 0;
+}
+
+static void batch(unsigned step, unsigned mb, float *x, float *y)
+{
+	uint64_t k = ((uint64_t)(step * 64 + mb) << 32);
+
+	for (size_t i = 0; i < BATCH * H; i++)
+		x[i] = noise(k + i);
+	/* The target: a fixed scaled permutation of the input, learnable. */
+	for (size_t n = 0; n < BATCH; n++)
+		for (size_t o = 0; o < H; o++)
+			y[n * H + o] = 0.5f * x[n * H + (o * 7 + 3) % H];
+}
+
+/* dy = d(mean squared error)/d(output); returns the loss. */
+static float loss_grad(const float *out, const float *y, float *dy)
+{
+	double loss = 0;
+	float scale = 2.0f / (float)(BATCH * H);
+
+	for (size_t i = 0; i < BATCH * H; i++) {
+		float d = out[i] - y[i];
+		loss += (double)d * d;
+		dy[i] = scale * d;
+	}
+	return (float)(loss / (BATCH * H));
+}
+
+static void relu_grad(const float *act, float *d)
+{
+	for (size_t i = 0; i < BATCH * H; i++)
+		if (act[i] <= 0)
+			d[i] = 0;
+}
+
+/* ------------------------------------------------------- the two runs */
+
+struct work {
+	float *act; /* (L + 1) x BATCH x H */
+	float *x, *y, *d, *dx, *g;
+};
+
+struct mem {
+	float **p, **m, **v, **g;
+};
+
+static float mem_step(struct mem *r, struct work *w, unsigned step)
+{
+	float loss = 0;
+
+	for (unsigned l = 0; l < L; l++)
+		memset(r->g[l], 0, PN * sizeof(float));
+	for (unsigned mb = 0; mb < MB; mb++) {
+		batch(step, mb, w->act, w->y);
+		for (unsigned l = 0; l < L; l++)
+			forward(r->p[l], r->p[l] + WN, w->act + l * BATCH * H,
+				w->act + (l + 1) * BATCH * H, l + 1 < L);
+		loss += loss_grad(w->act + L * BATCH * H, w->y, w->d);
+		for (unsigned l = L; l-- > 0;) {
+			if (l + 1 < L)
+				relu_grad(w->act + (l + 1) * BATCH * H, w->d);
+			backward(r->p[l], w->act + l * BATCH * H, w->d, w->g,
+				 w->dx);
+			for (size_t i = 0; i < PN; i++)
+				r->g[l][i] += w->g[i];
+			memcpy(w->d, w->dx, BATCH * H * sizeof(float));
+		}
+	}
+	for (unsigned l = 0; l < L; l++)
+		adam(r->p[l], r->m[l], r->v[l], r->g[l], step);
+	return loss / (float)MB;
+}
+
+struct off {
+	struct nvs_swapper *pcore, *ocore;
+	struct nvs_param_swapper *params;
+	struct nvs_optim_swapper *optim;
+	struct nvs_grad_swapper *grads;
+};
+
+static int off_step(struct off *o, struct work *w, unsigned step, float *loss)
+{
+	void *pp[2], *st[2];
+	const void *gv;
+
+	*loss = 0;
+	for (unsigned mb = 0; mb < MB; mb++) {
+		batch(step, mb, w->act, w->y);
+		for (unsigned l = 0; l < L; l++) { /* forward: read-ahead up */
+			TRY(nvs_param_acquire_layer(o->params, l, pp));
+			forward(pp[0], pp[1], w->act + l * BATCH * H,
+				w->act + (l + 1) * BATCH * H, l + 1 < L);
+			TRY(nvs_param_release_layer(o->params, l, false));
+			TRY(nvs_param_evict_layer(o->params, l)); /* no I/O */
+		}
+		*loss += loss_grad(w->act + L * BATCH * H, w->y, w->d);
+		for (unsigned l = L; l-- > 0;) { /* backward: read-ahead down */
+			if (l + 1 < L)
+				relu_grad(w->act + (l + 1) * BATCH * H, w->d);
+			TRY(nvs_param_acquire_layer(o->params, l, pp));
+			backward(pp[0], w->act + l * BATCH * H, w->d, w->g,
+				 w->dx);
+			TRY(nvs_param_release_layer(o->params, l, false));
+			TRY(nvs_param_evict_layer(o->params, l));
+			/* Write the gradient behind in partitions of rows,
+			 * accumulating over micro-batches. */
+			for (size_t r = 0; r * H < PN; r += PART_ROWS) {
+				size_t off = r * H,
+				       n = PN - off < PART_ROWS * (size_t)H
+						   ? PN - off
+						   : PART_ROWS * (size_t)H;
+				TRY(nvs_grad_write(
+					o->grads, l, off * sizeof(float),
+					w->g + off, n * sizeof(float),
+					NVS_GRAD_ACCUMULATE_F32));
+			}
+			TRY(nvs_grad_flush(o->grads, l));
+			memcpy(w->d, w->dx, BATCH * H * sizeof(float));
+		}
+	}
+	*loss /= (float)MB;
+	for (unsigned l = 0; l < L; l++) { /* the step, group by group */
+		TRY(nvs_optim_swap_in(o->optim, l, st));
+		TRY(nvs_grad_acquire(o->grads, l, &gv));
+		TRY(nvs_param_acquire_layer(o->params, l, pp));
+		adam(pp[0], st[0], st[1], gv, step);
+		TRY(nvs_param_release_layer(o->params, l, true));
+		TRY(nvs_param_evict_layer(o->params, l)); /* write-back */
+		TRY(nvs_grad_release(o->grads, l));
+		TRY(nvs_grad_zero(o->grads, l));
+		TRY(nvs_optim_swap_out(o->optim, l));
+	}
+	return 0;
+}
+
+static int setup(const char *config, struct off *o, float *init)
+{
+	struct nvs_param_swapper_opts po;
+	struct nvs_optim_swapper_opts oo;
+	struct nvs_grad_swapper_opts go;
+	struct nvs_swapper_opts so;
+	struct nvs_offload_config oc;
+	struct nvs_config *cfg;
+
+	TRY(nvs_config_load(config, &cfg));
+	for (unsigned i = 0; nvs_config_warning(cfg, i); i++)
+		fprintf(stderr, "note: %s\n", nvs_config_warning(cfg, i));
+	nvs_swapper_opts_init(&so);
+	so.elem_size = sizeof(float);
+	TRY(nvs_config_swapper_opts(cfg, NVS_OFFLOAD_PARAM, 0, &so));
+	TRY(nvs_swapper_create(&so, &o->pcore));
+	nvs_config_offload(cfg, NVS_OFFLOAD_PARAM, &oc);
+	nvs_param_swapper_opts_init(&po);
+	po.max_in_cpu = oc.max_in_cpu * sizeof(float);
+	TRY(nvs_param_swapper_create(o->pcore, &po, &o->params));
+
+	nvs_swapper_opts_init(&so);
+	so.elem_size = sizeof(float);
+	TRY(nvs_config_swapper_opts(cfg, NVS_OFFLOAD_OPTIMIZER, 0, &so));
+	TRY(nvs_swapper_create(&so, &o->ocore));
+	nvs_config_offload(cfg, NVS_OFFLOAD_OPTIMIZER, &oc);
+	nvs_optim_swapper_opts_init(&oo);
+	oo.pipeline_read = oc.pipeline_read;
+	oo.pipeline_write = oc.pipeline_write;
+	TRY(nvs_optim_swapper_create(o->ocore, &oo, &o->optim));
+	nvs_grad_swapper_opts_init(&go);
+	go.id_base = 1ull << 40; /* shares the optimizer's swapper */
+	TRY(nvs_grad_swapper_create(o->ocore, &go, &o->grads));
+
+	size_t psz[2] = {WN * sizeof(float), H * sizeof(float)};
+	size_t osz[2] = {PN * sizeof(float), PN * sizeof(float)};
+	for (unsigned l = 0; l < L; l++) {
+		init_layer(init, l);
+		const void *pi[2] = {init, init + WN};
+		TRY(nvs_param_add_layer(o->params, l, 2, psz, pi));
+		TRY(nvs_optim_add_group(o->optim, l, 2, osz, NULL));
+		TRY(nvs_grad_add_group(o->grads, l, PN * sizeof(float)));
+	}
+	nvs_config_free(cfg);
+	return 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: offload_train [--config F] [--layers N] "
+			"[--hidden N] [--steps N] [--micro-batches N]\n");
+}
+
+static unsigned arg(const char *s, unsigned lo, unsigned hi)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	return *end || v < lo || v > hi ? 0 : (unsigned)v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"layers", required_argument, NULL, 'l'},
+		{"hidden", required_argument, NULL, 'h'},
+		{"steps", required_argument, NULL, 's'},
+		{"micro-batches", required_argument, NULL, 'm'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *config = "examples/ds_config.json";
+	struct nvs_swap_stats a, b;
+	struct off o = {0};
+	struct mem r;
+	struct work w;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		unsigned *dst = c == 'l'   ? &L
+				: c == 'h' ? &H
+				: c == 's' ? &STEPS
+					   : &MB;
+		if (c == 'c') {
+			config = optarg;
+			continue;
+		}
+		if (c == '?' || !(*dst = arg(optarg, 1, 1u << 16))) {
+			usage();
+			return 2;
+		}
+	}
+	WN = (size_t)H * H;
+	PN = WN + H;
+	mkdir("nvme_swap", 0700); /* the sample config's nvme_path */
+	r.p = calloc(L, sizeof(float *));
+	r.m = calloc(L, sizeof(float *));
+	r.v = calloc(L, sizeof(float *));
+	r.g = calloc(L, sizeof(float *));
+	for (unsigned l = 0; l < L; l++) {
+		r.p[l] = malloc(PN * sizeof(float));
+		r.m[l] = calloc(PN, sizeof(float));
+		r.v[l] = calloc(PN, sizeof(float));
+		r.g[l] = malloc(PN * sizeof(float));
+		if (!r.p[l] || !r.m[l] || !r.v[l] || !r.g[l])
+			return 1;
+		init_layer(r.p[l], l);
+	}
+	w.act = malloc((L + 1) * BATCH * H * sizeof(float));
+	w.x = w.act;
+	w.y = malloc(BATCH * H * sizeof(float));
+	w.d = malloc(BATCH * H * sizeof(float));
+	w.dx = malloc(BATCH * H * sizeof(float));
+	w.g = malloc(PN * sizeof(float));
+	if (!w.act || !w.y || !w.d || !w.dx || !w.g)
+		return 1;
+	if (setup(config, &o, w.g) < 0)
+		return 1;
+
+	double model = (double)L * PN * sizeof(float);
+	nvs_swapper_stats(o.pcore, &a);
+	nvs_swapper_stats(o.ocore, &b);
+	printf("offload_train: %u layers x %u hidden, batch %u x %u "
+	       "micro-batches, Adam, %u steps; config %s\n",
+	       L, H, BATCH, MB, STEPS, config);
+	printf("on NVMe (%s, %s): parameters %.1f MiB, gradients %.1f MiB, "
+	       "optimizer state %.1f MiB; pinned pools %.1f + %.1f MiB\n",
+	       nvs_swapper_dir(o.pcore, 0), nvs_backend_name(a.backend),
+	       model / 1048576, model / 1048576, 2 * model / 1048576,
+	       (double)a.buffer_count * a.buffer_size / 1048576,
+	       (double)b.buffer_count * b.buffer_size / 1048576);
+	uint64_t rd0 = a.bytes_read + b.bytes_read;
+	uint64_t wr0 = a.bytes_written + b.bytes_written;
+	uint64_t wait0 = a.acquire_wait_ns + b.acquire_wait_ns;
+	for (unsigned step = 1; step <= STEPS; step++) {
+		float loss, ref_loss;
+		if (isatty(2))
+			fprintf(stderr, "\rstep %u/%u ...", step, STEPS);
+		double t0 = now();
+		if (off_step(&o, &w, step, &loss) < 0)
+			return 1;
+		double t1 = now();
+		ref_loss = mem_step(&r, &w, step);
+		double t2 = now();
+		nvs_swapper_stats(o.pcore, &a);
+		nvs_swapper_stats(o.ocore, &b);
+		uint64_t rd = a.bytes_read + b.bytes_read;
+		uint64_t wr = a.bytes_written + b.bytes_written;
+		uint64_t wt = a.acquire_wait_ns + b.acquire_wait_ns;
+		if (isatty(2))
+			fprintf(stderr, "\r");
+		printf("step %u: loss %.6f (in memory %.6f)  %.2f s offloaded, "
+		       "%.2f s in memory  read %.1f MiB  written %.1f MiB  "
+		       "I/O exposed %.0f ms\n",
+		       step, (double)loss, (double)ref_loss, t1 - t0, t2 - t1,
+		       (double)(rd - rd0) / 1048576,
+		       (double)(wr - wr0) / 1048576,
+		       (double)(wt - wait0) / 1e6);
+		rd0 = rd;
+		wr0 = wr;
+		wait0 = wt;
+	}
+
+	/* The verdict: every weight, bit for bit. */
+	size_t differ = 0;
+	for (unsigned l = 0; l < L; l++) {
+		void *pp[2];
+		if (nvs_param_acquire_layer(o.params, l, pp) < 0) {
+			fprintf(stderr, "offload_train: %s\n",
+				nvs_last_error());
+			return 1;
+		}
+		if (memcmp(pp[0], r.p[l], WN * sizeof(float)) ||
+		    memcmp(pp[1], r.p[l] + WN, H * sizeof(float)))
+			differ++;
+		nvs_param_release_layer(o.params, l, false);
+		nvs_param_evict_layer(o.params, l);
+	}
+	if (nvs_param_swapper_destroy(o.params) < 0 ||
+	    nvs_optim_swapper_destroy(o.optim) < 0 ||
+	    nvs_grad_swapper_destroy(o.grads) < 0 ||
+	    nvs_swapper_destroy(o.pcore) < 0 ||
+	    nvs_swapper_destroy(o.ocore) < 0) {
+		fprintf(stderr, "offload_train: %s\n", nvs_last_error());
+		return 1;
+	}
+	if (differ) {
+		printf("verdict: FAIL, %zu of %u layers differ from the "
+		       "in-memory run\n",
+		       differ, L);
+		return 1;
+	}
+	printf("verdict: the offloaded weights equal the in-memory run's bit "
+	       "for bit (%u layers, %.1f MiB)\n",
+	       L, model / 1048576);
+	return 0;
+}
