@@ -161,10 +161,11 @@ static int gset_add(struct gset *gs, const char *call, unsigned group,
 		nvs__free(pack);
 		if (ret < 0) {
 			char msg[NVS_ERRMSG_MAX];
+			size_t total = g->total;
 			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 			nvs__free(g);
 			return nvs__err(ret, "%s: %s %u (%zu bytes packed): %s",
-					call, gs->what, group, g->total, msg);
+					call, gs->what, group, total, msg);
 		}
 	}
 	g->order = gs->count;
