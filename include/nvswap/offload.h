@@ -93,10 +93,11 @@ NVS_API int nvs_param_prefetch_layer(struct nvs_param_swapper *p,
  * nvs_param_acquire_layer() - the resident tensors of @layer.
  * @ptrs: receives one pointer per tensor, in add order.
  *
- * Before it waits it reads ahead the next @lookahead layers in the walk's
+ * Once the layer is resident (read with the disk to itself when it was
+ * not) it starts reading the next lookahead layers in the walk's
  * direction (upwards after acquiring a lower layer, downwards after a
- * higher one: forward and backward passes both read ahead), without ever
- * waiting for buffers to do so.
+ * higher one: forward and backward passes both read ahead), into free
+ * buffers only, so the reads overlap the caller's compute.
  * Return: 0, -ENOENT (no such layer), or nvs_swapper_acquire()'s errors;
  * on failure nothing stays acquired.
  */

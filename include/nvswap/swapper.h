@@ -85,7 +85,9 @@ struct nvs_swapper_opts {
 	uint32_t reserved32;
 	struct nvs_aio_opts aio; /* the swapper's aio handle; filled by
 				    nvs_aio_opts_init(). max_ops 0 = sized for
-				    the pool */
+				    the pool; bounce_bytes 0 = 256 KiB (only
+				    register's data from unaligned memory is
+				    staged) */
 	uint64_t reserved[8];
 };
 

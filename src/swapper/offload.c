@@ -365,24 +365,26 @@ int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 		return ret;
 	/* The walk's direction: backward after a higher layer. */
 	dir = p->walked && layer < p->last ? -1 : 1;
-	if (!g->acquired) {
-		/* This layer's read goes first, then the read-ahead. */
-		gset_readahead(&p->gs, layer);
-		for (unsigned k = 1; k <= p->lookahead; k++) {
-			long next = (long)layer + dir * (long)k;
-			if (next < 0 || next >= NVS_OFFLOAD_MAX_GROUPS)
-				break;
-			ret = gset_readahead(&p->gs, (unsigned)next);
-			if (ret < 0)
-				return ret;
+	/* This layer first: when it still has to be read, it gets the disk
+	 * to itself (read-ahead issued alongside would share the bandwidth
+	 * and delay it); then the read-ahead, which overlaps the compute. */
+	ret = gset_acquire(&p->gs, "nvs_param_acquire_layer", layer, ptrs);
+	if (ret < 0)
+		return ret;
+	p->last = layer;
+	p->walked = true;
+	for (unsigned k = 1; k <= p->lookahead; k++) {
+		long next = (long)layer + dir * (long)k;
+		if (next < 0 || next >= NVS_OFFLOAD_MAX_GROUPS)
+			break;
+		ret = gset_readahead(&p->gs, (unsigned)next);
+		if (ret < 0) {
+			gset_release(&p->gs, "nvs_param_acquire_layer", layer,
+				     false);
+			return ret;
 		}
 	}
-	ret = gset_acquire(&p->gs, "nvs_param_acquire_layer", layer, ptrs);
-	if (ret == 0) {
-		p->last = layer;
-		p->walked = true;
-	}
-	return ret;
+	return 0;
 }
 
 int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,

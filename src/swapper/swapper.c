@@ -744,6 +744,11 @@ static int create(const struct nvs_swapper_opts *o,
 		uint64_t ops = ((uint64_t)o->buffer_count + 4) * max_ext + 64;
 		ao.max_ops = (uint32_t)NVS_MAX(NVS_MIN(ops, 65536u), 1024u);
 	}
+	if (!ao.bounce_bytes)
+		/* The swapper's own I/O is aligned, from pinned buffers:
+		 * bounce memory only stages register's data from unaligned
+		 * memory. Keep the pinned total near the pool's. */
+		ao.bounce_bytes = 256u << 10;
 	ret = plan ? nvs__aio_create_fault(&ao, plan, &s->aio)
 		   : nvs_aio_create(&ao, &s->aio);
 	if (ret < 0)

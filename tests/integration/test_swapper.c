@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "internal/alloc.h"
+#include "nvswap/buffers.h"
 #include "nvswap/config.h"
 #include "nvswap/swapper.h"
 #include "swapper/swapper.h"
@@ -991,5 +992,42 @@ Test(swapper, try_prefetch_takes_a_free_or_written_back_buffer_or_says_eagain)
 	}
 	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0);
 	cr_assert_eq(state(s, 0), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(swapper, ten_thousand_swap_cycles_allocate_nothing_and_lock_no_more)
+{
+	struct nvs_swapper *s = mk(4);
+	struct nvs_pinned_stats before, after;
+	unsigned long allocs;
+	void *p;
+
+	for (unsigned i = 0; i < 8; i++)
+		cr_assert_eq(nvs_swapper_register(s, i, 4096 + i * 100, NULL),
+			     0);
+	/* One round first: tables and caches reach their size. */
+	for (unsigned i = 0; i < 8; i++) {
+		touch(s, i);
+		cr_assert_eq(nvs_swapper_evict(s, i), 0);
+	}
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	cr_assert_eq(nvs_pinned_stats(&before), 0);
+	nvs__alloc_fail_at(0);
+	for (unsigned c = 0; c < 10000; c++) {
+		uint64_t id = c % 8;
+		cr_assert_eq(nvs_swapper_prefetch(s, (id + 1) % 8), 0);
+		cr_assert_eq(nvs_swapper_acquire(s, id, &p), 0, "%s",
+			     nvs_last_error());
+		((unsigned char *)p)[c % 4096]++;
+		cr_assert_eq(nvs_swapper_release(s, id, c % 3 != 0), 0);
+		cr_assert_eq(nvs_swapper_evict(s, id), 0);
+	}
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	allocs = nvs__alloc_fail_at(0);
+	cr_assert_eq(nvs_pinned_stats(&after), 0);
+	cr_assert_eq(allocs, 0, "%lu allocations on the swap path", allocs);
+	cr_assert_eq(after.bytes_locked, before.bytes_locked);
+	cr_assert_eq(after.bytes_in_use, before.bytes_in_use);
+	cr_assert_eq(stats(s).pool_high_water, 4);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
