@@ -221,7 +221,9 @@ NVS_API int nvs_grad_add_group(struct nvs_grad_swapper *g, unsigned group,
  * nvs_grad_flush(). @data: borrowed for the call.
  * Return: 0, -ENOENT, -EINVAL (out of the region; ACCUMULATE_F32 with an
  * offset or size not a multiple of 4; an unknown mode), -EBUSY (the
- * region is acquired for reading), or nvs_swapper_acquire()'s errors.
+ * region is acquired for reading), or nvs_swapper_acquire()'s errors
+ * (-EDEADLK: every pool buffer is held, for instance by other open
+ * regions: an open region keeps its buffer until its flush).
  */
 NVS_API int nvs_grad_write(struct nvs_grad_swapper *g, unsigned group,
 			   size_t offset, const void *data, size_t nbytes,

@@ -134,8 +134,11 @@ static int gset_add(struct gset *gs, const char *call, unsigned group,
 		}
 		g->nbytes[i] = nbytes[i];
 		g->off[i] = g->total;
-		g->total += (nbytes[i] + PACK_ALIGN - 1) &
-			    ~(size_t)(PACK_ALIGN - 1);
+		/* Pad between tensors, not after the last: a one-tensor
+		 * group is exactly its size. */
+		g->total += i + 1 < n ? (nbytes[i] + PACK_ALIGN - 1) &
+						~(size_t)(PACK_ALIGN - 1)
+				      : nbytes[i];
 		any_init |= init && init[i];
 	}
 	if (cpu_budget && g->total <= *cpu_budget) {

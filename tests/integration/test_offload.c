@@ -429,6 +429,125 @@ Test(offload, gradient_bad_input)
 	cr_assert_eq(nvs_grad_flush(g, 0), 0);
 	cr_assert_eq(nvs_grad_flush(g, 0), 0, "nothing pending");
 	cr_assert_eq(nvs_grad_zero(g, 0), 0);
+	/* Open regions hold their buffers until flushed: a third region on
+	 * a two-buffer pool cannot open. */
+	cr_assert_eq(nvs_grad_add_group(g, 1, 100), 0);
+	cr_assert_eq(nvs_grad_add_group(g, 2, 100), 0);
+	cr_assert_eq(nvs_grad_write(g, 0, 0, v, 4, NVS_GRAD_ASSIGN), 0);
+	cr_assert_eq(nvs_grad_write(g, 1, 0, v, 4, NVS_GRAD_ASSIGN), 0);
+	cr_assert_eq(nvs_grad_write(g, 2, 0, v, 4, NVS_GRAD_ASSIGN), -EDEADLK);
+	cr_assert_eq(nvs_grad_flush(g, 0), 0);
+	cr_assert_eq(nvs_grad_write(g, 2, 0, v, 4, NVS_GRAD_ASSIGN), 0);
 	cr_assert_eq(nvs_grad_swapper_destroy(g), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+static uint64_t rnd(uint64_t *x)
+{
+	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+	return *x >> 33;
+}
+
+Test(offload, random_gradient_writes_flushes_and_zeros_match_a_reference)
+{
+	enum { GR = 3, F = 3000 };
+	/* An open region holds a buffer until its flush: one each. */
+	struct nvs_swapper *s = core(F * 4, GR, NULL);
+	struct nvs_grad_swapper_opts o;
+	struct nvs_grad_swapper *g;
+	static float want[GR][F], part[F];
+	uint64_t x = 5;
+	const void *p;
+
+	nvs_grad_swapper_opts_init(&o);
+	cr_assert_eq(nvs_grad_swapper_create(s, &o, &g), 0);
+	for (unsigned k = 0; k < GR; k++)
+		cr_assert_eq(nvs_grad_add_group(g, k, F * 4), 0);
+	memset(want, 0, sizeof(want));
+	for (unsigned step = 0; step < 600; step++) {
+		unsigned k = (unsigned)(rnd(&x) % GR), what = rnd(&x) % 10;
+		size_t off = rnd(&x) % F, n = 1 + rnd(&x) % (F - off);
+		if (what < 4) { /* accumulate a partition of floats */
+			for (size_t i = 0; i < n; i++) {
+				part[i] = (float)(rnd(&x) % 1000) / 7.0f;
+				want[k][off + i] += part[i];
+			}
+			cr_assert_eq(nvs_grad_write(g, k, off * 4, part, n * 4,
+						    NVS_GRAD_ACCUMULATE_F32),
+				     0, "%s", nvs_last_error());
+		} else if (what < 6) { /* assign bytes anywhere */
+			size_t boff = rnd(&x) % (F * 4),
+			       bn = 1 + rnd(&x) % (F * 4 - boff);
+			unsigned char *b = (unsigned char *)part;
+			for (size_t i = 0; i < bn; i++)
+				b[i] = (unsigned char)rnd(&x);
+			memcpy((unsigned char *)want[k] + boff, b, bn);
+			cr_assert_eq(nvs_grad_write(g, k, boff, b, bn,
+						    NVS_GRAD_ASSIGN),
+				     0, "%s", nvs_last_error());
+		} else if (what < 8) {
+			cr_assert_eq(nvs_grad_flush(g, k), 0);
+		} else if (what < 9) {
+			cr_assert_eq(nvs_grad_acquire(g, k, &p), 0, "%s",
+				     nvs_last_error());
+			cr_assert(!memcmp(p, want[k], sizeof(want[k])),
+				  "group %u at step %u", k, step);
+			cr_assert_eq(nvs_grad_release(g, k), 0);
+		} else {
+			cr_assert_eq(nvs_grad_flush(g, k), 0);
+			cr_assert_eq(nvs_grad_zero(g, k), 0);
+			memset(want[k], 0, sizeof(want[k]));
+		}
+	}
+	for (unsigned k = 0; k < GR; k++) {
+		cr_assert_eq(nvs_grad_acquire(g, k, &p), 0);
+		cr_assert(!memcmp(p, want[k], sizeof(want[k])), "group %u", k);
+		cr_assert_eq(nvs_grad_release(g, k), 0);
+	}
+	cr_assert_eq(nvs_grad_swapper_destroy(g), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(offload, random_optimizer_swaps_in_any_order_match_a_reference)
+{
+	enum { GR = 6, F = 500 };
+	static float want[GR][2][F];
+	uint64_t x = 9;
+
+	for (unsigned buffers = 1; buffers <= 4; buffers++) {
+		char name[16];
+		snprintf(name, sizeof(name), "r%u", buffers);
+		struct nvs_swapper *s = core(2 * F * 4 + 64, buffers, name);
+		struct nvs_optim_swapper_opts o;
+		struct nvs_optim_swapper *opt;
+		size_t sz[2] = {F * 4, F * 4};
+		nvs_optim_swapper_opts_init(&o);
+		o.pipeline_read = buffers % 2;
+		o.pipeline_write = buffers > 2;
+		cr_assert_eq(nvs_optim_swapper_create(s, &o, &opt), 0);
+		memset(want, 0, sizeof(want));
+		for (unsigned k = 0; k < GR; k++)
+			cr_assert_eq(nvs_optim_add_group(opt, k, 2, sz, NULL),
+				     0);
+		for (unsigned step = 0; step < 300; step++) {
+			unsigned k = (unsigned)(rnd(&x) % GR);
+			void *st[2];
+			cr_assert_eq(nvs_optim_swap_in(opt, k, st), 0, "%s",
+				     nvs_last_error());
+			cr_assert(!memcmp(st[0], want[k][0], F * 4) &&
+					  !memcmp(st[1], want[k][1], F * 4),
+				  "group %u, %u buffers, step %u", k, buffers,
+				  step);
+			for (unsigned t = 0; t < 2; t++)
+				for (unsigned i = rnd(&x) % F; i < F; i += 37) {
+					float v = (float)(rnd(&x) % 100);
+					want[k][t][i] = v;
+					((float *)st[t])[i] = v;
+				}
+			cr_assert_eq(nvs_optim_swap_out(opt, k), 0, "%s",
+				     nvs_last_error());
+		}
+		cr_assert_eq(nvs_optim_swapper_destroy(opt), 0);
+		cr_assert_eq(nvs_swapper_destroy(s), 0);
+	}
 }
