@@ -224,6 +224,9 @@ NVS_API int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id);
  *   -ENOENT   unknown id;
  *   -EDEADLK  every pool buffer is held by an acquire: release one first;
  *   -ETIMEDOUT  no buffer within wait_ms;
+ *   -ENOSPC, -EIO...  no free buffer because a tensor whose write-back
+ *             failed holds one (the message names it; free space and
+ *             evict it again) - returned rather than waited on;
  *   -errno    the read could not be submitted (the tensor stays ON_NVME).
  * A read that fails later is reported by the next acquire or wait of @id.
  */

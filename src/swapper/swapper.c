@@ -557,6 +557,19 @@ static int make_room(struct nvs_swapper *s, uint64_t deadline)
 				return 0;
 			}
 	}
+	/* A buffer held by data whose write-back failed comes back only
+	 * when the caller acts (frees space, evicts again): say so now
+	 * instead of waiting for it. */
+	for (t = s->lru.head; t; t = t->next)
+		if (t->err && t->dirty)
+			return nvs__err(t->err,
+					"nvswap: no free pool buffer: tensor "
+					"%" PRIu64
+					" holds one and its write-back failed "
+					"(%s); free space and evict it again",
+					t->id,
+					t->errmsg ? t->errmsg
+						  : nvs_strerror(-t->err));
 	if (s->lru.n == 0 && s->flight.n == 0)
 		return nvs__err(-EDEADLK,
 				"nvswap: all %u pool buffers are held by "

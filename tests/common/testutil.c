@@ -218,3 +218,39 @@ bool tu_as_nobody(const char *name, long memlock, struct tu_child *out)
 	cr_assert_eq(got, sizeof(*out), "%s %s reported back", helper, name);
 	return true;
 }
+
+static char *slurp(const char *path)
+{
+	size_t n;
+	char *p = tu_read_file(path, &n);
+	char *s = malloc(n + 1);
+
+	cr_assert_not_null(s);
+	memcpy(s, p, n);
+	s[n] = 0;
+	free(p);
+	return s;
+}
+
+struct tu_out tu_run(const char *cmd)
+{
+	char full[16384];
+	struct tu_out o;
+	int st;
+
+	snprintf(full, sizeof(full), "%s >%s 2>%s", cmd, tu_path("stdout"),
+		 tu_path("stderr"));
+	st = system(full);
+	o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	o.out = slurp(tu_path("stdout"));
+	o.err = slurp(tu_path("stderr"));
+	unlink(tu_path("stdout"));
+	unlink(tu_path("stderr"));
+	return o;
+}
+
+void tu_out_free(struct tu_out *o)
+{
+	free(o->out);
+	free(o->err);
+}

@@ -31,6 +31,17 @@ off_t tu_file_size(const char *path);
 void tu_write_file(const char *path, const void *buf, size_t n);
 void *tu_read_file(const char *path, size_t *n);
 
+/* What a command printed and how it ended. */
+struct tu_out {
+	int status; /* exit status, or -1 */
+	char *out;
+	char *err;
+};
+/* Run shell command @cmd (its own redirections are not needed: stdout and
+ * stderr are collected through files in tu_dir). */
+struct tu_out tu_run(const char *cmd);
+void tu_out_free(struct tu_out *o);
+
 /* Drop to user nobody (65534) if root; false when that is impossible. */
 bool tu_drop_root(void);
 

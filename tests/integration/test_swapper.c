@@ -1031,3 +1031,28 @@ Test(swapper, ten_thousand_swap_cycles_allocate_nothing_and_lock_no_more)
 	cr_assert_eq(stats(s).pool_high_water, 4);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
+
+Test(swapper, a_buffer_held_by_a_failed_write_back_is_an_error_not_a_wait)
+{
+	struct nvs_swapper *s = mk_fault(NVS_FAULT_ENOSPC, NVS_IOREQ_WRITE, 1);
+	void *p = &p;
+
+	/* Both buffers (mk_fault's pool) held by dirty tensors, one of them
+	 * after a failed write-back: only the caller can free it, and a
+	 * single-threaded caller must hear why instead of waiting forever. */
+	for (unsigned i = 0; i < 3; i++)
+		cr_assert_eq(nvs_swapper_register(s, i, 100, NULL), 0);
+	touch(s, 0);
+	touch(s, 1);
+	cr_assert_eq(nvs_swapper_evict(s, 0), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), -ENOSPC);
+	cr_assert_null(p);
+	cr_assert(strstr(nvs_last_error(), "tensor 0 holds one"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(state(s, 0), NVS_TENSOR_RESIDENT, "nothing lost");
+	cr_assert_eq(nvs_swapper_wait(s, 0), -ENOSPC, "still reported");
+	/* The disk has room again (the fault was one write): evict, go on. */
+	cr_assert_eq(nvs_swapper_evict(s, 0), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}

@@ -20,49 +20,16 @@
 
 #include "testutil.h"
 
-struct out {
-	int status; /* exit status, or -1 */
-	char *out;
-	char *err;
-};
-
-static char *slurp(const char *path)
-{
-	size_t n;
-	char *p = tu_read_file(path, &n);
-	char *s = malloc(n + 1);
-
-	memcpy(s, p, n);
-	s[n] = 0;
-	free(p);
-	return s;
-}
-
 /* Run nvswap-io with @args (a shell word list), optionally through
  * @prefix (e.g. setpriv), collecting stdout and stderr. */
-static struct out nio(const char *prefix, const char *args)
+static struct tu_out nio(const char *prefix, const char *args)
 {
 	const char *bin = getenv("NVSWAP_IO");
 	char cmd[8192];
-	struct out o;
-	int st;
 
 	cr_assert_not_null(bin, "NVSWAP_IO is set by tests/meson.build");
-	snprintf(cmd, sizeof(cmd), "%s %s %s >%s 2>%s", prefix ? prefix : "",
-		 bin, args, tu_path("stdout"), tu_path("stderr"));
-	st = system(cmd);
-	o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-	o.out = slurp(tu_path("stdout"));
-	o.err = slurp(tu_path("stderr"));
-	unlink(tu_path("stdout"));
-	unlink(tu_path("stderr"));
-	return o;
-}
-
-static void out_free(struct out *o)
-{
-	free(o->out);
-	free(o->err);
+	snprintf(cmd, sizeof(cmd), "%s %s %s", prefix ? prefix : "", bin, args);
+	return tu_run(cmd);
 }
 
 static bool matches(const char *text, const char *re)
@@ -109,7 +76,7 @@ TestSuite(nvswap_io, .fini = fini, .timeout = 300);
 Test(nvswap_io, write_prints_ds_io_lines_validates_and_cleans_up)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 
 	snprintf(args, sizeof(args), "--folder %s --io_size 8M --validate",
 		 folder());
@@ -127,13 +94,13 @@ Test(nvswap_io, write_prints_ds_io_lines_validates_and_cleans_up)
 		  "%s", o.out);
 	cr_assert(matches(o.out, "^Validation: ok, every byte$"), "%s", o.out);
 	cr_assert_eq(entries(folder()), 0, "the test file is removed");
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, read_with_parallelism_loops_and_warmup_validates)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 
 	snprintf(args, sizeof(args),
 		 "--folder %s --io_size 8M --read --io_parallel 2 --loops 3 "
@@ -146,7 +113,7 @@ Test(nvswap_io, read_with_parallelism_loops_and_warmup_validates)
 		  o.out);
 	cr_assert(matches(o.out, "\\(3 ops of 8388608 bytes\\)"), "%s", o.out);
 	cr_assert(matches(o.out, "^Validation: ok, every byte$"), "%s", o.out);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 static json_t *parse(const char *text)
@@ -162,7 +129,7 @@ static json_t *parse(const char *text)
 Test(nvswap_io, json_has_every_figure_and_the_config)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 	json_t *j, *lat;
 
 	snprintf(args, sizeof(args),
@@ -190,7 +157,7 @@ Test(nvswap_io, json_has_every_figure_and_the_config)
 				 json_object_get(j, "config"), "op")),
 			 "write");
 	json_decref(j);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 /* Under io_uring, fixed buffers are the pinned ones: staged user memory
@@ -199,7 +166,7 @@ Test(nvswap_io, json_has_every_figure_and_the_config)
 static void unpinned(const char *extra, bool bounced)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 	json_t *j;
 	json_int_t fixed, reqs;
 
@@ -219,7 +186,7 @@ static void unpinned(const char *extra, bool bounced)
 	else
 		cr_assert_eq(fixed, bounced ? reqs : 0);
 	json_decref(j);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, unpinned_misaligned_buffers_validate_through_pinned_slots)
@@ -242,7 +209,7 @@ Test(nvswap_io, staged_unpinned_buffers_validate_registered)
 Test(nvswap_io, different_file_each_iteration_keeps_one_file_per_op)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 
 	snprintf(args, sizeof(args),
 		 "--folder %s --io_size 1M --loops 3 "
@@ -251,7 +218,7 @@ Test(nvswap_io, different_file_each_iteration_keeps_one_file_per_op)
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 0, "%s", o.err);
 	cr_assert_eq(entries(folder()), 3);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, help_documents_every_option)
@@ -279,42 +246,43 @@ Test(nvswap_io, help_documents_every_option)
 					   "--sqpoll",
 					   "--iopoll",
 					   "--no-fixed"};
-	struct out o = nio(NULL, "-h");
+	struct tu_out o = nio(NULL, "-h");
 
 	cr_assert_eq(o.status, 0);
 	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
 		cr_assert(strstr(o.out, opts[i]), "-h lacks %s", opts[i]);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, missing_folder_is_named_with_the_cause)
 {
-	struct out o = nio(NULL, "--folder /nonexistent/nvswap --io_size 8M");
+	struct tu_out o =
+		nio(NULL, "--folder /nonexistent/nvswap --io_size 8M");
 
 	cr_assert_eq(o.status, 1);
 	cr_assert(strstr(o.err, "--folder /nonexistent/nvswap: No such file "
 				"or directory"),
 		  "%s", o.err);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, bad_size_suffix_is_a_usage_error)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 
 	snprintf(args, sizeof(args), "--folder %s --io_size 8Q", folder());
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 2);
 	cr_assert(strstr(o.err, "--io_size: bad size '8Q'"), "%s", o.err);
 	cr_assert(strstr(o.err, "K, M or G"), "%s", o.err);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 
 	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0)
 		cr_skip_test("needs root and setpriv to run as nobody");
@@ -326,13 +294,13 @@ Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
 	cr_assert_eq(o.status, 1, "%s", o.err);
 	cr_assert(strstr(o.err, "cannot write there: Permission denied"), "%s",
 		  o.err);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, folder_on_a_read_only_filesystem_is_refused)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 
 	/* A read-only tmpfs in a private mount namespace; the tool, run
 	 * from here, inherits it. */
@@ -348,13 +316,13 @@ Test(nvswap_io, folder_on_a_read_only_filesystem_is_refused)
 	cr_assert_eq(o.status, 1, "%s", o.err);
 	cr_assert(strstr(o.err, "cannot write there: Read-only file system"),
 		  "%s", o.err);
-	out_free(&o);
+	tu_out_free(&o);
 }
 
 Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
 {
 	char args[4096];
-	struct out o;
+	struct tu_out o;
 	json_t *j, *r;
 
 	if (system("fio --version >/dev/null 2>&1") != 0)
@@ -377,5 +345,5 @@ Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
 	cr_assert(json_is_real(
 		json_object_get(json_object_get(j, "cpu_ratio"), "median")));
 	json_decref(j);
-	out_free(&o);
+	tu_out_free(&o);
 }

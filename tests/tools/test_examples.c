@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The main job's bad inputs, run as users run it: a config whose
+ * parameters are not on NVMe, and an nvme_path on a disk too small for the
+ * model (a real 1 MiB tmpfs). Each stops with a clear message and a
+ * non-zero status. (The bit-exact run itself is the example-offload-train
+ * test.)
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include "testutil.h"
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(examples, .fini = fini);
+
+static const char *config(const char *device, const char *path)
+{
+	char json[4096];
+	const char *file = tu_path("ds.json");
+
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"%s\", \"nvme_path\": \"%s\", \"buffer_count\": 3, "
+		 "\"buffer_size\": 1e5}, \"offload_optimizer\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\", \"buffer_size\": 2e5, "
+		 "\"pipeline_read\": true, \"pipeline_write\": true}}}",
+		 device, path, path);
+	tu_write_file(file, json, strlen(json));
+	return file;
+}
+
+static struct tu_out train(const char *cfg, const char *size)
+{
+	const char *bin = getenv("NVSWAP_OFFLOAD_TRAIN");
+	char cmd[8192];
+
+	cr_assert_not_null(bin, "set by tests/meson.build");
+	snprintf(cmd, sizeof(cmd), "cd %s && %s --config %s %s", tu_dir(), bin,
+		 cfg, size);
+	return tu_run(cmd);
+}
+
+Test(examples, parameters_not_on_nvme_are_refused_by_name)
+{
+	struct tu_out o = train(config("cpu", tu_dir()), "--layers 2 "
+							 "--hidden 64");
+
+	cr_assert_eq(o.status, 1, "%s", o.err);
+	cr_assert(strstr(o.err, "offload_param.device is \"cpu\", not "
+				"\"nvme\""),
+		  "%s", o.err);
+	tu_out_free(&o);
+}
+
+Test(examples, a_full_disk_stops_the_training_with_the_reason)
+{
+	const char *mnt = tu_path("mnt");
+	struct tu_out o;
+
+	mkdir(mnt, 0755);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("nvswap-test", mnt, "tmpfs", 0, "size=1m") < 0)
+		cr_skip_test("cannot mount a small tmpfs here (%s): needs root "
+			     "and CAP_SYS_ADMIN",
+			     strerror(errno));
+	/* 4 layers of 256 x 256: 4 MiB of state on a 1 MiB disk. */
+	o = train(config("nvme", mnt), "--layers 4 --hidden 256 --steps 2");
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "No space left on device"), "%s", o.err);
+	cr_assert(strstr(o.err, mnt), "the path is named: %s", o.err);
+	cr_assert_null(strstr(o.out, "verdict"), "%s", o.out);
+	tu_out_free(&o);
+}
