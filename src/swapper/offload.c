@@ -285,6 +285,28 @@ static int gset_evict(struct gset *gs, const char *call, unsigned group,
 					     "from its opts_init()");          \
 	} while (0)
 
+/* A role swapper is a struct whose first member is its gset. */
+static void *role_new(size_t size, struct nvs_swapper *core, uint64_t id_base,
+		      const char *what, const char *call)
+{
+	struct gset *gs = nvs__calloc(1, size);
+
+	if (!gs) {
+		nvs__err(-ENOMEM, "%s: out of memory", call);
+		return NULL;
+	}
+	gset_init(gs, core, id_base, what);
+	return gs;
+}
+
+static int role_free(struct gset *gs)
+{
+	int ret = gset_fini(gs);
+
+	nvs__free(gs);
+	return ret;
+}
+
 /* ------------------------------------------------------------ parameters */
 
 struct nvs_param_swapper {
@@ -311,11 +333,10 @@ int nvs_param_swapper_create(struct nvs_swapper *core,
 	struct nvs_param_swapper *p;
 
 	CHECK_OPTS(o, out, "nvs_param_swapper_create");
-	p = nvs__calloc(1, sizeof(*p));
+	p = role_new(sizeof(*p), core, o->id_base, "layer",
+		     "nvs_param_swapper_create");
 	if (!p)
-		return nvs__err(-ENOMEM,
-				"nvs_param_swapper_create: out of memory");
-	gset_init(&p->gs, core, o->id_base, "layer");
+		return -ENOMEM;
 	p->lookahead = o->lookahead;
 	p->cpu_left = o->max_in_cpu;
 	*out = p;
@@ -324,13 +345,7 @@ int nvs_param_swapper_create(struct nvs_swapper *core,
 
 int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
 {
-	int ret;
-
-	if (!p)
-		return 0;
-	ret = gset_fini(&p->gs);
-	nvs__free(p);
-	return ret;
+	return p ? role_free(&p->gs) : 0;
 }
 
 int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer, unsigned n,
@@ -435,11 +450,10 @@ int nvs_optim_swapper_create(struct nvs_swapper *core,
 	struct nvs_optim_swapper *x;
 
 	CHECK_OPTS(o, out, "nvs_optim_swapper_create");
-	x = nvs__calloc(1, sizeof(*x));
+	x = role_new(sizeof(*x), core, o->id_base, "group",
+		     "nvs_optim_swapper_create");
 	if (!x)
-		return nvs__err(-ENOMEM,
-				"nvs_optim_swapper_create: out of memory");
-	gset_init(&x->gs, core, o->id_base, "group");
+		return -ENOMEM;
 	x->pipeline_read = o->pipeline_read;
 	x->pipeline_write = o->pipeline_write;
 	*out = x;
@@ -448,13 +462,7 @@ int nvs_optim_swapper_create(struct nvs_swapper *core,
 
 int nvs_optim_swapper_destroy(struct nvs_optim_swapper *x)
 {
-	int ret;
-
-	if (!x)
-		return 0;
-	ret = gset_fini(&x->gs);
-	nvs__free(x);
-	return ret;
+	return x ? role_free(&x->gs) : 0;
 }
 
 int nvs_optim_add_group(struct nvs_optim_swapper *x, unsigned group, unsigned n,
@@ -520,24 +528,17 @@ int nvs_grad_swapper_create(struct nvs_swapper *core,
 	struct nvs_grad_swapper *x;
 
 	CHECK_OPTS(o, out, "nvs_grad_swapper_create");
-	x = nvs__calloc(1, sizeof(*x));
+	x = role_new(sizeof(*x), core, o->id_base, "gradient group",
+		     "nvs_grad_swapper_create");
 	if (!x)
-		return nvs__err(-ENOMEM,
-				"nvs_grad_swapper_create: out of memory");
-	gset_init(&x->gs, core, o->id_base, "gradient group");
+		return -ENOMEM;
 	*out = x;
 	return 0;
 }
 
 int nvs_grad_swapper_destroy(struct nvs_grad_swapper *x)
 {
-	int ret;
-
-	if (!x)
-		return 0;
-	ret = gset_fini(&x->gs);
-	nvs__free(x);
-	return ret;
+	return x ? role_free(&x->gs) : 0;
 }
 
 int nvs_grad_add_group(struct nvs_grad_swapper *x, unsigned group,
