@@ -32,9 +32,9 @@
 
 static struct {
 	const char *dir, *config;
-	unsigned layers, buffers, reps;
+	unsigned layers, buffers, reps, steps;
 	size_t size;
-} cfg = {"nvme_swap", NULL, 16, 4, 5, 32u << 20};
+} cfg = {"nvme_swap", NULL, 16, 4, 5, 1, 32u << 20};
 
 static volatile double sink;
 
@@ -95,7 +95,22 @@ static int pass(struct nvs_swapper *s, double c)
 		ret = visit(s, l, 1, c);
 	for (unsigned l = cfg.layers; l-- > 0 && ret == 0;)
 		ret = visit(s, l, -1, c);
-	return ret < 0 ? ret : nvs_swapper_wait_all(s);
+	return ret;
+}
+
+/* cfg.steps steps back to back, as training runs them (a step's last
+ * write-back overlaps the next step's start), then everything drained:
+ * the time per step. */
+static double steps(struct nvs_swapper *s, double c)
+{
+	double t0 = bench_now();
+
+	for (unsigned k = 0; k < cfg.steps; k++)
+		if (pass(s, c) < 0)
+			return -1;
+	if (nvs_swapper_wait_all(s) < 0)
+		return -1;
+	return (bench_now() - t0) / cfg.steps;
 }
 
 int main(int argc, char **argv)
@@ -107,6 +122,7 @@ int main(int argc, char **argv)
 		{"tensor-size", required_argument, NULL, 's'},
 		{"buffers", required_argument, NULL, 'b'},
 		{"reps", required_argument, NULL, 'r'},
+		{"steps", required_argument, NULL, 't'},
 		{NULL, 0, NULL, 0},
 	};
 	static const double ratios[] = {0.25, 0.5, 1, 2, 4};
@@ -136,15 +152,18 @@ int main(int argc, char **argv)
 		case 'r':
 			cfg.reps = (unsigned)atoi(optarg);
 			break;
+		case 't':
+			cfg.steps = (unsigned)atoi(optarg);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: nvswap-bench-overlap [--dir D] "
 				"[--config F] [--layers N] [--tensor-size N] "
-				"[--buffers N] [--reps N]\n");
+				"[--buffers N] [--reps N] [--steps N]\n");
 			return 2;
 		}
 	}
-	if (cfg.layers < 2 || cfg.buffers < 2 || !cfg.reps ||
+	if (cfg.layers < 2 || cfg.buffers < 2 || !cfg.reps || !cfg.steps ||
 	    cfg.reps > MAX_REPS)
 		return 2;
 	mkdir(cfg.dir, 0700);
@@ -170,7 +189,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s\n", nvs_last_error());
 			return 1;
 		}
-	if (pass(s, 0) < 0) { /* written once: reads are real from now */
+	if (pass(s, 0) < 0 || nvs_swapper_wait_all(s) < 0) {
+		/* written once: reads are real from now */
 		fprintf(stderr, "%s\n", nvs_last_error());
 		return 1;
 	}
@@ -185,15 +205,13 @@ int main(int argc, char **argv)
 		double eff[MAX_REPS], hid[MAX_REPS], tio[MAX_REPS],
 			tst[MAX_REPS];
 		for (unsigned r = 0; r < cfg.reps; r++) {
-			double t0 = bench_now();
-			if (pass(s, 0) < 0)
+			double io = steps(s, 0);
+			if (io < 0)
 				return 1;
-			double io = bench_now() - t0;
 			double per = io / (2 * cfg.layers) / ratios[k];
-			double t1 = bench_now();
-			if (pass(s, per) < 0)
+			double step = steps(s, per);
+			if (step < 0)
 				return 1;
-			double step = bench_now() - t1;
 			double comp = per * 2 * cfg.layers;
 			tio[r] = io;
 			tst[r] = step;
