@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nvswap-report as users run it: the JSON report has every field, and an
+ * unusable path (missing, read-only) or a small memlock limit is a
+ * problem line with its fix (exit status 1 when nothing usable is found).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(nvswap_report, .fini = fini);
+
+static struct tu_out report(const char *prefix, const char *args)
+{
+	const char *bin = getenv("NVSWAP_REPORT");
+	char cmd[8192];
+
+	cr_assert_not_null(bin, "NVSWAP_REPORT is set by tests/meson.build");
+	snprintf(cmd, sizeof(cmd), "%s %s %s", prefix ? prefix : "", bin, args);
+	return tu_run(cmd);
+}
+
+static void has(json_t *o, const char *key, int type)
+{
+	json_t *v = json_object_get(o, key);
+
+	cr_assert_not_null(v, "field %s", key);
+	if (type >= 0)
+		cr_assert_eq(json_typeof(v), type, "type of %s", key);
+}
+
+Test(nvswap_report, the_json_report_has_every_field)
+{
+	char args[4200];
+	json_error_t err;
+	struct tu_out o;
+	json_t *r, *p, *b, *m;
+	size_t i;
+
+	snprintf(args, sizeof(args), "--nvme_path %s --json", tu_dir());
+	o = report(NULL, args);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	r = json_loads(o.out, 0, &err);
+	cr_assert_not_null(r, "%s: %s", err.text, o.out);
+	has(r, "version", JSON_STRING);
+	has(r, "copy_impl", JSON_STRING);
+	has(r, "cuda", JSON_STRING);
+	has(r, "problems", JSON_ARRAY);
+	cr_assert(json_is_true(json_object_get(r, "usable")));
+	cr_assert_eq(json_array_size(json_object_get(r, "backends")), 3);
+	json_array_foreach(json_object_get(r, "backends"), i, b)
+	{
+		has(b, "name", JSON_STRING);
+		cr_assert(json_is_boolean(json_object_get(b, "available")));
+		if (!json_is_true(json_object_get(b, "available")))
+			has(b, "why", JSON_STRING);
+	}
+	cr_assert_str_eq(
+		json_string_value(json_object_get(
+			json_array_get(json_object_get(r, "backends"), 2),
+			"name")),
+		"psync");
+	p = json_object_get(r, "nvme_path");
+	cr_assert_str_eq(json_string_value(json_object_get(p, "path")),
+			 tu_dir());
+	has(p, "filesystem", JSON_STRING);
+	has(p, "free_bytes", JSON_INTEGER);
+	cr_assert_gt(json_integer_value(json_object_get(p, "free_bytes")), 0);
+	cr_assert(json_is_boolean(json_object_get(p, "read_only")));
+	has(p, "device", JSON_OBJECT);
+	has(json_object_get(p, "device"), "name", -1);
+	b = json_object_get(p, "direct_io");
+	cr_assert(json_is_true(json_object_get(b, "writable")));
+	if (json_is_true(json_object_get(b, "o_direct"))) {
+		has(b, "memory_alignment", JSON_INTEGER);
+		has(b, "offset_alignment", JSON_INTEGER);
+		has(b, "alignment_from", JSON_STRING);
+	}
+	m = json_object_get(r, "memory");
+	has(m, "memlock_limit", -1);
+	has(m, "huge_pages", JSON_OBJECT);
+	has(json_object_get(m, "huge_pages"), "total", JSON_INTEGER);
+	has(json_object_get(m, "huge_pages"), "transparent", JSON_STRING);
+	json_decref(r);
+	tu_out_free(&o);
+	/* It leaves nothing behind in the path. */
+	char cmd[4300];
+	snprintf(cmd, sizeof(cmd), "ls -A %s | grep -q nvswap-report",
+		 tu_dir());
+	cr_assert_neq(system(cmd), 0, "its probe file was removed");
+}
+
+Test(nvswap_report, a_missing_path_is_a_problem_with_its_fix_and_exit_1)
+{
+	struct tu_out o = report(NULL, "--nvme_path /nonexistent/nvme");
+
+	cr_assert_eq(o.status, 1, "%s", o.out);
+	cr_assert(strstr(o.out, "nvme_path /nonexistent/nvme: No such file"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "fix: create the directory"), "%s", o.out);
+	cr_assert(strstr(o.out, "verdict: NOT usable here"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+Test(nvswap_report, a_read_only_filesystem_is_not_usable)
+{
+	const char *mnt = tu_path("ro");
+	char args[4200];
+	struct tu_out o;
+
+	mkdir(mnt, 0755);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("nvswap-test", mnt, "tmpfs", MS_RDONLY, "size=1m") < 0)
+		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
+			     "root and mount namespaces",
+			     strerror(errno));
+	snprintf(args, sizeof(args), "--nvme_path %s", mnt);
+	o = report(NULL, args);
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(o.status, 1, "%s", o.out);
+	cr_assert(strstr(o.out, "Read-only file system"), "%s", o.out);
+	cr_assert(strstr(o.out, "tmpfs"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
+{
+	char args[4200];
+	struct tu_out o;
+
+	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0 ||
+	    system("command -v prlimit >/dev/null") != 0)
+		cr_skip_test("needs root, setpriv and prlimit to run as "
+			     "nobody under a small memlock limit");
+	cr_assert_eq(chmod(tu_dir(), 0777), 0);
+	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
+	o = report("prlimit --memlock=8388608 setpriv --reuid=65534 "
+		   "--regid=65534 --clear-groups",
+		   args);
+	cr_assert_eq(o.status, 0, "still usable: %s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "memlock     8.0 MiB"), "%s", o.out);
+	cr_assert(strstr(o.out, "fix: raise it: ulimit -l"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+Test(nvswap_report, bad_arguments_are_refused)
+{
+	struct tu_out o = report(NULL, "--bogus");
+
+	cr_assert_eq(o.status, 2);
+	cr_assert(strstr(o.err, "usage: nvswap-report"), "%s", o.err);
+	tu_out_free(&o);
+	o = report(NULL, "extra");
+	cr_assert_eq(o.status, 2);
+	tu_out_free(&o);
+}

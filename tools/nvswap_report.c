@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nvswap-report: what nvswap can do on this machine, in seconds (DeepSpeed's
+ * ds_report, for the storage side). Backends and why one is missing; for
+ * an NVMe path: filesystem, block device and model, O_DIRECT and its
+ * alignment, free space, rotational or NVMe; memlock and pinnable memory;
+ * huge pages; the copy loop's SIMD level; CUDA. Each problem ends with
+ * its fix. Human-readable, or --json. Exit status 1 when nothing usable
+ * is found (no backend, or the path cannot hold swap files).
+ *
+ *   nvswap-report [--nvme_path DIR] [--json]
+ */
+#include <nvswap/nvswap.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+/* Problems, each with its fix, collected as the report is built. */
+static json_t *problems;
+
+static void problem(const char *what, const char *fix)
+{
+	json_array_append_new(
+		problems, json_pack("{s:s, s:s}", "problem", what, "fix", fix));
+}
+
+/* First line of a small file, trimmed; "" when unreadable. */
+static const char *read_line(const char *path, char *buf, size_t n)
+{
+	FILE *f = fopen(path, "r");
+
+	buf[0] = 0;
+	if (!f)
+		return buf;
+	if (fgets(buf, (int)n, f))
+		buf[strcspn(buf, "\n")] = 0;
+	fclose(f);
+	for (size_t k = strlen(buf); k > 0 && buf[k - 1] == ' '; k--)
+		buf[k - 1] = 0;
+	return buf;
+}
+
+static json_t *backends(bool *any)
+{
+	static const enum nvs_backend list[] = {
+		NVS_BACKEND_IO_URING, NVS_BACKEND_LIBAIO, NVS_BACKEND_PSYNC};
+	json_t *arr = json_array();
+
+	*any = false;
+	for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++) {
+		struct nvs_aio_opts o;
+		struct nvs_aio *h;
+		int ret;
+
+		nvs_aio_opts_init(&o);
+		o.backend = list[i];
+		o.queue_depth = 8;
+		ret = nvs_aio_create(&o, &h);
+		json_t *b = json_pack("{s:s, s:b}", "name",
+				      nvs_backend_name(list[i]), "available",
+				      ret == 0);
+		if (ret == 0) {
+			*any = true;
+			nvs_aio_destroy(h);
+		} else {
+			json_object_set_new(b, "why",
+					    json_string(nvs_last_error()));
+			if (list[i] == NVS_BACKEND_IO_URING)
+				problem("io_uring is not available (the fast "
+					"path): see its line above",
+					"allow io_uring: sysctl "
+					"kernel.io_uring_disabled=0, or run "
+					"outside the seccomp profile that "
+					"blocks io_uring_setup");
+			else if (list[i] == NVS_BACKEND_LIBAIO)
+				problem("libaio is not available",
+					"raise fs.aio-max-nr (sysctl -w "
+					"fs.aio-max-nr=1048576)");
+		}
+		json_array_append_new(arr, b);
+	}
+	return arr;
+}
+
+static const char *fs_name(long type)
+{
+	switch ((unsigned long)type) {
+	case 0xEF53:
+		return "ext4";
+	case 0x58465342:
+		return "xfs";
+	case 0x9123683E:
+		return "btrfs";
+	case 0x01021994:
+		return "tmpfs";
+	case 0x858458f6:
+		return "ramfs";
+	case 0x6969:
+		return "nfs";
+	case 0x794c7630:
+		return "overlayfs";
+	case 0x2fc12fc1:
+		return "zfs";
+	case 0xF2F52010:
+		return "f2fs";
+	default:
+		return "other";
+	}
+}
+
+/* The block device behind @st_dev: name, model, rotational, sizes. */
+static json_t *device(dev_t dev)
+{
+	char link[512], target[512], path[1024], buf[256], disk[256] = "";
+	json_t *d = json_object();
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(dev),
+		 minor(dev));
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n <= 0) {
+		json_object_set_new(d, "name", json_null());
+		return d; /* tmpfs, overlay...: no block device */
+	}
+	target[n] = 0;
+	const char *name = strrchr(target, '/') + 1;
+	json_object_set_new(d, "name", json_string(name));
+	/* A partition's disk is its parent directory. */
+	snprintf(path, sizeof(path), "%s/partition", link);
+	if (access(path, F_OK) == 0) {
+		*strrchr(target, '/') = 0;
+		snprintf(disk, sizeof(disk), "%s", strrchr(target, '/') + 1);
+	} else {
+		snprintf(disk, sizeof(disk), "%s", name);
+	}
+	json_object_set_new(d, "disk", json_string(disk));
+	snprintf(path, sizeof(path), "/sys/block/%s/device/model", disk);
+	read_line(path, buf, sizeof(buf));
+	json_object_set_new(d, "model", json_string(*buf ? buf : "unknown"));
+	snprintf(path, sizeof(path), "/sys/block/%s/queue/rotational", disk);
+	read_line(path, buf, sizeof(buf));
+	json_object_set_new(d, "rotational",
+			    *buf ? json_boolean(buf[0] == '1') : json_null());
+	json_object_set_new(d, "nvme", json_boolean(!strncmp(disk, "nvme", 4)));
+	snprintf(path, sizeof(path), "/sys/block/%s/queue/logical_block_size",
+		 disk);
+	json_object_set_new(
+		d, "logical_block_size",
+		json_integer(atoi(read_line(path, buf, sizeof(buf)))));
+	snprintf(path, sizeof(path), "/sys/block/%s/queue/physical_block_size",
+		 disk);
+	json_object_set_new(
+		d, "physical_block_size",
+		json_integer(atoi(read_line(path, buf, sizeof(buf)))));
+	if (json_is_true(json_object_get(d, "rotational")))
+		problem("the swap path is on a rotational disk: swapping "
+			"will be slow",
+			"point nvme_path at an SSD, ideally NVMe");
+	return d;
+}
+
+/* Can files in @dir be opened O_DIRECT, and with which alignment? */
+static json_t *direct_io(const char *dir, bool *writable)
+{
+	char file[4200];
+	json_t *j = json_object();
+	int fd;
+
+	snprintf(file, sizeof(file), "%s/.nvswap-report-XXXXXX", dir);
+	fd = mkstemp(file);
+	*writable = fd >= 0;
+	if (fd < 0) {
+		char msg[4400];
+		snprintf(msg, sizeof(msg), "cannot create files in %s: %s", dir,
+			 strerror(errno));
+		json_object_set_new(j, "writable", json_false());
+		json_object_set_new(j, "error", json_string(msg));
+		problem(msg, "choose a directory you can write (nvme_path), "
+			     "or fix its permissions");
+		return j;
+	}
+	close(fd);
+	fd = open(file, O_RDWR | O_DIRECT);
+	json_object_set_new(j, "writable", json_true());
+	json_object_set_new(j, "o_direct", json_boolean(fd >= 0));
+	if (fd >= 0) {
+		struct nvs_dio_align a;
+		if (nvs_dio_alignment(fd, &a) == 0) {
+			json_object_set_new(j, "memory_alignment",
+					    json_integer(a.mem_align));
+			json_object_set_new(j, "offset_alignment",
+					    json_integer(a.offset_align));
+			json_object_set_new(
+				j, "alignment_from",
+				json_string(a.from_statx ? "statx"
+							 : "block size"));
+		}
+		close(fd);
+	} else {
+		problem("this filesystem refuses O_DIRECT: reads and writes "
+			"go through the page cache (slower, and they compete "
+			"with the model for memory)",
+			"use a directory on ext4 or xfs on the NVMe device");
+	}
+	unlink(file);
+	return j;
+}
+
+static json_t *path_report(const char *dir, bool *usable)
+{
+	json_t *p = json_pack("{s:s}", "path", dir);
+	struct statfs fs;
+	struct statvfs vfs;
+	struct stat st;
+	bool writable;
+
+	*usable = false;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		char msg[4400];
+		snprintf(msg, sizeof(msg), "nvme_path %s: %s", dir,
+			 stat(dir, &st) < 0 ? strerror(errno)
+					    : "not a directory");
+		json_object_set_new(p, "error", json_string(msg));
+		problem(msg, "create the directory, or pass --nvme_path");
+		return p;
+	}
+	if (statfs(dir, &fs) == 0)
+		json_object_set_new(p, "filesystem",
+				    json_string(fs_name((long)fs.f_type)));
+	if (statvfs(dir, &vfs) == 0) {
+		uint64_t free_b = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		json_object_set_new(p, "free_bytes",
+				    json_integer((json_int_t)free_b));
+		json_object_set_new(p, "read_only",
+				    json_boolean(vfs.f_flag & ST_RDONLY));
+	}
+	json_object_set_new(p, "device", device(st.st_dev));
+	json_object_set_new(p, "direct_io", direct_io(dir, &writable));
+	*usable = writable;
+	return p;
+}
+
+static json_t *memory(void)
+{
+	struct nvs_pinned_stats ps;
+	struct rlimit rl;
+	char buf[256];
+	json_t *m = json_object();
+	uint64_t total = 0, free_hp = 0, hp_size = 0;
+	FILE *f;
+
+	getrlimit(RLIMIT_MEMLOCK, &rl);
+	nvs_pinned_stats(&ps);
+	bool unlimited = ps.memlock_limit == UINT64_MAX;
+	json_object_set_new(
+		m, "memlock_limit",
+		unlimited ? json_string("unlimited")
+			  : json_integer((json_int_t)ps.memlock_limit));
+	if (!unlimited && ps.memlock_limit < (1ull << 30))
+		problem("the memlock limit is below 1 GiB: the pinned pool "
+			"(buffer_count x buffer_size) cannot be locked",
+			"raise it: ulimit -l unlimited, or a memlock line in "
+			"/etc/security/limits.conf (or LimitMEMLOCK= for a "
+			"systemd service)");
+	f = fopen("/proc/meminfo", "r");
+	while (f && fgets(buf, sizeof(buf), f)) {
+		unsigned long long v;
+		if (sscanf(buf, "HugePages_Total: %llu", &v) == 1)
+			total = v;
+		else if (sscanf(buf, "HugePages_Free: %llu", &v) == 1)
+			free_hp = v;
+		else if (sscanf(buf, "Hugepagesize: %llu kB", &v) == 1)
+			hp_size = v * 1024;
+	}
+	if (f)
+		fclose(f);
+	json_object_set_new(m, "huge_pages",
+			    json_pack("{s:I, s:I, s:I, s:s}", "total",
+				      (json_int_t)total, "free",
+				      (json_int_t)free_hp, "size",
+				      (json_int_t)hp_size, "transparent",
+				      read_line("/sys/kernel/mm/"
+						"transparent_hugepage/enabled",
+						buf, sizeof(buf))));
+	return m;
+}
+
+static void print_human(json_t *r)
+{
+	json_t *b, *p = json_object_get(r, "nvme_path"), *v;
+	size_t i;
+
+	printf("nvswap %s\n", json_string_value(json_object_get(r, "version")));
+	printf("\nbackends:\n");
+	json_array_foreach(json_object_get(r, "backends"), i, b)
+	{
+		printf("  %-9s %s%s%s\n",
+		       json_string_value(json_object_get(b, "name")),
+		       json_is_true(json_object_get(b, "available"))
+			       ? "available"
+			       : "NOT available: ",
+		       json_object_get(b, "why")
+			       ? json_string_value(json_object_get(b, "why"))
+			       : "",
+		       "");
+	}
+	printf("\nnvme_path %s:\n",
+	       json_string_value(json_object_get(p, "path")));
+	if ((v = json_object_get(p, "error"))) {
+		printf("  %s\n", json_string_value(v));
+	} else {
+		json_t *d = json_object_get(p, "device"),
+		       *io = json_object_get(p, "direct_io");
+		printf("  filesystem  %s%s, %.1f GiB free\n",
+		       json_string_value(json_object_get(p, "filesystem")),
+		       json_is_true(json_object_get(p, "read_only"))
+			       ? " (read-only)"
+			       : "",
+		       (double)json_integer_value(
+			       json_object_get(p, "free_bytes")) /
+			       (1u << 30));
+		if (json_is_string(json_object_get(d, "name")))
+			printf("  device      %s (disk %s, model %s), %s, "
+			       "%s, blocks %lld/%lld bytes\n",
+			       json_string_value(json_object_get(d, "name")),
+			       json_string_value(json_object_get(d, "disk")),
+			       json_string_value(json_object_get(d, "model")),
+			       json_is_true(json_object_get(d, "nvme"))
+				       ? "NVMe"
+				       : "not NVMe",
+			       json_is_true(json_object_get(d, "rotational"))
+				       ? "rotational"
+				       : "solid state",
+			       json_integer_value(json_object_get(
+				       d, "logical_block_size")),
+			       json_integer_value(json_object_get(
+				       d, "physical_block_size")));
+		else
+			printf("  device      none (not a block device)\n");
+		if (json_is_true(json_object_get(io, "o_direct")))
+			printf("  O_DIRECT    yes, memory alignment %lld, "
+			       "offset alignment %lld (from %s)\n",
+			       json_integer_value(
+				       json_object_get(io, "memory_alignment")),
+			       json_integer_value(
+				       json_object_get(io, "offset_alignment")),
+			       json_string_value(
+				       json_object_get(io, "alignment_from")));
+		else if (json_is_true(json_object_get(io, "writable")))
+			printf("  O_DIRECT    no (buffered I/O)\n");
+		else
+			printf("  %s\n",
+			       json_string_value(json_object_get(io, "error")));
+	}
+	json_t *m = json_object_get(r, "memory"),
+	       *hp = json_object_get(m, "huge_pages");
+	v = json_object_get(m, "memlock_limit");
+	printf("\nmemory:\n");
+	if (json_is_string(v))
+		printf("  memlock     %s\n", json_string_value(v));
+	else
+		printf("  memlock     %.1f MiB\n",
+		       (double)json_integer_value(v) / 1048576);
+	printf("  huge pages  %lld of %lld free (%lld KiB); transparent: %s\n",
+	       json_integer_value(json_object_get(hp, "free")),
+	       json_integer_value(json_object_get(hp, "total")),
+	       json_integer_value(json_object_get(hp, "size")) / 1024,
+	       json_string_value(json_object_get(hp, "transparent")));
+	printf("\ncpu copy loop %s\n",
+	       json_string_value(json_object_get(r, "copy_impl")));
+	printf("cuda          %s\n",
+	       json_string_value(json_object_get(r, "cuda")));
+	printf("\n%s\n", json_is_true(json_object_get(r, "usable"))
+				 ? "verdict: nvswap can run here"
+				 : "verdict: NOT usable here");
+	json_array_foreach(json_object_get(r, "problems"), i, b)
+	{
+		printf("problem: %s\n  fix: %s\n",
+		       json_string_value(json_object_get(b, "problem")),
+		       json_string_value(json_object_get(b, "fix")));
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"nvme_path", required_argument, NULL, 'p'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = ".";
+	bool as_json = false, any, path_ok;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (c == 'p') {
+			dir = optarg;
+		} else if (c == 'j') {
+			as_json = true;
+		} else {
+			fprintf(c == 'h' ? stdout : stderr,
+				"usage: nvswap-report [--nvme_path DIR] "
+				"[--json]\n");
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "nvswap-report: unexpected argument '%s'\n",
+			argv[optind]);
+		return 2;
+	}
+	problems = json_array();
+	json_t *r = json_object();
+	json_object_set_new(r, "version", json_string(nvs_version()));
+	json_object_set_new(r, "backends", backends(&any));
+	if (!any)
+		problem("no I/O backend works here",
+			"see the backend lines: even pread/pwrite failed");
+	json_object_set_new(r, "nvme_path", path_report(dir, &path_ok));
+	json_object_set_new(r, "memory", memory());
+	json_object_set_new(r, "copy_impl", json_string(nvs_copy_impl()));
+	json_object_set_new(r, "cuda", json_string(nvs_pinned_cuda_status()));
+	json_object_set_new(r, "usable", json_boolean(any && path_ok));
+	json_object_set_new(r, "problems", problems);
+	if (as_json) {
+		char *s = json_dumps(r, JSON_INDENT(2));
+		puts(s);
+		free(s);
+	} else {
+		print_human(r);
+	}
+	bool ok = any && path_ok;
+	json_decref(r);
+	return ok ? 0 : 1;
+}
