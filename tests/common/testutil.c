@@ -6,11 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -253,4 +255,14 @@ void tu_out_free(struct tu_out *o)
 {
 	free(o->out);
 	free(o->err);
+}
+
+bool tu_mount_private(const char *where, const char *type, unsigned long flags,
+		      const char *opts)
+{
+	if (mkdir(where, 0755) < 0 && errno != EEXIST)
+		return false;
+	return unshare(CLONE_NEWNS) == 0 &&
+	       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+	       mount("nvswap-test", where, type, flags, opts) == 0;
 }

@@ -31,6 +31,13 @@ off_t tu_file_size(const char *path);
 void tu_write_file(const char *path, const void *buf, size_t n);
 void *tu_read_file(const char *path, size_t *n);
 
+/* Mount a @type filesystem (@flags, @opts) on @dir (created if missing)
+ * in a private mount namespace of this test process, so that a small or
+ * read-only disk is real and nothing outside sees it. False (errno set)
+ * when this machine will not let us: the caller skips, saying why. */
+bool tu_mount_private(const char *dir, const char *type, unsigned long flags,
+		      const char *opts);
+
 /* What a command printed and how it ended. */
 struct tu_out {
 	int status; /* exit status, or -1 */

@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,12 +153,7 @@ static const char *small_fs(const char *type, const char *opts)
 {
 	const char *mnt = tu_path("mnt");
 
-	mkdir(mnt, 0755);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("nvswap-test", mnt, type, 0, opts) < 0)
-		return NULL;
-	return mnt;
+	return tu_mount_private(mnt, type, 0, opts) ? mnt : NULL;
 }
 
 Test(errors, full_disk_is_enospc_and_other_files_survive)

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -667,12 +666,7 @@ static const char *small_fs(void)
 {
 	const char *mnt = tu_path("mnt");
 
-	mkdir(mnt, 0755);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("nvswap-test", mnt, "tmpfs", 0, "size=1m") < 0)
-		return NULL;
-	return mnt;
+	return tu_mount_private(mnt, "tmpfs", 0, "size=1m") ? mnt : NULL;
 }
 
 Test(swapper, a_really_full_disk_loses_nothing_and_unregistering_frees_it)

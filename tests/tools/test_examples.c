@@ -8,7 +8,6 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,10 +67,7 @@ Test(examples, a_full_disk_stops_the_training_with_the_reason)
 	const char *mnt = tu_path("mnt");
 	struct tu_out o;
 
-	mkdir(mnt, 0755);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("nvswap-test", mnt, "tmpfs", 0, "size=1m") < 0)
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=1m"))
 		cr_skip_test("cannot mount a small tmpfs here (%s): needs root "
 			     "and CAP_SYS_ADMIN",
 			     strerror(errno));

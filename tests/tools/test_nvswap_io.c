@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -304,9 +303,7 @@ Test(nvswap_io, folder_on_a_read_only_filesystem_is_refused)
 
 	/* A read-only tmpfs in a private mount namespace; the tool, run
 	 * from here, inherits it. */
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("nvswap-test", folder(), "tmpfs", MS_RDONLY, "size=1m") < 0)
+	if (!tu_mount_private(folder(), "tmpfs", MS_RDONLY, "size=1m"))
 		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
 			     "root and mount namespaces",
 			     strerror(errno));

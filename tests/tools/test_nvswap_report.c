@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,10 +121,7 @@ Test(nvswap_report, a_read_only_filesystem_is_not_usable)
 	char args[4200];
 	struct tu_out o;
 
-	mkdir(mnt, 0755);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("nvswap-test", mnt, "tmpfs", MS_RDONLY, "size=1m") < 0)
+	if (!tu_mount_private(mnt, "tmpfs", MS_RDONLY, "size=1m"))
 		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
 			     "root and mount namespaces",
 			     strerror(errno));

@@ -6,7 +6,6 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,10 +274,7 @@ Test(config, a_read_only_nvme_path_is_refused)
 	char json[4096];
 	const char *d = tu_path("ro");
 
-	mkdir(d, 0755);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("nvswap-test", d, "tmpfs", MS_RDONLY, "size=1m") < 0)
+	if (!tu_mount_private(d, "tmpfs", MS_RDONLY, "size=1m"))
 		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
 			     "root and mount namespaces",
 			     strerror(errno));
