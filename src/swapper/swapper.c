@@ -512,10 +512,18 @@ static void drop(struct nvs_swapper *s, struct tensor *t)
  * tensor, else the least recently released dirty one. */
 static struct tensor *victim(struct nvs_swapper *s)
 {
-	for (struct tensor *t = s->lru.head; t; t = t->next)
+	struct tensor *t, *dirty = NULL;
+
+	for (t = s->lru.head; t; t = t->next) {
 		if (!t->dirty)
 			return t;
-	return s->lru.head;
+		/* Not one whose write-back just failed: writing it again
+		 * and again would spin on a full disk (make_room reports
+		 * it instead). */
+		if (!dirty && !t->err)
+			dirty = t;
+	}
+	return dirty;
 }
 
 /* The pool is empty: do one thing that may give a buffer back, or wait

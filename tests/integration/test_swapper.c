@@ -1050,3 +1050,35 @@ Test(swapper, a_buffer_held_by_a_failed_write_back_is_an_error_not_a_wait)
 	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0, "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
+
+Test(swapper,
+     auto_evict_on_a_disk_that_refuses_every_write_stops_with_the_error)
+{
+	struct nvs_fault_plan plan = {
+		.rules = {{.kind = NVS_FAULT_ENOSPC,
+			   .nth = 1,
+			   .count = 0,
+			   .opcode = NVS_IOREQ_WRITE}},
+		.nrules = 1,
+	};
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = NULL;
+	void *p;
+
+	opts(&o, 2);
+	o.auto_evict = true;
+	cr_assert_eq(nvs__swapper_create_fault(&o, &plan, &s), 0);
+	for (unsigned i = 0; i < 3; i++)
+		cr_assert_eq(nvs_swapper_register(s, i, 100, NULL), 0);
+	touch(s, 0);
+	touch(s, 1);
+	/* Each dirty tensor is tried once, then the error comes back:
+	 * no endless rewriting of the same tensors. */
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), -ENOSPC);
+	cr_assert(strstr(nvs_last_error(), "write-back failed"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(stats(s).io_errors, 2);
+	cr_assert_eq(state(s, 0), NVS_TENSOR_RESIDENT);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_RESIDENT);
+	cr_assert_eq(nvs_swapper_destroy(s), -ENOSPC, "never silent");
+}
