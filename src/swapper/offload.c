@@ -26,11 +26,12 @@
 
 struct group {
 	unsigned n;
-	unsigned order; /* add order */
-	bool acquired;	/* by the role's acquire or swap_in */
-	bool open;	/* gradients: acquired for writes until the flush */
-	bool in_cpu;	/* parameters kept in CPU memory, never swapped */
-	size_t total;	/* packed bytes */
+	unsigned order;	     /* add order */
+	bool acquired;	     /* by the role's acquire or swap_in */
+	unsigned char *open; /* gradients: the region, acquired for writes
+				until the flush; NULL when closed */
+	bool in_cpu;	     /* parameters kept in CPU memory, never swapped */
+	size_t total;	     /* packed bytes */
 	size_t nbytes[NVS_OFFLOAD_MAX_TENSORS];
 	size_t off[NVS_OFFLOAD_MAX_TENSORS];
 	void *cpu; /* in_cpu: the pinned packed copy */
@@ -550,13 +551,6 @@ int nvs_grad_add_group(struct nvs_grad_swapper *x, unsigned group,
 			NULL);
 }
 
-/* The region's pointer while it is open for writes; kept in the core (the
- * tensor stays acquired until the flush). */
-static int region(struct nvs_grad_swapper *x, unsigned group, void **p)
-{
-	return nvs_swapper_acquire(x->gs.core, tid(&x->gs, group), p);
-}
-
 int nvs_grad_write(struct nvs_grad_swapper *x, unsigned group, size_t offset,
 		   const void *data, size_t nbytes, enum nvs_grad_mode mode)
 {
@@ -588,14 +582,14 @@ int nvs_grad_write(struct nvs_grad_swapper *x, unsigned group, size_t offset,
 				"nvs_grad_write: gradient group %u is acquired "
 				"for reading",
 				group);
-	/* Open: acquired once, until the flush. A second acquire nests; the
-	 * extra one is released at once. */
-	ret = region(x, group, (void **)&p);
-	if (ret < 0)
-		return ret;
-	if (g->open)
-		nvs_swapper_release(x->gs.core, tid(&x->gs, group), false);
-	g->open = true;
+	/* Open: acquired by the first write, kept until the flush. */
+	if (!g->open) {
+		ret = nvs_swapper_acquire(x->gs.core, tid(&x->gs, group),
+					  (void **)&g->open);
+		if (ret < 0)
+			return ret;
+	}
+	p = g->open;
 	if (mode == NVS_GRAD_ASSIGN) {
 		memcpy(p + offset, data, nbytes);
 	} else {
@@ -620,7 +614,7 @@ int nvs_grad_flush(struct nvs_grad_swapper *x, unsigned group)
 	ret = gfind(&x->gs, group, "nvs_grad_flush", &g);
 	if (ret < 0 || !g->open)
 		return ret;
-	g->open = false;
+	g->open = NULL;
 	ret = nvs_swapper_release(x->gs.core, tid(&x->gs, group), true);
 	return ret < 0 ? ret
 		       : nvs_swapper_evict(x->gs.core, tid(&x->gs, group));

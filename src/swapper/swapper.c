@@ -175,15 +175,22 @@ static int idle(struct nvs_swapper *s, uint64_t id, const char *call,
 
 /* Keep @err with the calling thread's last error as @t's unreported
  * failure. */
-static void keep_error(struct tensor *t, int err, const char *msg)
+/* *@dst = a copy of @msg (NULL when it cannot be allocated: callers
+ * then say less, never fail). */
+static void keep_msg(char **dst, const char *msg)
 {
 	size_t n = strlen(msg) + 1;
 
+	nvs__free(*dst);
+	*dst = nvs__malloc(n);
+	if (*dst)
+		memcpy(*dst, msg, n);
+}
+
+static void keep_error(struct tensor *t, int err, const char *msg)
+{
 	t->err = err;
-	nvs__free(t->errmsg);
-	t->errmsg = nvs__malloc(n);
-	if (t->errmsg)
-		memcpy(t->errmsg, msg, n);
+	keep_msg(&t->errmsg, msg);
 }
 
 /* Report (once) and clear @t's kept failure; 0 when there is none. */
@@ -259,11 +266,9 @@ static int submit_extents(struct nvs_swapper *s, struct tensor *t,
 
 /* Say which extent of @t failed and how; returns @err. */
 static int io_failed(const struct nvs_swapper *s, const struct tensor *t,
-		     size_t i, int err)
+		     size_t i, int err, bool write)
 {
 	const struct nvs_extent *e = &t->ext[i];
-	bool write = t->state == NVS_TENSOR_WRITING ||
-		     (t->state == NVS_TENSOR_ON_NVME && t->busy);
 
 	return nvs__err(err,
 			"nvswap: tensor %" PRIu64 ": %s %" PRIu64
@@ -276,7 +281,7 @@ static int io_failed(const struct nvs_swapper *s, const struct tensor *t,
 /* Wait for tickets [from, to) of @t; the first failure, with its
  * sentence in this thread's last error. No lock needed: @t is busy. */
 static int wait_tickets(struct nvs_swapper *s, struct tensor *t, size_t from,
-			size_t to)
+			size_t to, bool write)
 {
 	char msg[NVS_ERRMSG_MAX];
 	int err = 0;
@@ -284,13 +289,28 @@ static int wait_tickets(struct nvs_swapper *s, struct tensor *t, size_t from,
 	for (size_t i = from; i < to; i++) {
 		int r = nvs_aio_wait_op(s->aio, t->tickets[i]);
 		if (r < 0 && !err) {
-			err = io_failed(s, t, i, r);
+			err = io_failed(s, t, i, r, write);
 			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 		}
 	}
 	if (err)
 		nvs__err_set(err, msg);
 	return err;
+}
+
+/* A submit of @t's extents failed with @ret (its sentence in the last
+ * error) after @n were queued: wait for those with the lock dropped (@t
+ * must be busy) and return @ret, its sentence intact. Lock held. */
+static int drain_failed_submit(struct nvs_swapper *s, struct tensor *t,
+			       size_t n, bool write, int ret)
+{
+	char msg[NVS_ERRMSG_MAX];
+
+	snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+	pthread_mutex_unlock(&s->lock);
+	wait_tickets(s, t, 0, n, write);
+	pthread_mutex_lock(&s->lock);
+	return nvs__err_set(ret, msg);
 }
 
 static void count_path_bytes(struct nvs_swapper *s, const struct tensor *t,
@@ -370,7 +390,7 @@ static void collect(struct nvs_swapper *s, struct tensor *t)
 
 	t->busy = true;
 	pthread_mutex_unlock(&s->lock);
-	err = wait_tickets(s, t, t->next_ticket, t->ntickets);
+	err = wait_tickets(s, t, t->next_ticket, t->ntickets, !reading);
 	if (!err && reading && !t->on_disk) {
 		memset(t->buf, 0, t->nbytes);
 	} else if (!err && reading && s->checksum) {
@@ -409,12 +429,9 @@ static bool reap_writes(struct nvs_swapper *s)
 			if (r < 0 && !t->io_err) {
 				/* The ticket is gone: keep its failure
 				 * until the tensor's last one is in. */
-				io_failed(s, t, t->next_ticket, r);
-				const char *m = nvs_last_error();
+				io_failed(s, t, t->next_ticket, r, true);
 				t->io_err = r;
-				t->io_msg = nvs__malloc(strlen(m) + 1);
-				if (t->io_msg)
-					memcpy(t->io_msg, m, strlen(m) + 1);
+				keep_msg(&t->io_msg, nvs_last_error());
 			}
 			t->next_ticket++;
 		}
@@ -446,18 +463,13 @@ static int start_write(struct nvs_swapper *s, struct tensor *t)
 	ret = submit_extents(s, t, NVS_AIO_WRITE, t->buf, true, &n);
 	t->ntickets = n;
 	if (ret < 0) {
-		char msg[NVS_ERRMSG_MAX];
-		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-		pthread_mutex_unlock(&s->lock);
-		wait_tickets(s, t, 0, n);
-		pthread_mutex_lock(&s->lock);
+		ret = drain_failed_submit(s, t, n, true, ret);
 		list_remove(t);
 		t->ntickets = 0;
 		t->state = NVS_TENSOR_RESIDENT;
 		t->revive = false;
 		list_push(&s->lru, t);
 		s->st.io_errors++;
-		nvs__err_set(ret, msg);
 	}
 	t->busy = false;
 	pthread_cond_broadcast(&s->cond);
@@ -482,19 +494,14 @@ static int start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
 	ret = submit_extents(s, t, NVS_AIO_READ, buf, true, &n);
 	t->ntickets = n;
 	if (ret < 0) {
-		char msg[NVS_ERRMSG_MAX];
-		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 		t->busy = true;
-		pthread_mutex_unlock(&s->lock);
-		wait_tickets(s, t, 0, n);
-		pthread_mutex_lock(&s->lock);
+		ret = drain_failed_submit(s, t, n, false, ret);
 		t->busy = false;
 		list_remove(t);
 		t->ntickets = 0;
 		t->state = NVS_TENSOR_ON_NVME;
 		buffer_put(s, t);
 		s->st.io_errors++;
-		nvs__err_set(ret, msg);
 	}
 	return ret;
 }
@@ -973,17 +980,11 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	t->busy = true;
 	ret = submit_extents(s, t, NVS_AIO_WRITE, (void *)(uintptr_t)init,
 			     false, &queued);
+	if (ret < 0)
+		ret = drain_failed_submit(s, t, queued, true, ret);
 	pthread_mutex_unlock(&s->lock);
-	{
-		char msg[NVS_ERRMSG_MAX] = "";
-		if (ret < 0)
-			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-		int w = wait_tickets(s, t, 0, queued);
-		if (ret < 0)
-			nvs__err_set(ret, msg);
-		else
-			ret = w;
-	}
+	if (ret == 0)
+		ret = wait_tickets(s, t, 0, queued, true);
 	t->crc = s->checksum ? nvs__crc32c(0, init, nbytes) : 0;
 	pthread_mutex_lock(&s->lock);
 	t->busy = false;
