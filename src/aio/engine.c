@@ -106,6 +106,8 @@ unsigned long nvs__aio_max_nr(void)
 	return n > 0 ? strtoul(buf, NULL, 10) : 65536;
 }
 
+static atomic_bool libaio_works; /* a probe succeeded; pairs with nothing */
+
 static int libaio_probe(unsigned depth, char *why, size_t n)
 {
 	io_context_t ctx = 0;
@@ -118,9 +120,17 @@ static int libaio_probe(unsigned depth, char *why, size_t n)
 			 depth, nvs__aio_max_nr());
 		return -EINVAL;
 	}
+	/* Once native AIO worked it stays available: later handles skip the
+	 * probe's io_setup/io_destroy pair, which costs an RCU grace period
+	 * (~30 ms) per handle. A context limit hit later is reported by the
+	 * engine's own io_setup. */
+	if (atomic_load_explicit(&libaio_works, memory_order_relaxed))
+		return 0;
 	ret = io_setup(1, &ctx);
 	if (ret == 0) {
 		io_destroy(ctx);
+		atomic_store_explicit(&libaio_works, true,
+				      memory_order_relaxed);
 		return 0;
 	}
 	if (ret == -ENOSYS)

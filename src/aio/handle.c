@@ -569,6 +569,11 @@ static void *worker_main(void *arg)
 		if (nvs__engine_inflight(w->eng) > 0)
 			reap(w);
 	}
+	/* The engine belongs to this thread, and tearing it down can sleep
+	 * (io_destroy waits out an RCU grace period, ~30 ms): each worker
+	 * does its own, so a handle's workers do theirs in parallel. */
+	nvs__engine_destroy(w->eng);
+	w->eng = NULL;
 	return NULL;
 }
 
@@ -745,7 +750,8 @@ void nvs_aio_opts_init(struct nvs_aio_opts *opts)
 	opts->direct = NVS_DIRECT_AUTO;
 }
 
-/* Stop and free every worker; they must have nothing in flight. */
+/* Stop and free every worker; they must have nothing in flight. All are
+ * told to stop before the first join, so they wind down together. */
 static void workers_teardown(struct nvs_aio *h)
 {
 	for (unsigned i = 0; h->workers && i < h->nworkers; i++) {
@@ -755,8 +761,12 @@ static void workers_teardown(struct nvs_aio *h)
 			w->stop = true;
 			pthread_cond_signal(&w->cond);
 			pthread_mutex_unlock(&w->lock);
-			pthread_join(w->thread, NULL);
 		}
+	}
+	for (unsigned i = 0; h->workers && i < h->nworkers; i++) {
+		struct worker *w = &h->workers[i];
+		if (w->running)
+			pthread_join(w->thread, NULL);
 		if (w->h)
 			worker_release(w);
 		memset(w, 0, sizeof(*w));
