@@ -6,6 +6,8 @@
  * --compare-fio the same job run by fio, interleaved, with the ratios.
  * Uses only the public API. Run with -h for every option.
  */
+#include "tool.h"
+
 #include <nvswap/nvswap.h>
 
 #include <errno.h>
@@ -14,7 +16,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -69,12 +69,12 @@ struct run {
 static bool quiet;
 static bool progress_on;
 
-static double now_s(void)
+/* Before a fatal message: finish the progress line. */
+static void end_progress_line(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	if (progress_on)
+		fputc('\n', stderr);
+	progress_on = false;
 }
 
 static double cpu_now(void)
@@ -84,22 +84,6 @@ static double cpu_now(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
-static void die(int code, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3), noreturn));
-static void die(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (progress_on)
-		fputc('\n', stderr);
-	fprintf(stderr, "nvswap-io: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(code);
 }
 
 /* ------------------------------------------------------------ options */
@@ -190,30 +174,6 @@ static void usage(FILE *f)
 	      f);
 }
 
-static size_t size_arg(const char *opt, const char *v)
-{
-	uint64_t n;
-
-	if (nvs_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
-		die(2,
-		    "%s: bad size '%s' (a number with an optional K, M or G "
-		    "suffix, e.g. 512K, 1M, 4G)",
-		    opt, v);
-	return (size_t)n;
-}
-
-static unsigned uint_arg(const char *opt, const char *v, unsigned lo)
-{
-	char *end;
-	unsigned long n;
-
-	errno = 0;
-	n = strtoul(v, &end, 10);
-	if (errno || *end || end == v || n < lo || n > 1u << 20)
-		die(2, "%s: '%s' is not a whole number from %u", opt, v, lo);
-	return (unsigned)n;
-}
-
 static void parse(int argc, char **argv, struct args *a)
 {
 	enum {
@@ -287,16 +247,17 @@ static void parse(int argc, char **argv, struct args *a)
 			a->folder = optarg;
 			break;
 		case O_IOSIZE:
-			a->io_size = size_arg("--io_size", optarg);
+			a->io_size = tool_size_arg("--io_size", optarg);
 			break;
 		case O_READ:
 			a->read = true;
 			break;
 		case O_BS:
-			a->block_size = size_arg("--block_size", optarg);
+			a->block_size = tool_size_arg("--block_size", optarg);
 			break;
 		case O_QD:
-			a->queue_depth = uint_arg("--queue_depth", optarg, 1);
+			a->queue_depth =
+				tool_uint_arg("--queue_depth", optarg, 1);
 			break;
 		case O_SINGLE:
 			a->single_submit = true;
@@ -305,31 +266,24 @@ static void parse(int argc, char **argv, struct args *a)
 			a->sequential = true;
 			break;
 		case O_PAR:
-			a->parallel = uint_arg("--io_parallel", optarg, 1);
+			a->parallel = tool_uint_arg("--io_parallel", optarg, 1);
 			break;
 		case O_LOOPS:
-			a->loops = uint_arg("--loops", optarg, 1);
+			a->loops = tool_uint_arg("--loops", optarg, 1);
 			break;
 		case O_WARM:
-			a->warmup = uint_arg("--warmup_loops", optarg, 0);
+			a->warmup = tool_uint_arg("--warmup_loops", optarg, 0);
 			break;
 		case O_VALIDATE:
 			a->validate = true;
 			break;
 		case O_BACKEND:
-			if (!strcmp(optarg, "auto"))
-				a->backend = NVS_BACKEND_AUTO;
-			else if (!strcmp(optarg, "io_uring"))
-				a->backend = NVS_BACKEND_IO_URING;
-			else if (!strcmp(optarg, "libaio"))
-				a->backend = NVS_BACKEND_LIBAIO;
-			else if (!strcmp(optarg, "psync"))
-				a->backend = NVS_BACKEND_PSYNC;
-			else
-				die(2,
-				    "--backend: '%s' is not one of auto, "
-				    "io_uring, libaio, psync",
-				    optarg);
+			if (tool_backend(optarg) < 0)
+				tool_die(2,
+					 "--backend: '%s' is not one of auto, "
+					 "io_uring, libaio, psync",
+					 optarg);
+			a->backend = (enum nvs_backend)tool_backend(optarg);
 			break;
 		case O_PINNED:
 			a->pinned = true;
@@ -338,7 +292,7 @@ static void parse(int argc, char **argv, struct args *a)
 			a->pinned = false;
 			break;
 		case O_MISALIGN:
-			a->misalign = uint_arg("--misalign", optarg, 0);
+			a->misalign = tool_uint_arg("--misalign", optarg, 0);
 			break;
 		case O_DIFF:
 			a->diff_file = true;
@@ -350,7 +304,7 @@ static void parse(int argc, char **argv, struct args *a)
 			a->compare_fio = true;
 			break;
 		case O_REPEATS:
-			a->repeats = uint_arg("--repeats", optarg, 1);
+			a->repeats = tool_uint_arg("--repeats", optarg, 1);
 			break;
 		case O_KEEP:
 			a->keep = true;
@@ -365,9 +319,9 @@ static void parse(int argc, char **argv, struct args *a)
 			a->uring_flags |= NVS_URING_NO_FIXED;
 			break;
 		case O_BOUNCE:
-			a->bounce = size_arg("--bounce_bytes", optarg);
+			a->bounce = tool_size_arg("--bounce_bytes", optarg);
 			if (a->bounce > UINT32_MAX)
-				die(2, "--bounce_bytes: at most 4G");
+				tool_die(2, "--bounce_bytes: at most 4G");
 			break;
 		case O_STAGE:
 			if (!strcmp(optarg, "auto"))
@@ -377,10 +331,10 @@ static void parse(int argc, char **argv, struct args *a)
 			else if (!strcmp(optarg, "unpinned"))
 				a->staging = NVS_STAGE_UNPINNED;
 			else
-				die(2,
-				    "--staging: '%s' is not one of auto, "
-				    "misaligned, unpinned",
-				    optarg);
+				tool_die(2,
+					 "--staging: '%s' is not one of auto, "
+					 "misaligned, unpinned",
+					 optarg);
 			break;
 		case 'h':
 			usage(stdout);
@@ -391,15 +345,19 @@ static void parse(int argc, char **argv, struct args *a)
 		}
 	}
 	if (optind < argc)
-		die(2, "unexpected argument '%s' (see -h)", argv[optind]);
+		tool_die(2, "unexpected argument '%s' (see -h)", argv[optind]);
 	if (!a->folder)
-		die(2, "--folder is required: the directory to test (see -h)");
+		tool_die(
+			2,
+			"--folder is required: the directory to test (see -h)");
 	if (a->compare_fio && a->diff_file)
-		die(2, "--compare-fio and --different_file_each_iteration "
-		       "cannot be combined: fio reads and writes one file");
+		tool_die(2,
+			 "--compare-fio and --different_file_each_iteration "
+			 "cannot be combined: fio reads and writes one file");
 	if (a->compare_fio && a->io_size % a->parallel)
-		die(2, "--compare-fio needs --io_size divisible by "
-		       "--io_parallel (fio's jobs each take an equal slice)");
+		tool_die(2,
+			 "--compare-fio needs --io_size divisible by "
+			 "--io_parallel (fio's jobs each take an equal slice)");
 }
 
 static void check_folder(const char *dir)
@@ -407,12 +365,12 @@ static void check_folder(const char *dir)
 	struct stat st;
 
 	if (stat(dir, &st) < 0)
-		die(1, "--folder %s: %s", dir, strerror(errno));
+		tool_die(1, "--folder %s: %s", dir, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
-		die(1, "--folder %s: not a directory", dir);
+		tool_die(1, "--folder %s: not a directory", dir);
 	if (access(dir, W_OK | X_OK) < 0)
-		die(1, "--folder %s: cannot write there: %s", dir,
-		    strerror(errno));
+		tool_die(1, "--folder %s: cannot write there: %s", dir,
+			 strerror(errno));
 }
 
 /* ------------------------------------------------------------ the run */
@@ -426,8 +384,9 @@ static const char *file_for(const struct args *a, unsigned loop)
 
 	while (nfiles <= i) {
 		if (nfiles == 64)
-			die(2, "--different_file_each_iteration: at most 64 "
-			       "files (lower --loops)");
+			tool_die(2,
+				 "--different_file_each_iteration: at most 64 "
+				 "files (lower --loops)");
 		snprintf(files[nfiles], sizeof(files[0]),
 			 "%s/nvswap-io.%ld.%u.dat", a->folder, (long)getpid(),
 			 nfiles);
@@ -452,24 +411,10 @@ static void on_signal(int sig)
 	raise(sig);
 }
 
-static void pattern(unsigned char *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-
-	for (size_t i = 0; i + 8 <= n; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(p + i, &x, 8);
-	}
-	for (size_t i = n & ~(size_t)7; i < n; i++)
-		p[i] = (unsigned char)(i * 31);
-}
-
 static void progress(const struct args *a, double t0, unsigned done,
 		     unsigned total, const char *what)
 {
-	double el = now_s() - t0;
+	double el = tool_now() - t0;
 
 	if (a->json || !isatty(STDERR_FILENO) || el < 2.0)
 		return;
@@ -510,17 +455,17 @@ static void prepare(const struct args *a, const char *path, unsigned char *buf)
 	struct nvs_aio *h;
 	int fd, ret;
 
-	pattern(buf, a->io_size, 1);
+	tool_pattern(buf, a->io_size, 1);
 	ret = nvs_aio_create(NULL, &h);
 	if (ret < 0)
-		die(1, "%s", nvs_last_error());
+		tool_die(1, "%s", nvs_last_error());
 	ret = nvs_aio_sync_pwrite(h, buf, a->io_size, path, 0);
 	if (ret < 0)
-		die(1, "preparing %s: %s", path, nvs_last_error());
+		tool_die(1, "preparing %s: %s", path, nvs_last_error());
 	nvs_aio_destroy(h);
 	fd = open(path, O_RDONLY);
 	if (fd < 0 || fsync(fd) < 0)
-		die(1, "syncing %s: %s", path, strerror(errno));
+		tool_die(1, "syncing %s: %s", path, strerror(errno));
 	close(fd);
 }
 
@@ -550,7 +495,7 @@ static void one_run(const struct args *a, struct run *r)
 	struct nvs_aio_opts o;
 	struct nvs_aio *h;
 	unsigned char *mem = NULL, *buf;
-	double t0 = now_s(), setup_s, cpu0;
+	double t0 = tool_now(), setup_s, cpu0;
 	const char *what = a->read ? "read" : "write";
 	int ret;
 
@@ -567,32 +512,33 @@ static void one_run(const struct args *a, struct run *r)
 	o.bounce_bytes = (uint32_t)a->bounce;
 	o.staging = (enum nvs_staging)a->staging;
 	if (a->block_size > UINT32_MAX)
-		die(2, "--block_size %zu is too large", a->block_size);
+		tool_die(2, "--block_size %zu is too large", a->block_size);
 	ret = nvs_aio_create(&o, &h);
 	if (ret < 0)
-		die(ret == -EINVAL ? 2 : 1, "%s", nvs_last_error());
+		tool_die(ret == -EINVAL ? 2 : 1, "%s", nvs_last_error());
 	if (a->pinned) {
 		mem = nvs_aio_new_cpu_locked_buffer(h,
 						    a->io_size + a->misalign);
 		if (!mem)
-			die(1, "%s (or run with --unpinned)", nvs_last_error());
+			tool_die(1, "%s (or run with --unpinned)",
+				 nvs_last_error());
 	} else {
 		if (posix_memalign((void **)&mem, 4096,
 				   a->io_size + a->misalign))
-			die(1, "out of memory for a %zu-byte buffer",
-			    a->io_size);
+			tool_die(1, "out of memory for a %zu-byte buffer",
+				 a->io_size);
 	}
 	buf = mem + a->misalign;
 	/* E2E counts this set-up once: the handle and the buffer. The read
 	 * file's preparation is in neither figure. */
-	setup_s = now_s() - t0;
+	setup_s = tool_now() - t0;
 	if (a->read) {
 		for (unsigned i = 0; i < (a->diff_file ? a->loops : 1); i++)
 			if (!a->prepared)
 				prepare(a, file_for(a, i), buf);
 		memset(buf, 0, a->io_size);
 	} else {
-		pattern(buf, a->io_size, 1);
+		tool_pattern(buf, a->io_size, 1);
 	}
 	for (unsigned i = 0; i < a->warmup; i++) {
 		ret = a->read || a->warmup_read
@@ -601,20 +547,20 @@ static void one_run(const struct args *a, struct run *r)
 			      : nvs_aio_sync_pwrite(h, buf, a->io_size,
 						    file_for(a, 0), 0);
 		if (ret < 0)
-			die(1, "warm-up %s: %s", what, nvs_last_error());
+			tool_die(1, "warm-up %s: %s", what, nvs_last_error());
 	}
 	cpu0 = cpu_now();
-	t0 = now_s();
+	t0 = tool_now();
 	for (unsigned i = 0; i < a->loops; i++) {
-		double s = now_s();
+		double s = tool_now();
 		const char *path = file_for(a, i);
 
 		ret = a->read ? nvs_aio_sync_pread(h, buf, a->io_size, path, 0)
 			      : nvs_aio_sync_pwrite(h, buf, a->io_size, path,
 						    0);
 		if (ret < 0)
-			die(1, "%s: %s", what, nvs_last_error());
-		r->lat[i] = now_s() - s;
+			tool_die(1, "%s: %s", what, nvs_last_error());
+		r->lat[i] = tool_now() - s;
 		r->task_s += r->lat[i];
 		progress(a, t0, i + 1, a->loops, what);
 	}
@@ -628,8 +574,8 @@ static void one_run(const struct args *a, struct run *r)
 		if (a->read) {
 			unsigned char *want = malloc(a->io_size);
 			if (!want)
-				die(1, "out of memory for validation");
-			pattern(want, a->io_size, 1);
+				tool_die(1, "out of memory for validation");
+			tool_pattern(want, a->io_size, 1);
 			if (memcmp(want, buf, a->io_size))
 				r->validated = -1;
 			free(want);
@@ -643,7 +589,7 @@ static void one_run(const struct args *a, struct run *r)
 	}
 	ret = nvs_aio_destroy(h);
 	if (ret < 0)
-		die(1, "%s", nvs_last_error());
+		tool_die(1, "%s", nvs_last_error());
 	if (a->pinned)
 		nvs_pinned_free(mem);
 	else
@@ -786,16 +732,17 @@ static struct fio_res run_fio(const struct args *a, enum nvs_backend eng,
 					    : "",
 		batch);
 	if (n < 0 || (size_t)n >= sizeof(cmd))
-		die(2, "--folder path too long for the fio command line");
+		tool_die(2, "--folder path too long for the fio command line");
 	p = popen(cmd, "r");
 	if (!p)
-		die(1, "running fio: %s", strerror(errno));
+		tool_die(1, "running fio: %s", strerror(errno));
 	for (;;) {
 		if (len + 4096 > cap) {
 			cap = cap ? cap * 2 : 65536;
 			out = realloc(out, cap);
 			if (!out)
-				die(1, "out of memory reading fio's output");
+				tool_die(1,
+					 "out of memory reading fio's output");
 		}
 		size_t got = fread(out + len, 1, cap - len - 1, p);
 		if (got == 0)
@@ -940,7 +887,7 @@ static int compare_fio(const struct args *a)
 	int rc = 0;
 
 	if (!have_fio())
-		die(2, "--compare-fio needs fio: apt-get install fio");
+		tool_die(2, "--compare-fio needs fio: apt-get install fio");
 	huge = reserve_huge(a, why, sizeof(why));
 	if (!huge && !quiet)
 		printf("note: %s; comparing against fio's default buffers "
@@ -988,14 +935,15 @@ static int compare_fio(const struct args *a)
 		if (huge) {
 			f1 = run_fio(a, eng, path, true);
 			if (!f1.ok)
-				die(1, "fio with huge-page buffers failed");
+				tool_die(1,
+					 "fio with huge-page buffers failed");
 			fh[i] = f1.gbs;
 			fhc[i] = f1.cpu_s /
 				 ((double)a->io_size * a->loops / GIB);
 		}
 		f2 = run_fio(a, eng, path, false);
 		if (!f2.ok)
-			die(1, "fio with default buffers failed");
+			tool_die(1, "fio with default buffers failed");
 		fd[i] = f2.gbs;
 		if (!huge) {
 			fh[i] = fd[i];
@@ -1039,6 +987,8 @@ int main(int argc, char **argv)
 	struct run r;
 	int rc = 0;
 
+	tool_name = "nvswap-io";
+	tool_cleanup = end_progress_line;
 	parse(argc, argv, &a);
 	quiet = a.json;
 	check_folder(a.folder);

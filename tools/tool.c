@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The command-line tools' shared helpers (see tool.h).
+ */
+#include "tool.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *tool_name = "nvswap";
+void (*tool_cleanup)(void);
+
+void tool_die(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (tool_cleanup)
+		tool_cleanup();
+	fprintf(stderr, "%s: ", tool_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(code);
+}
+
+double tool_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+size_t tool_size_arg(const char *opt, const char *v)
+{
+	uint64_t n;
+
+	if (nvs_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
+		tool_die(2,
+			 "%s: bad size '%s' (a number with an optional K, M "
+			 "or G suffix, e.g. 512K, 1M, 4G)",
+			 opt, v);
+	return (size_t)n;
+}
+
+unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (errno || *end || end == v || n < lo || n > 1u << 20)
+		tool_die(2, "%s: '%s' is not a whole number from %u", opt, v,
+			 lo);
+	return (unsigned)n;
+}
+
+int tool_backend(const char *v)
+{
+	if (!strcmp(v, "auto"))
+		return NVS_BACKEND_AUTO;
+	if (!strcmp(v, "io_uring"))
+		return NVS_BACKEND_IO_URING;
+	if (!strcmp(v, "libaio"))
+		return NVS_BACKEND_LIBAIO;
+	if (!strcmp(v, "psync"))
+		return NVS_BACKEND_PSYNC;
+	return -1;
+}
+
+void tool_pattern(unsigned char *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(p + i, &x, 8);
+	}
+	for (size_t i = n & ~(size_t)7; i < n; i++)
+		p[i] = (unsigned char)(i * 31);
+}
+
+const char *tool_size_str(uint64_t n, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	int u = -1;
+
+	while (u < 3 && n && n % 1024 == 0) {
+		n /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%llu", (unsigned long long)n);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)n, units[u]);
+	return buf;
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the command-line tools share and the library does not offer:
+ * fatal errors that clean up first, a monotonic clock, argument parsing
+ * with messages that say what was expected, and a test pattern. Not part
+ * of the library; public API only.
+ */
+#ifndef NVSWAP_TOOL_H
+#define NVSWAP_TOOL_H
+
+#include <nvswap/nvswap.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Prefixes every message: set it first thing in main(). */
+extern const char *tool_name;
+/* Called by tool_die() before it exits: removes temporary files, ends a
+ * progress line. NULL = nothing. */
+extern void (*tool_cleanup)(void);
+
+/* Print "NAME: message" on stderr, run tool_cleanup, exit with @code
+ * (1: the run failed, 2: bad usage). */
+void tool_die(int code, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3), noreturn));
+
+/* Seconds on CLOCK_MONOTONIC. */
+double tool_now(void);
+
+/* A size such as 512K, 1M, 4G (nvs_parse_size); dies (2) naming @opt on
+ * anything else or zero. */
+size_t tool_size_arg(const char *opt, const char *v);
+
+/* A whole number from @lo to 2^20; dies (2) naming @opt otherwise. */
+unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo);
+
+/* "auto", "io_uring", "libaio" or "psync"; -1 for anything else. */
+int tool_backend(const char *v);
+
+/* Fill @p with a xorshift sequence from @seed: data no disk compresses
+ * or dedupes, and different for each seed. */
+void tool_pattern(unsigned char *p, size_t n, uint64_t seed);
+
+/* "1M", "8M", "512K", "3000" (bytes): @n in the largest unit that divides
+ * it, into @buf. */
+const char *tool_size_str(uint64_t n, char *buf, size_t len);
+
+#endif /* NVSWAP_TOOL_H */
