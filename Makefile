@@ -7,7 +7,8 @@
 
 DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev \
 	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
-	libjansson-dev fio clang-format
+	libjansson-dev fio clang-format \
+	gnuplot-nox libxml2-utils
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
 	find src include tests examples bench -name '*.[ch]')
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
