@@ -10,6 +10,8 @@
  *
  *   nvswap-report [--nvme_path DIR] [--json]
  */
+#include "tool.h"
+
 #include <nvswap/nvswap.h>
 
 #include <errno.h>
@@ -257,8 +259,11 @@ static json_t *memory(void)
 	struct rlimit rl;
 	char buf[256];
 	json_t *m = json_object();
-	uint64_t total = 0, free_hp = 0, hp_size = 0;
+	uint64_t total = 0, free_hp = 0, hp_size = 0, avail = 0, can, probe;
 	FILE *f;
+	const char *why = NULL;
+	void *p;
+	int err = 0;
 
 	getrlimit(RLIMIT_MEMLOCK, &rl);
 	nvs_pinned_stats(&ps);
@@ -276,7 +281,9 @@ static json_t *memory(void)
 	f = fopen("/proc/meminfo", "r");
 	while (f && fgets(buf, sizeof(buf), f)) {
 		unsigned long long v;
-		if (sscanf(buf, "HugePages_Total: %llu", &v) == 1)
+		if (sscanf(buf, "MemAvailable: %llu kB", &v) == 1)
+			avail = v * 1024;
+		else if (sscanf(buf, "HugePages_Total: %llu", &v) == 1)
 			total = v;
 		else if (sscanf(buf, "HugePages_Free: %llu", &v) == 1)
 			free_hp = v;
@@ -285,6 +292,31 @@ static json_t *memory(void)
 	}
 	if (f)
 		fclose(f);
+	/* How much can be pinned: the limit, or the memory there is; then
+	 * lock a probe of up to 64 MiB through the library to be sure. */
+	can = ps.memlock_limit < avail ? ps.memlock_limit : avail;
+	json_object_set_new(m, "available_bytes",
+			    json_integer((json_int_t)avail));
+	json_object_set_new(m, "pinnable_bytes", json_integer((json_int_t)can));
+	/* Locked memory the arena holds free is reused, so the room left is
+	 * the limit less what is in use. */
+	probe = can > ps.bytes_in_use ? (can - ps.bytes_in_use) / 2 : 0;
+	if (probe > (64u << 20))
+		probe = 64u << 20;
+	probe &= ~(uint64_t)4095;
+	p = probe ? nvs_pinned_alloc(probe, &err) : NULL;
+	if (!p)
+		why = probe ? nvs_last_error()
+			    : "no room left under the memlock limit";
+	json_object_set_new(m, "pinned_probe",
+			    json_pack("{s:I, s:b, s:s?}", "bytes",
+				      (json_int_t)probe, "ok", p != NULL,
+				      "error", why));
+	if (p)
+		nvs_pinned_free(p);
+	else
+		problem("locking a small pinned buffer failed",
+			"raise the memlock limit (see the pinnable line)");
 	json_object_set_new(m, "huge_pages",
 			    json_pack("{s:I, s:I, s:I, s:s}", "total",
 				      (json_int_t)total, "free",
@@ -372,6 +404,24 @@ static void print_human(json_t *r)
 	else
 		printf("  memlock     %.1f MiB\n",
 		       (double)json_integer_value(v) / 1048576);
+	json_t *pr = json_object_get(m, "pinned_probe");
+	char h1[32], h2[32], h3[32];
+	printf("  pinnable    up to %s (the smaller of memlock and %s "
+	       "available); a %s probe %s\n",
+	       tool_human((uint64_t)json_integer_value(
+				  json_object_get(m, "pinnable_bytes")),
+			  h1, sizeof(h1)),
+	       tool_human((uint64_t)json_integer_value(
+				  json_object_get(m, "available_bytes")),
+			  h2, sizeof(h2)),
+	       tool_human((uint64_t)json_integer_value(
+				  json_object_get(pr, "bytes")),
+			  h3, sizeof(h3)),
+	       json_is_true(json_object_get(pr, "ok")) ? "locked fine"
+						       : "failed:");
+	if (!json_is_true(json_object_get(pr, "ok")))
+		printf("              %s\n",
+		       json_string_value(json_object_get(pr, "error")));
 	printf("  huge pages  %lld of %lld free (%lld KiB); transparent: %s\n",
 	       json_integer_value(json_object_get(hp, "free")),
 	       json_integer_value(json_object_get(hp, "total")),

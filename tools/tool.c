@@ -103,3 +103,16 @@ const char *tool_size_str(uint64_t n, char *buf, size_t len)
 		snprintf(buf, len, "%llu%c", (unsigned long long)n, units[u]);
 	return buf;
 }
+
+const char *tool_human(uint64_t n, char *buf, size_t len)
+{
+	if (n >= (1ull << 30))
+		snprintf(buf, len, "%.1f GiB", (double)n / (1ull << 30));
+	else if (n >= (1ull << 20))
+		snprintf(buf, len, "%.1f MiB", (double)n / (1ull << 20));
+	else if (n >= 1024)
+		snprintf(buf, len, "%.1f KiB", (double)n / 1024);
+	else
+		snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+	return buf;
+}

@@ -46,4 +46,7 @@ void tool_pattern(unsigned char *p, size_t n, uint64_t seed);
  * it, into @buf. */
 const char *tool_size_str(uint64_t n, char *buf, size_t len);
 
+/* "8.0 MiB", "23.2 GiB": @n for people, into @buf. */
+const char *tool_human(uint64_t n, char *buf, size_t len);
+
 #endif /* NVSWAP_TOOL_H */

@@ -91,6 +91,14 @@ Test(nvswap_report, the_json_report_has_every_field)
 	}
 	m = json_object_get(r, "memory");
 	has(m, "memlock_limit", -1);
+	has(m, "available_bytes", JSON_INTEGER);
+	has(m, "pinnable_bytes", JSON_INTEGER);
+	cr_assert_gt(json_integer_value(json_object_get(m, "pinnable_bytes")),
+		     0);
+	has(m, "pinned_probe", JSON_OBJECT);
+	cr_assert(json_is_true(json_object_get(
+			  json_object_get(m, "pinned_probe"), "ok")),
+		  "a small buffer can be locked here");
 	has(m, "huge_pages", JSON_OBJECT);
 	has(json_object_get(m, "huge_pages"), "total", JSON_INTEGER);
 	has(json_object_get(m, "huge_pages"), "transparent", JSON_STRING);
@@ -150,7 +158,19 @@ Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
 		   args);
 	cr_assert_eq(o.status, 0, "still usable: %s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "memlock     8.0 MiB"), "%s", o.out);
+	cr_assert(strstr(o.out, "pinnable    up to 8.0 MiB"), "%s", o.out);
+	cr_assert(strstr(o.out, "a 4.0 MiB probe locked fine"), "%s", o.out);
 	cr_assert(strstr(o.out, "fix: raise it: ulimit -l"), "%s", o.out);
+	tu_out_free(&o);
+	/* One page of limit leaves no room for even the probe. */
+	o = report("prlimit --memlock=4096 setpriv --reuid=65534 "
+		   "--regid=65534 --clear-groups",
+		   args);
+	cr_assert(strstr(o.out, "no room left under the memlock limit"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "problem: locking a small pinned buffer "
+				"failed"),
+		  "%s", o.out);
 	tu_out_free(&o);
 }
 
