@@ -1491,12 +1491,21 @@ static void make_grid(struct grid *g)
 				continue;
 			if (!*b || p->st[SWEEP][d].med > (*b)->st[SWEEP][d].med)
 				*b = p;
-			if (p->st[SWEEP][d].med > g->vmax)
-				g->vmax = p->st[SWEEP][d].med;
-			if (!g->vmin || p->st[SWEEP][d].med < g->vmin)
-				g->vmin = p->st[SWEEP][d].med;
 		}
 	}
+	for (unsigned k = 0; k < g->nd; k++)
+		for (unsigned x = 0; x < g->nx; x++)
+			for (unsigned y = 0; y < g->ny; y++) {
+				const struct point *p = g->best[k][x][y];
+				double v;
+				if (!p)
+					continue;
+				v = p->st[SWEEP][g->dir[k]].med;
+				if (v > g->vmax)
+					g->vmax = v;
+				if (!g->vmin || v < g->vmin)
+					g->vmin = v;
+			}
 	/* From the lowest cell to the highest: differences of a few percent
 	 * are what tuning is about, and a scale from 0 hides them. */
 	if (g->vmax <= g->vmin)
