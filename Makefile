@@ -55,7 +55,7 @@ test-plain: build
 
 test-asan: deps build-asan/build.ninja
 	ninja -C build-asan
-	$(SAN_ENV) scripts/run-tests.sh build-asan asan+ubsan unit integration
+	$(SAN_ENV) scripts/run-tests.sh build-asan asan+ubsan unit integration tools
 
 # Criterion cannot run under TSan (its fork arena collides with TSan's
 # shadow memory), so TSan runs the Criterion-free threaded driver.

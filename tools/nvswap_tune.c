@@ -634,6 +634,8 @@ static void load_sweep(void)
 		}
 	}
 	json_decref(root);
+	sweep_text = NULL;
+	free(text);
 }
 
 static void default_space(void)
@@ -879,8 +881,9 @@ static void prepare(void)
 			tool_die(1,
 				 "--nvme_path %s: the filesystem refuses "
 				 "O_DIRECT, so every figure would measure the "
-				 "page cache, not the disk (tmpfs?); tune a "
-				 "path on the disk itself",
+				 "page cache, not the disk (ramfs, or tmpfs "
+				 "before Linux 6.6?); tune a path on the disk "
+				 "itself",
 				 A.paths[i]);
 		if (fds[i] < 0)
 			tool_die(1, "%s: %s", f, strerror(errno));
@@ -1843,6 +1846,26 @@ static const char *plot(void)
 
 /* ----------------------------------------------------------- main */
 
+/* Everything main() took, for a clean exit (leak checkers). */
+static void release(struct point **all, struct point **fin, json_t *snip)
+{
+	for (unsigned i = 0; i < A.npaths; i++) {
+		if (A.unpinned) {
+			free(wbuf[i]);
+			free(rbuf[i]);
+		} else {
+			nvs_pinned_free(wbuf[i]);
+			nvs_pinned_free(rbuf[i]);
+		}
+	}
+	for (unsigned i = 0; i < np; i++)
+		free(P[i].skip);
+	free(P);
+	free(all);
+	free(fin);
+	json_decref(snip);
+}
+
 static const struct point *winner(struct point **fin, unsigned n, int c,
 				  const struct point **second)
 {
@@ -1866,7 +1889,7 @@ int main(int argc, char **argv)
 	const struct point *best[NCRIT] = {0}, *second[NCRIT] = {0};
 	const struct point *def = NULL;
 	struct point **all, **fin;
-	unsigned nfin, skipped = 0, k = 0;
+	unsigned nfin, skipped = 0;
 	double t0, sweep_s, final_s, est;
 	json_t *snip, *out;
 	bool merged = false;
@@ -2019,7 +2042,7 @@ int main(int argc, char **argv)
 		puts(text);
 		free(text);
 		json_decref(out);
-		json_decref(snip);
+		release(all, fin, snip);
 		return 0;
 	}
 
@@ -2062,7 +2085,6 @@ int main(int argc, char **argv)
 			       score(second[c], FINAL, c) /
 				       score(best[c], FINAL, c),
 			       setting_str(&second[c]->s, s, sizeof(s)));
-		k++;
 	}
 	if (def) {
 		printf("tuned vs default (a config without \"aio\": %s):",
@@ -2106,7 +2128,6 @@ int main(int argc, char **argv)
 		       "--write-config FILE\n");
 	if (engine)
 		printf("plot: %s (%s)\n", A.plot, engine);
-	json_decref(snip);
-	(void)k;
+	release(all, fin, snip);
 	return 0;
 }
