@@ -486,12 +486,22 @@ static uint32_t u32_value(const char *key, json_t *e, uint64_t lo, uint64_t hi,
 	return (uint32_t)n;
 }
 
-static void add_u32(uint32_t *list, unsigned *n, uint32_t v)
+/* @key's values, each from @lo to @hi, into @list without repeats. */
+static void u32_list(const char *key, json_t *v, uint32_t *list, unsigned *n,
+		     uint64_t lo, uint64_t hi, bool size)
 {
-	for (unsigned i = 0; i < *n; i++)
-		if (list[i] == v)
-			return;
-	list[(*n)++] = v;
+	size_t cnt;
+	json_t *arr = values(v, key, &cnt);
+
+	*n = 0;
+	for (size_t i = 0; i < cnt; i++) {
+		uint32_t x = u32_value(key, nth(arr, v, i), lo, hi, size);
+		unsigned k = 0;
+		while (k < *n && list[k] != x)
+			k++;
+		if (k == *n)
+			list[(*n)++] = x;
+	}
 }
 
 static void add_bool(bool *list, unsigned *n, bool v)
@@ -543,7 +553,7 @@ static void load_sweep(void)
 	json_error_t err;
 	json_t *root, *v;
 	const char *key;
-	bool have_ov = false;
+	bool have_ov = false, have_par = false;
 	FILE *f;
 	long len;
 	char *text;
@@ -575,27 +585,20 @@ static void load_sweep(void)
 		json_t *arr = values(v, key, &cnt);
 
 		if (!strcmp(key, "block_size")) {
-			S.nbs = 0;
-			for (size_t i = 0; i < cnt; i++)
-				add_u32(S.bs, &S.nbs,
-					u32_value(key, nth(arr, v, i), 512,
-						  NVS_AIO_MAX_BLOCK_SIZE,
-						  true));
+			u32_list(key, v, S.bs, &S.nbs, 512,
+				 NVS_AIO_MAX_BLOCK_SIZE, true);
 		} else if (!strcmp(key, "queue_depth")) {
-			S.nqd = 0;
-			for (size_t i = 0; i < cnt; i++)
-				add_u32(S.qd, &S.nqd,
-					u32_value(key, nth(arr, v, i), 1,
-						  NVS_AIO_MAX_QUEUE_DEPTH,
-						  false));
+			u32_list(key, v, S.qd, &S.nqd, 1,
+				 NVS_AIO_MAX_QUEUE_DEPTH, false);
 		} else if (!strcmp(key, "intra_op_parallelism") ||
 			   !strcmp(key, "io_parallel")) {
-			S.npar = 0;
-			for (size_t i = 0; i < cnt; i++)
-				add_u32(S.par, &S.npar,
-					u32_value(key, nth(arr, v, i), 1,
-						  NVS_AIO_MAX_PARALLELISM,
-						  false));
+			if (have_par)
+				bad_key(key, "intra_op_parallelism and "
+					     "io_parallel are one key: give "
+					     "one");
+			have_par = true;
+			u32_list(key, v, S.par, &S.npar, 1,
+				 NVS_AIO_MAX_PARALLELISM, false);
 		} else if (!strcmp(key, "overlap_events") ||
 			   !strcmp(key, "sequential_requests")) {
 			if (have_ov)

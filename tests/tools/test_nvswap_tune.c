@@ -521,6 +521,9 @@ Test(nvswap_tune, an_invalid_sweep_config_names_line_and_column)
 	refused(with_sweep("{\"overlap_events\": [true], "
 			   "\"sequential_requests\": [true]}"),
 		2, "say the same thing");
+	refused(with_sweep("{\"io_parallel\": [1], "
+			   "\"intra_op_parallelism\": [2]}"),
+		2, "are one key");
 	refused(with_sweep("{\"queue_depth\": []}"), 2, "an empty list");
 	refused(with_sweep("[1, 2]"), 2, "is a JSON object");
 	refused(tune(NULL, "--nvme_path %s --sweep_config /nonexistent.json",
