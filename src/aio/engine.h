@@ -44,6 +44,11 @@ enum nvs_fault_kind {
 	NVS_FAULT_EAGAIN,
 	NVS_FAULT_EINTR,
 	NVS_FAULT_SHORT, /* move at most short_bytes (default half) */
+	/* Not an engine fault: the handle refuses its nth op (counting the
+	 * handle's nvs_aio_submit calls, 1-based) at submit time with
+	 * -refuse_err, before anything is queued, as a submit refused for
+	 * want of slots or space would be. */
+	NVS_FAULT_REFUSE,
 };
 
 struct nvs_fault_rule {
@@ -52,6 +57,7 @@ struct nvs_fault_rule {
 	unsigned long count; /* attempts hit from nth on; 0 = all after */
 	int opcode;	     /* NVS_IOREQ_READ/WRITE, or -1 for both */
 	size_t short_bytes;
+	int refuse_err; /* NVS_FAULT_REFUSE: a positive errno */
 };
 
 #define NVS_FAULT_MAX_RULES 8

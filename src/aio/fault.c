@@ -67,6 +67,8 @@ match(const struct fault *f, const struct nvs_ioreq *r, unsigned long attempt)
 {
 	for (unsigned i = 0; i < f->plan.nrules; i++) {
 		const struct nvs_fault_rule *ru = &f->plan.rules[i];
+		if (ru->kind == NVS_FAULT_REFUSE) /* the handle's, at submit */
+			continue;
 		if (ru->opcode >= 0 && ru->opcode != r->opcode)
 			continue;
 		if (attempt < ru->nth)

@@ -144,7 +144,9 @@ struct nvs_aio {
 	char backend_notes[240];
 	unsigned nworkers;
 	struct worker *workers;
-	const struct nvs_fault_plan *plan;
+	const struct nvs_fault_plan *plan; /* &fault, or NULL */
+	struct nvs_fault_plan fault;	   /* the tests' plan, copied */
+	atomic_ulong submits; /* nvs_aio_submit calls, for REFUSE rules */
 	/* lock protects the op slots' state/err/msg, the free list and every
 	 * field up to first_msg; cond signals op completion and free slots. */
 	pthread_mutex_t lock;
@@ -919,7 +921,10 @@ static int create(const struct nvs_aio_opts *opts,
 	ret = check_opts(&h->opts, opts);
 	if (ret < 0)
 		goto fail;
-	h->plan = plan;
+	if (plan) {
+		h->fault = *plan;
+		h->plan = &h->fault;
+	}
 	h->nworkers = h->opts.intra_op_parallelism;
 	h->nops = h->opts.max_ops;
 	h->ops = nvs__calloc(h->nops, sizeof(*h->ops));
@@ -1472,6 +1477,30 @@ static int check_io(const struct nvs_aio *h, const struct nvs_aio_io *io,
 	return 0;
 }
 
+/* A REFUSE rule of the tests' fault plan matching this submit: its
+ * errno, else 0. */
+static int refused(struct nvs_aio *h, const struct nvs_aio_io *io)
+{
+	unsigned long n;
+
+	if (!h->plan)
+		return 0;
+	n = atomic_fetch_add_explicit(&h->submits, 1, memory_order_relaxed) + 1;
+	for (unsigned i = 0; i < h->plan->nrules; i++) {
+		const struct nvs_fault_rule *ru = &h->plan->rules[i];
+		if (ru->kind != NVS_FAULT_REFUSE || n < ru->nth ||
+		    (ru->count && n >= ru->nth + ru->count))
+			continue;
+		if (ru->opcode >= 0 &&
+		    ru->opcode != (io->opcode == NVS_AIO_WRITE
+					   ? NVS_IOREQ_WRITE
+					   : NVS_IOREQ_READ))
+			continue;
+		return ru->refuse_err;
+	}
+	return 0;
+}
+
 int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 		   uint64_t *op_id)
 {
@@ -1488,6 +1517,10 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	ret = check_io(h, io, path);
 	if (ret < 0)
 		return ret;
+	ret = refused(h, io);
+	if (ret)
+		return SUBMIT_ERR(-ret, io, "refused by the fault plan (%s)",
+				  strerror(ret));
 	ret = open_target(h, io, path, &t);
 	if (ret == 0 && needs_edges(&t, io->offset, io->nbytes))
 		ret = open_buffered(h, io, path, &t);

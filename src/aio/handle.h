@@ -11,6 +11,8 @@
  * following @plan (copied) over the backend the handle would use anyway
  * (opts->backend, NVSWAP_BACKEND, AUTO's probe). Each worker counts its own
  * attempts, so with intra_op_parallelism 1 a rule's nth is exact.
+ * NVS_FAULT_REFUSE rules are the handle's own: they count its
+ * nvs_aio_submit calls and refuse the matching ones before queuing.
  */
 int nvs__aio_create_fault(const struct nvs_aio_opts *opts,
 			  const struct nvs_fault_plan *plan,

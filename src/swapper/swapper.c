@@ -811,6 +811,11 @@ int nvs__swapper_create_fault(const struct nvs_swapper_opts *opts,
 	return create(opts, plan, out);
 }
 
+struct nvs_aio *nvs__swapper_aio(struct nvs_swapper *s)
+{
+	return s->aio;
+}
+
 /* ------------------------------------------------------------ calls */
 
 int nvs_swapper_wait_all(struct nvs_swapper *s)

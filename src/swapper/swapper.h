@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Internal seam of the swap manager (the public API is nvswap/swapper.h):
- * a swapper whose aio handle injects faults, for tests.
+ * a swapper whose aio handle injects faults, and that handle, for tests.
  */
 #ifndef NVS_SWAPPER_SWAPPER_H
 #define NVS_SWAPPER_SWAPPER_H
@@ -13,5 +13,9 @@
 int nvs__swapper_create_fault(const struct nvs_swapper_opts *opts,
 			      const struct nvs_fault_plan *plan,
 			      struct nvs_swapper **out);
+
+/* The swapper's aio handle, for tests that check nothing was left in
+ * flight or uncollected (nvs_aio_wait() on it then returns 0). */
+struct nvs_aio *nvs__swapper_aio(struct nvs_swapper *s);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aio/handle.h"
 #include "nvswap/aio.h"
@@ -144,6 +145,38 @@ Test(fault, first_failed_op_in_submission_order_is_reported)
 	cr_assert_eq(nvs_aio_async_pwrite(h, buf, 4096, tu_path("a"), 0), 0);
 	cr_assert_eq(nvs_aio_async_pwrite(h, buf, 4096, tu_path("b"), 0), 0);
 	cr_assert_eq(nvs_aio_wait(h), -EIO);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+}
+
+Test(fault, a_refused_submit_queues_nothing_and_touches_nothing)
+{
+	struct nvs_fault_plan p = {.rules = {{.kind = NVS_FAULT_REFUSE,
+					      .nth = 2,
+					      .count = 1,
+					      .opcode = NVS_IOREQ_WRITE,
+					      .refuse_err = ENOSPC}},
+				   .nrules = 1};
+	struct nvs_aio *h = mk(&p, 64 << 10);
+	unsigned char a[8192], b[8192];
+	uint64_t id;
+
+	tu_fill(a, sizeof(a), 3);
+	tu_fill(b, sizeof(b), 4);
+	/* Submit 1 is queued; 2 is refused before anything happens; 3 is
+	 * queued again. */
+	cr_assert_eq(nvs_aio_async_pwrite(h, a, sizeof(a), tu_path("a"), 0), 0);
+	struct nvs_aio_io io = {NVS_AIO_WRITE, b,  sizeof(b),
+				tu_path("b"),  -1, 0};
+	cr_assert_eq(nvs_aio_submit(h, &io, &id), -ENOSPC);
+	cr_assert(strstr(nvs_last_error(), "refused by the fault plan"), "%s",
+		  nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), tu_path("b")), "%s",
+		  nvs_last_error());
+	cr_assert_eq(access(tu_path("b"), F_OK), -1, "not even created");
+	cr_assert_eq(nvs_aio_async_pwrite(h, b, sizeof(b), tu_path("c"), 0), 0);
+	cr_assert_eq(nvs_aio_wait(h), 2, "only the two queued ops");
+	cr_assert_eq(tu_file_size(tu_path("a")), sizeof(a));
+	cr_assert_eq(tu_file_size(tu_path("c")), sizeof(b));
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 

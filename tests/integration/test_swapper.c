@@ -791,6 +791,146 @@ Test(swapper, a_failed_read_leaves_the_tensor_on_nvme_and_retryable)
 	free(a);
 }
 
+/* A swapper over two paths, a tensor of 5 x BUF + 1000 bytes striped in
+ * 6 extents, whose handle refuses its @nth submit (counting every
+ * nvs_aio_submit of the swapper, reads and writes) with -@err: the
+ * submit-time failures (no op slot, no space to preallocate) that
+ * happen after some extents of a tensor were queued. */
+enum { BIG = 5 * BUF + 1000 };
+
+static struct nvs_swapper *mk_refusing(unsigned long nth, int opcode, int err)
+{
+	struct nvs_fault_plan plan = {
+		.rules = {{.kind = NVS_FAULT_REFUSE,
+			   .nth = nth,
+			   .count = 1,
+			   .opcode = opcode,
+			   .refuse_err = err}},
+		.nrules = 1,
+	};
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = NULL;
+	static char p0[4200], p1[4200];
+
+	snprintf(p0, sizeof(p0), "%s/d0", tu_dir());
+	snprintf(p1, sizeof(p1), "%s/d1", tu_dir());
+	cr_assert(mkdir(p0, 0700) == 0 || errno == EEXIST);
+	cr_assert(mkdir(p1, 0700) == 0 || errno == EEXIST);
+	opts(&o, 2);
+	o.npaths = 2;
+	o.nvme_paths[0] = p0;
+	o.nvme_paths[1] = p1;
+	o.buffer_size = 8 * BUF;
+	o.stripe_size = BUF;
+	o.checksum = true;
+	cr_assert_eq(nvs__swapper_create_fault(&o, &plan, &s), 0, "%s",
+		     nvs_last_error());
+	return s;
+}
+
+/* The extents queued before the refusal were waited for and collected
+ * before the call returned: the buffer (or the caller's memory) is free
+ * to change and the space to reuse. */
+static void all_collected(struct nvs_swapper *s)
+{
+	cr_assert_eq(nvs_aio_wait(nvs__swapper_aio(s)), 0,
+		     "the swapper left ops of the failed call in the handle");
+}
+
+Test(swapper,
+     a_register_refused_midway_waits_for_the_rest_and_registers_nothing)
+{
+	struct nvs_swapper *s = mk_refusing(3, NVS_IOREQ_WRITE, ENOSPC);
+	unsigned char *a = malloc(BIG);
+	struct nvs_tensor_info info;
+
+	tu_fill(a, BIG, 31);
+	/* Extents 1 and 2 are queued, the third is refused. */
+	cr_assert_eq(nvs_swapper_register(s, 1, BIG, a), -ENOSPC);
+	cr_assert(strstr(nvs_last_error(), "not registered"), "%s",
+		  nvs_last_error());
+	all_collected(s);
+	cr_assert(strstr(nvs_last_error(), "refused by the fault plan"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(nvs_swapper_info(s, 1, &info), -ENOENT);
+	cr_assert_eq(stats(s).path_space_used[0], 0);
+	cr_assert_eq(stats(s).path_space_used[1], 0);
+	cr_assert_eq(stats(s).io_errors, 1);
+	cr_assert_eq(nvs_swapper_wait_all(s), 0, "nothing left in flight");
+	/* The retry (submits 7-12) writes all of it. */
+	cr_assert_eq(nvs_swapper_register(s, 1, BIG, a), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_swapper_info(s, 1, &info), 0);
+	cr_assert_eq(info.extents, 6);
+	expect(s, 1, a, BIG);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(a);
+}
+
+Test(swapper, a_write_back_refused_midway_keeps_the_tensor_resident_and_dirty)
+{
+	struct nvs_swapper *s = mk_refusing(4, NVS_IOREQ_WRITE, EAGAIN);
+	unsigned char *a = malloc(BIG);
+	struct nvs_tensor_info info;
+
+	cr_assert_eq(nvs_swapper_register(s, 1, BIG, NULL), 0);
+	modify(s, 1, a, BIG, 32);
+	/* Extents 1-3 are queued, the fourth is refused: evict says so at
+	 * once, after the three queued ones have finished. */
+	cr_assert_eq(nvs_swapper_evict(s, 1), -EAGAIN);
+	cr_assert(strstr(nvs_last_error(), "refused by the fault plan"), "%s",
+		  nvs_last_error());
+	all_collected(s);
+	cr_assert_eq(nvs_swapper_info(s, 1, &info), 0);
+	cr_assert_eq(info.state, NVS_TENSOR_RESIDENT);
+	cr_assert(info.dirty, "nothing lost: resident and dirty");
+	cr_assert_eq(info.acquired, 0);
+	cr_assert_eq(stats(s).io_errors, 1);
+	cr_assert_eq(stats(s).buffers_in_use, 1, "the data keeps its buffer");
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	expect(s, 1, a, BIG);
+	/* The retry writes it; it reads back after a real round trip. */
+	cr_assert_eq(nvs_swapper_evict(s, 1), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_wait(s, 1), 0, "%s", nvs_last_error());
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	expect(s, 1, a, BIG);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(a);
+}
+
+Test(swapper, a_read_refused_midway_leaves_the_tensor_on_nvme_and_retryable)
+{
+	/* Submits 1-6 register it; 7 and 8 are queued reads, 9 refused. */
+	struct nvs_swapper *s = mk_refusing(9, NVS_IOREQ_READ, EAGAIN);
+	unsigned char *a = malloc(BIG);
+	void *p = &p;
+
+	tu_fill(a, BIG, 33);
+	cr_assert_eq(nvs_swapper_register(s, 1, BIG, a), 0);
+	cr_assert_eq(nvs_swapper_prefetch(s, 1), -EAGAIN);
+	cr_assert(strstr(nvs_last_error(), "refused by the fault plan"), "%s",
+		  nvs_last_error());
+	all_collected(s);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffers_in_use, 0, "the buffer went back");
+	cr_assert_eq(stats(s).io_errors, 1);
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	expect(s, 1, a, BIG);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+
+	/* The same through acquire: the error, no pointer. */
+	s = mk_refusing(9, NVS_IOREQ_READ, ENOMEM);
+	cr_assert_eq(nvs_swapper_register(s, 1, BIG, a), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 1, &p), -ENOMEM);
+	cr_assert_null(p);
+	all_collected(s);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	expect(s, 1, a, BIG);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(a);
+}
+
 /* --------------------------------------------------- files, processes */
 
 Test(swapper, destroy_removes_the_scratch_files_and_directory)
