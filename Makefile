@@ -80,8 +80,10 @@ test: deps
 	awk '{p+=$$2; f+=$$3; s+=$$4} END {printf "\ntotal: %d passed, %d failed, %d skipped\n", p, f, s}' build/.totals; \
 	exit $$rc
 
-# Randomized consistency run, 60 s plain and 60 s under ASan+UBSan; not
-# part of make test. A failure prints its seed: stress_random SECS SEED.
+# Randomized consistency runs (the handle: stress_random; the swap manager:
+# stress_swapper), 60 s each, plain and under ASan+UBSan; not part of make
+# test. A failure prints its seed: stress_random SECS SEED (or
+# stress_swapper SECS SEED).
 stress: build deps build-asan/build.ninja
 	ninja -C build-asan
 	scripts/run-tests.sh build stress stress
