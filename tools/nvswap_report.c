@@ -334,6 +334,8 @@ static void print_human(json_t *r)
 	size_t i;
 
 	printf("nvswap %s\n", json_string_value(json_object_get(r, "version")));
+	printf("  built with  %s\n",
+	       json_string_value(json_object_get(r, "build_features")));
 	printf("\nbackends:\n");
 	json_array_foreach(json_object_get(r, "backends"), i, b)
 	{
@@ -474,6 +476,8 @@ int main(int argc, char **argv)
 	problems = json_array();
 	json_t *r = json_object();
 	json_object_set_new(r, "version", json_string(nvs_version()));
+	json_object_set_new(r, "build_features",
+			    json_string(nvs_build_features()));
 	json_object_set_new(r, "backends", backends(&any));
 	if (!any)
 		problem("no I/O backend works here",

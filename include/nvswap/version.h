@@ -22,6 +22,17 @@ extern "C" {
  */
 NVS_API const char *nvs_version(void);
 
+/**
+ * nvs_build_features() - what this build of the library was made with:
+ * the backends and the liburing version, whether statx gives O_DIRECT
+ * alignment, the jemalloc version under the pinned arena, how CUDA is
+ * found, the build type and sanitizers. For reports (nvswap-report);
+ * the format is for people and may change.
+ *
+ * Return: a static string.
+ */
+NVS_API const char *nvs_build_features(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,6 +56,10 @@ Test(nvswap_report, the_json_report_has_every_field)
 	r = json_loads(o.out, 0, &err);
 	cr_assert_not_null(r, "%s: %s", err.text, o.out);
 	has(r, "version", JSON_STRING);
+	has(r, "build_features", JSON_STRING);
+	cr_assert(
+		strstr(json_string_value(json_object_get(r, "build_features")),
+		       "liburing"));
 	has(r, "copy_impl", JSON_STRING);
 	has(r, "cuda", JSON_STRING);
 	has(r, "problems", JSON_ARRAY);

@@ -284,6 +284,19 @@ Test(version, runtime_matches_headers_and_build)
 	cr_assert_str_eq(nvs_version(), NVS_VERSION_MESON);
 }
 
+Test(version, build_features_name_what_the_build_used)
+{
+	const char *f = nvs_build_features();
+
+	cr_assert(strstr(f, "liburing " NVS_BUILD_LIBURING), "%s", f);
+	cr_assert(strstr(f, "jemalloc " NVS_BUILD_JEMALLOC), "%s", f);
+	cr_assert(strstr(f, HAVE_STATX_DIOALIGN ? "statx DIO alignment: yes"
+						: "statx DIO alignment: no"),
+		  "%s", f);
+	cr_assert(strstr(f, "build " NVS_BUILD_TYPE), "%s", f);
+	cr_assert(strstr(f, "sanitizers " NVS_BUILD_SANITIZE), "%s", f);
+}
+
 Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
 {
 	uint64_t v = 7;
