@@ -27,11 +27,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAXV 16	      /* values per dimension of the search space */
-#define MAXPATHS 16   /* NVS_CONFIG_MAX_PATHS */
-#define MAXLOOPS 100  /* timed ops per point and direction */
-#define FINALISTS 3   /* per criterion, after a full sweep */
-#define FINALISTS_Q 4 /* after a --quick sweep (one short op a point) */
+#define MAXV 16	     /* values per dimension of the search space */
+#define MAXPATHS 16  /* NVS_CONFIG_MAX_PATHS */
+#define MAXLOOPS 100 /* timed ops per point and direction */
+#define FINALISTS 3  /* per criterion, into the final round */
+#define NARROW 8     /* --quick: per criterion, into the narrowing round */
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MIB (1024.0 * 1024.0)
 
@@ -42,7 +42,10 @@ enum { RD = 0, WR = 1, NDIR = 2 };
  * rate of a swap that reads and writes the same bytes). */
 enum { CRIT_COMBINED = 2, NCRIT = 3 };
 static const char *const crit_name[NCRIT] = {"read", "write", "combined"};
-enum { SWEEP = 0, FINAL = 1 };
+/* Rounds: every point; (--quick) the best few dozen at a quarter size;
+ * the finalists and the defaults at full size, interleaved. */
+enum { SWEEP = 0, NARROWED = 1, FINAL = 2, NROUNDS = 3 };
+static const char *const round_name[NROUNDS] = {"sweep", "narrow", "final"};
 enum { PLOT_AUTO, PLOT_GNUPLOT, PLOT_SVG };
 
 struct space {
@@ -66,11 +69,11 @@ struct dstat {
 struct point {
 	struct setting s;
 	bool is_default; /* what a config without an "aio" section gives */
-	bool finalist;
-	char *skip; /* why no handle could be made; NULL = measured */
+	int reached;	 /* the last round it is measured in */
+	char *skip;	 /* why no handle could be made; NULL = measured */
 	double samp[NDIR][MAXLOOPS];
 	unsigned nsamp[NDIR];
-	struct dstat st[2][NDIR]; /* [SWEEP] and [FINAL] rounds */
+	struct dstat st[NROUNDS][NDIR];
 };
 
 static struct args {
@@ -202,10 +205,12 @@ static void usage(FILE *f)
 	      "(default 3)\n"
 	      "  --no_read, --no_write measure one direction only\n"
 	      "  --sweep_config FILE   the search space as JSON (see below)\n"
-	      "  --quick               one short op per point first, then "
-	      "only the best\n"
-	      "                        few at full size: well under a "
-	      "minute on a small disk\n"
+	      "  --quick               prune as it goes: one op of 1/16 "
+	      "--io_size per point,\n"
+	      "                        the best 8 of each criterion again "
+	      "at 1/4, the best 3\n"
+	      "                        of those at full size: well under a "
+	      "minute\n"
 	      "  --plot FILE.svg       GB/s over block size x queue depth, "
 	      "one panel per\n"
 	      "                        direction\n"
@@ -947,8 +952,9 @@ static size_t op_size(const struct point *p, int round)
 
 	if (round == FINAL || !A.quick)
 		return A.io_size;
-	/* A quarter of the op, but at least two requests per worker. */
-	n = A.io_size / 4;
+	/* --quick: a sixteenth of the op in the sweep, a quarter in the
+	 * narrowing round, but at least two requests per worker. */
+	n = A.io_size / (round == SWEEP ? 16 : 4);
 	min = 2 * (size_t)p->s.bs * p->s.par;
 	if (n < min)
 		n = min;
@@ -1126,7 +1132,7 @@ static void run_round(struct point **set, unsigned n, int round, unsigned loops)
 {
 	bool interleave = round == FINAL;
 
-	prog.what = round == FINAL ? "final" : "sweep";
+	prog.what = round_name[round];
 	prog.pts = 0;
 	prog.npts = n;
 	progress_draw(true);
@@ -1203,24 +1209,32 @@ static struct point **all_points(void)
 	return set;
 }
 
-/* The best few of each criterion, and the default settings. */
-static unsigned pick_finalists(struct point **fin)
+/* Of the points measured in round @from, the best @k of each criterion
+ * and the default settings go on to round @to, listed in @next. The
+ * rest are pruned. */
+static unsigned promote(int from, int to, unsigned k, struct point **next)
 {
-	unsigned k = A.quick ? FINALISTS_Q : FINALISTS, n = 0;
+	unsigned n = 0, m = 0;
 	struct point **set = all_points();
 
+	for (unsigned i = 0; i < np; i++)
+		if (P[i].reached == from && !P[i].skip)
+			set[m++] = &P[i];
 	for (int c = 0; c < NCRIT; c++) {
 		if (!crit_on(c))
 			continue;
-		sort_points(set, np, SWEEP, c);
-		for (unsigned i = 0; i < k && i < np; i++)
-			if (score(set[i], SWEEP, c) > 0)
-				set[i]->finalist = true;
+		sort_points(set, m, from, c);
+		for (unsigned i = 0; i < k && i < m; i++)
+			if (score(set[i], from, c) > 0)
+				set[i]->reached = to;
 	}
 	free(set);
-	for (unsigned i = 0; i < np; i++)
-		if ((P[i].finalist || P[i].is_default) && !P[i].skip)
-			fin[n++] = &P[i];
+	for (unsigned i = 0; i < np; i++) {
+		if (P[i].is_default && !P[i].skip)
+			P[i].reached = to;
+		if (P[i].reached == to)
+			next[n++] = &P[i];
+	}
 	return n;
 }
 
@@ -1926,10 +1940,11 @@ int main(int argc, char **argv)
 			printf("  %s\n", real[i]);
 		print_space();
 		if (A.quick)
-			printf("sweep (--quick): one op of about a quarter "
-			       "of %s per point and direction, then the best "
-			       "%d of each criterion at full size\n",
-			       io, FINALISTS_Q);
+			printf("--quick: one op of about a sixteenth of %s per "
+			       "point and direction; the best %d of each "
+			       "criterion again at a quarter; the best %d of "
+			       "those at full size\n",
+			       io, NARROW, FINALISTS);
 		else
 			printf("sweep: %u timed ops per point and direction, "
 			       "then the best %d of each criterion again\n",
@@ -1942,18 +1957,25 @@ int main(int argc, char **argv)
 	fin = all_points();
 	prog.t0 = tool_now();
 	est = round_bytes(all, np, SWEEP, A.quick ? 1 : A.loops);
-	est += (double)(NCRIT * (A.quick ? FINALISTS_Q : FINALISTS) + 1) *
-	       (double)A.io_size * A.npaths * A.loops * (A.dir[RD] + A.dir[WR]);
+	if (A.quick)
+		est += (double)(NCRIT * NARROW + 1) * (double)(A.io_size / 4) *
+		       A.npaths * (A.dir[RD] + A.dir[WR]);
+	est += (double)(NCRIT * FINALISTS + 1) * (double)A.io_size * A.npaths *
+	       A.loops * (A.dir[RD] + A.dir[WR]);
 	prog.total = est;
 	t0 = tool_now();
 	run_round(all, np, SWEEP, A.quick ? 1 : A.loops);
-	sweep_s = tool_now() - t0;
 	for (unsigned i = 0; i < np; i++)
 		skipped += P[i].skip != NULL;
 	if (skipped == np)
 		tool_die(1, "no point of the search space could run here: %s",
 			 P[0].skip);
-	nfin = pick_finalists(fin);
+	if (A.quick) {
+		nfin = promote(SWEEP, NARROWED, NARROW, fin);
+		run_round(fin, nfin, NARROWED, 1);
+	}
+	sweep_s = tool_now() - t0;
+	nfin = promote(A.quick ? NARROWED : SWEEP, FINAL, FINALISTS, fin);
 	prog.total = prog.done + round_bytes(fin, nfin, FINAL, A.loops);
 	t0 = tool_now();
 	run_round(fin, nfin, FINAL, A.loops);
@@ -1989,16 +2011,18 @@ int main(int argc, char **argv)
 			json_t *o = setting_json(&P[i].s);
 			json_object_set_new(o, "default",
 					    json_boolean(P[i].is_default));
-			json_object_set_new(o, "finalist",
-					    json_boolean(P[i].finalist));
+			json_object_set_new(
+				o, "finalist",
+				json_boolean(P[i].reached == FINAL &&
+					     !P[i].is_default));
 			if (P[i].skip)
 				json_object_set_new(o, "skipped",
 						    json_string(P[i].skip));
-			json_object_set_new(o, "sweep",
-					    round_json(&P[i], SWEEP));
-			if (P[i].finalist || P[i].is_default)
-				json_object_set_new(o, "final",
-						    round_json(&P[i], FINAL));
+			for (int k = SWEEP; k <= P[i].reached; k++)
+				if (k != NARROWED || A.quick)
+					json_object_set_new(
+						o, round_name[k],
+						round_json(&P[i], k));
 			json_array_append_new(pts, o);
 		}
 		for (int c = 0; c < NCRIT; c++) {
@@ -2063,10 +2087,15 @@ int main(int argc, char **argv)
 			print_row(all[i], SWEEP,
 				  all[i]->is_default ? "  <- default" : "");
 	}
+	if (A.quick) {
+		unsigned nn = 0;
+		for (unsigned i = 0; i < np; i++)
+			nn += P[i].reached >= NARROWED;
+		printf("narrowed to %u points at a quarter size\n", nn);
+	}
 	printf("\nfinal round: %u finalists%s, %u op%s each, interleaved, "
 	       "in %.1f s (median (min-max))\n",
-	       def && !def->finalist ? nfin - 1 : nfin,
-	       def && !def->finalist ? " and the default settings" : "",
+	       def ? nfin - 1 : nfin, def ? " and the default settings" : "",
 	       A.loops, A.loops > 1 ? "s" : "", final_s);
 	sort_points(fin, nfin, FINAL,
 		    crit_on(CRIT_COMBINED) ? CRIT_COMBINED
