@@ -383,6 +383,37 @@ Test(nvswap_tune, one_direction_and_quick_mode)
 		       "ops"),
 		1);
 	cr_assert_null(json_object_get(json_object_get(p, "sweep"), "write"));
+	/* It prunes: one criterion here (reads), so the best 8 and the
+	 * defaults are narrowed, at a quarter size, and the best 3 of those
+	 * and the defaults reach the final round. */
+	size_t i, narrowed = 0, final = 0;
+	json_array_foreach(json_object_get(r, "results"), i, p)
+	{
+		json_t *nr = json_object_get(p, "narrow");
+		if (nr) {
+			narrowed++;
+			cr_assert_eq(int_of(json_object_get(nr, "read"), "ops"),
+				     1);
+		}
+		if (json_object_get(p, "final")) {
+			final++;
+			cr_assert_not_null(nr, "a finalist was narrowed first");
+			cr_assert_eq(int_of(json_object_get(
+						    json_object_get(p, "final"),
+						    "read"),
+					    "ops"),
+				     3);
+		}
+	}
+	/* (The defaults may be among the best themselves.) */
+	cr_assert(narrowed == 8 || narrowed == 9, "8 and the defaults: %zu",
+		  narrowed);
+	cr_assert(final == 3 || final == 4, "3 and the defaults: %zu", final);
+	json_array_foreach(json_object_get(r, "results"), i, p)
+	{
+		if (json_is_true(json_object_get(p, "default")))
+			cr_assert_not_null(json_object_get(p, "final"));
+	}
 	/* The config carries the best read settings. */
 	json_t *aio = json_object_get(json_object_get(r, "config"), "aio");
 	cr_assert_eq(int_of(aio, "block_size"),
