@@ -14,7 +14,9 @@
 
 #include <nvswap/nvswap.h>
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -328,6 +330,43 @@ static json_t *memory(void)
 	return m;
 }
 
+/* GPUDirect Storage: is the cuFile library there, and the nvidia-fs
+ * kernel module it needs? Only a probe: dlopen and close, no driver
+ * opened. */
+static json_t *gds(void)
+{
+	static const char *const names[] = {"libcufile.so.0", "libcufile.so"};
+	json_t *g = json_object();
+	char buf[256];
+	const char *found = NULL;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !found;
+	     i++) {
+		void *h = dlopen(names[i], RTLD_LAZY | RTLD_LOCAL);
+		struct link_map *lm = NULL;
+		if (!h)
+			continue;
+		if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+			snprintf(buf, sizeof(buf), "%s", lm->l_name);
+		else
+			snprintf(buf, sizeof(buf), "%s", names[i]);
+		found = buf;
+		dlclose(h);
+	}
+	json_object_set_new(g, "cufile",
+			    found ? json_string(found) : json_null());
+	bool fs = access("/sys/module/nvidia_fs", F_OK) == 0;
+	json_object_set_new(g, "nvidia_fs", json_boolean(fs));
+	json_object_set_new(g, "used_by_nvswap", json_false());
+	if (found && !fs)
+		problem("the cuFile library is installed but the nvidia-fs "
+			"kernel module is not loaded: GPUDirect Storage would "
+			"run in compatibility mode",
+			"modprobe nvidia-fs (from NVIDIA's GDS packages); "
+			"nvswap itself does not use GDS yet");
+	return g;
+}
+
 static void print_human(json_t *r)
 {
 	json_t *b, *p = json_object_get(r, "nvme_path"), *v;
@@ -433,6 +472,14 @@ static void print_human(json_t *r)
 	       json_string_value(json_object_get(r, "copy_impl")));
 	printf("cuda          %s\n",
 	       json_string_value(json_object_get(r, "cuda")));
+	json_t *g = json_object_get(r, "gds");
+	printf("gds           cuFile %s; nvidia-fs module %s; nvswap does not "
+	       "use GDS yet (aio.use_gds is read and ignored)\n",
+	       json_is_string(json_object_get(g, "cufile"))
+		       ? json_string_value(json_object_get(g, "cufile"))
+		       : "not found",
+	       json_is_true(json_object_get(g, "nvidia_fs")) ? "loaded"
+							     : "not loaded");
 	printf("\n%s\n", json_is_true(json_object_get(r, "usable"))
 				 ? "verdict: nvswap can run here"
 				 : "verdict: NOT usable here");
@@ -486,6 +533,7 @@ int main(int argc, char **argv)
 	json_object_set_new(r, "memory", memory());
 	json_object_set_new(r, "copy_impl", json_string(nvs_copy_impl()));
 	json_object_set_new(r, "cuda", json_string(nvs_pinned_cuda_status()));
+	json_object_set_new(r, "gds", gds());
 	json_object_set_new(r, "usable", json_boolean(any && path_ok));
 	json_object_set_new(r, "problems", problems);
 	if (as_json) {

@@ -622,6 +622,13 @@ static int load_text(struct nvs_config *c, const char *text, size_t len)
 	sec = json_object_get(c->root, "aio");
 	if (sec && (ret = load_section(c, sec, "aio", aio_keys, c)) < 0)
 		return ret;
+	/* DeepSpeed would take GPUDirect Storage; nvswap has no such path
+	 * yet, and a user who asked for it should not find out from the
+	 * throughput. */
+	if (c->use_gds)
+		warn(c, "aio.use_gds",
+		     "true, but nvswap has no GPUDirect Storage path yet: I/O "
+		     "goes through pinned host memory");
 	sec = json_object_get(c->root, "nvswap");
 	if (sec &&
 	    (ret = load_section(c, sec, "nvswap", nvswap_keys, &c->nv)) < 0)
