@@ -62,6 +62,13 @@ Test(nvswap_report, the_json_report_has_every_field)
 		       "liburing"));
 	has(r, "copy_impl", JSON_STRING);
 	has(r, "cuda", JSON_STRING);
+	has(r, "gds", JSON_OBJECT);
+	json_t *g = json_object_get(r, "gds");
+	has(g, "cufile", -1);
+	cr_assert(json_is_string(json_object_get(g, "cufile")) ||
+		  json_is_null(json_object_get(g, "cufile")));
+	cr_assert(json_is_boolean(json_object_get(g, "nvidia_fs")));
+	cr_assert(json_is_false(json_object_get(g, "used_by_nvswap")));
 	has(r, "problems", JSON_ARRAY);
 	cr_assert(json_is_true(json_object_get(r, "usable")));
 	cr_assert_eq(json_array_size(json_object_get(r, "backends")), 3);
