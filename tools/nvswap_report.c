@@ -474,7 +474,7 @@ static void print_human(json_t *r)
 	       json_string_value(json_object_get(r, "cuda")));
 	json_t *g = json_object_get(r, "gds");
 	printf("gds           cuFile %s; nvidia-fs module %s; nvswap does not "
-	       "use GDS yet (aio.use_gds is read and ignored)\n",
+	       "use GDS yet (aio.use_gds true gets a config warning)\n",
 	       json_is_string(json_object_get(g, "cufile"))
 		       ? json_string_value(json_object_get(g, "cufile"))
 		       : "not found",
