@@ -95,6 +95,7 @@ static unsigned np;
 static enum nvs_backend auto_be; /* what NVS_BACKEND_AUTO picks here */
 static struct setting dflt;	 /* nvs_config_aio_opts() of "{}" */
 static int fds[MAXPATHS];
+static struct nvs_aio *checker; /* default settings: reads written data back */
 static unsigned char *wbuf[MAXPATHS], *rbuf[MAXPATHS];
 static const char *backend_env; /* NVSWAP_BACKEND, when it was set */
 
@@ -861,6 +862,7 @@ static void prepare(void)
 	ret = nvs_aio_create(NULL, &h);
 	if (ret < 0)
 		tool_die(1, "%s", nvs_last_error());
+	checker = h;
 	for (unsigned i = 0; i < A.npaths; i++) {
 		const char *f = tmp_add(A.paths[i], "/nvswap-tune.", ".tmp");
 
@@ -903,7 +905,6 @@ static void prepare(void)
 		if (fsync(fds[i]) < 0)
 			tool_die(1, "syncing %s: %s", f, strerror(errno));
 	}
-	nvs_aio_destroy(h);
 }
 
 /* ------------------------------------------------------ measuring */
@@ -1001,7 +1002,7 @@ static void spoil(size_t n)
 			rbuf[i][off] = (unsigned char)~wbuf[i][off];
 }
 
-static void verify(const struct point *p, size_t n)
+static void verify(const struct point *p, int d, size_t n)
 {
 	char s[96];
 
@@ -1012,11 +1013,28 @@ static void verify(const struct point *p, size_t n)
 		while (rbuf[i][off] == wbuf[i][off])
 			off++;
 		tool_die(1,
-			 "reading with %s returned wrong data at byte %zu "
-			 "of the file in %s: a bug in nvswap; please report "
-			 "it with this line",
+			 "%s with %s: wrong data at byte %zu of the file in "
+			 "%s: a bug in nvswap; please report it with this line",
+			 d == RD ? "reading" : "writing",
 			 setting_str(&p->s, s, sizeof(s)), off, A.paths[i]);
 	}
+}
+
+/* What @p's writes left in the files, read back (untimed) with the
+ * default settings and checked. */
+static void verify_written(const struct point *p, size_t n)
+{
+	int ret;
+
+	spoil(n);
+	for (unsigned i = 0; i < A.npaths; i++) {
+		ret = nvs_aio_pread_fd(checker, rbuf[i], n, fds[i], 0, true);
+		if (ret < 0)
+			tool_die(1, "reading back: %s", nvs_last_error());
+	}
+	if ((ret = nvs_aio_wait(checker)) < 0)
+		tool_die(1, "reading back: %s", nvs_last_error());
+	verify(p, WR, n);
 }
 
 /* @loops timed ops in direction @d with @p's settings, after one
@@ -1059,7 +1077,7 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 			spoil(n);
 		t = one_op(h, p, d, n);
 		if (d == RD)
-			verify(p, n);
+			verify(p, RD, n);
 		if (p->nsamp[d] < MAXLOOPS)
 			p->samp[d][p->nsamp[d]++] =
 				(double)n * A.npaths / t / GIB;
@@ -1070,6 +1088,8 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 	if (ret < 0)
 		tool_die(1, "%s with %s: %s", crit_name[d],
 			 setting_str(&p->s, s, sizeof(s)), nvs_last_error());
+	if (d == WR)
+		verify_written(p, n);
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -1878,6 +1898,7 @@ static void release(struct point **all, struct point **fin, json_t *snip)
 	for (unsigned i = 0; i < np; i++)
 		free(P[i].skip);
 	free(P);
+	nvs_aio_destroy(checker);
 	free(all);
 	free(fin);
 	json_decref(snip);
