@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The library never exits, aborts or prints, and includes uthash only
-# through src/internal/hash.h.
+# The library never exits, aborts or prints, uses the thread-safe
+# nvs_strerror rather than strerror, and includes uthash only through
+# src/internal/hash.h.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -14,6 +15,12 @@ fi
 hits=$(grep -rn '#include <uthash.h>' src | grep -v '^src/internal/hash.h:')
 if [ -n "$hits" ]; then
 	echo "uthash included outside src/internal/hash.h:"
+	echo "$hits"
+	bad=1
+fi
+hits=$(grep -rnE '(^|[^_a-zA-Z])strerror\(' src --include='*.c' --include='*.h')
+if [ -n "$hits" ]; then
+	echo "strerror in src/ (not thread-safe; use nvs_strerror):"
 	echo "$hits"
 	bad=1
 fi

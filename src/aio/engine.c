@@ -144,7 +144,7 @@ static int libaio_probe(unsigned depth, char *why, size_t n)
 			 "io_setup: fs.aio-max-nr is used up by other "
 			 "processes (EAGAIN)");
 	else
-		snprintf(why, n, "io_setup failed: %s", strerror(-ret));
+		snprintf(why, n, "io_setup failed: %s", nvs_strerror(ret));
 	return ret;
 }
 

@@ -1520,7 +1520,7 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	ret = refused(h, io);
 	if (ret)
 		return SUBMIT_ERR(-ret, io, "refused by the fault plan (%s)",
-				  strerror(ret));
+				  nvs_strerror(ret));
 	ret = open_target(h, io, path, &t);
 	if (ret == 0 && needs_edges(&t, io->offset, io->nbytes))
 		ret = open_buffered(h, io, path, &t);

@@ -114,7 +114,8 @@ int nvs__uring_probe(char *why, size_t n)
 			"io_uring_setup is refused with EPERM (a seccomp filter "
 			"or security policy, as in many containers)");
 	else
-		snprintf(why, n, "io_uring_setup failed: %s", strerror(-ret));
+		snprintf(why, n, "io_uring_setup failed: %s",
+			 nvs_strerror(ret));
 	return ret;
 }
 
