@@ -7,8 +7,10 @@
 
 DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev \
 	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
-	libjansson-dev fio clang-format \
-	gnuplot-nox libxml2-utils
+	libjansson-dev fio clang-format
+# Only the tests need these: nvswap-tune's plot through gnuplot, and
+# xmllint to check that its SVG is well-formed.
+TEST_PACKAGES := gnuplot-nox libxml2-utils
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
 	find src include tests examples bench -name '*.[ch]')
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -70,6 +72,7 @@ check-banned:
 	@scripts/check-banned.sh
 
 test: deps
+	@scripts/deps.sh $(DEBIAN_PACKAGES) $(TEST_PACKAGES)
 	@rm -f build/.totals; mkdir -p build; \
 	export NVS_TOTALS=$$PWD/build/.totals; rc=0; \
 	$(MAKE) --no-print-directory check-format || rc=1; \
