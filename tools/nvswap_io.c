@@ -431,13 +431,6 @@ static void progress_end(void)
 	progress_on = false;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return (a > b) - (a < b);
-}
-
 static double pct(const double *sorted, unsigned n, double p)
 {
 	double idx = p / 100.0 * (n - 1);
@@ -799,7 +792,7 @@ static void print_run(const struct args *a, const struct run *r)
 	double e2e = r->e2e_s;
 	double *lat = r->lat;
 
-	qsort(lat, a->loops, sizeof(*lat), cmp_double);
+	qsort(lat, a->loops, sizeof(*lat), tool_cmp_double);
 	printf("Task %s Latency = %.6f sec\n", io, r->task_s);
 	printf("Task %s Speed = %.6f GB/sec\n", io, r->bytes / r->task_s / GIB);
 	printf("E2E %s Latency = %.6f sec\n", io, e2e);
@@ -823,7 +816,7 @@ static json_t *run_json(const struct args *a, const struct run *r)
 {
 	double *lat = r->lat;
 
-	qsort(lat, a->loops, sizeof(*lat), cmp_double);
+	qsort(lat, a->loops, sizeof(*lat), tool_cmp_double);
 	return json_pack(
 		"{s:f, s:f, s:f, s:f, s:{s:f, s:f, s:f}, s:f, s:s, s:I, s:I, "
 		"s:I, s:s, s:o}",
@@ -862,7 +855,7 @@ static void summarize(const char *label, double *v, unsigned n, json_t *j,
 	double s[256];
 
 	memcpy(s, v, n * sizeof(*v));
-	qsort(s, n, sizeof(*s), cmp_double);
+	qsort(s, n, sizeof(*s), tool_cmp_double);
 	if (!quiet)
 		printf("  %-26s median %.3f  min %.3f  max %.3f\n", label,
 		       pct(s, n, 50), s[0], s[n - 1]);

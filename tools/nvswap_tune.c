@@ -92,8 +92,9 @@ static struct args {
 static struct space S;
 static struct point *P;
 static unsigned np;
-static enum nvs_backend auto_be; /* what NVS_BACKEND_AUTO picks here */
-static struct setting dflt;	 /* nvs_config_aio_opts() of "{}" */
+static enum nvs_backend auto_be;      /* what NVS_BACKEND_AUTO picks here */
+static struct setting dflt;	      /* nvs_config_aio_opts() of "{}" */
+static char real[MAXPATHS][PATH_MAX]; /* the paths, resolved */
 static int fds[MAXPATHS];
 static struct nvs_aio *checker; /* default settings: reads written data back */
 static unsigned char *wbuf[MAXPATHS], *rbuf[MAXPATHS];
@@ -133,11 +134,16 @@ static void tmp_remove(void)
 
 static bool progress_shown;
 
-static void cleanup(void)
+static void progress_end(void)
 {
 	if (progress_shown)
 		fputs("\r\033[K", stderr);
 	progress_shown = false;
+}
+
+static void cleanup(void)
+{
+	progress_end();
 	tmp_remove();
 }
 
@@ -803,9 +809,10 @@ static void check_path(const char *dir)
 			 tool_size_str(A.io_size, need, sizeof(need)));
 }
 
+static char *merged_config(const struct setting *best);
+
 static void check_args(void)
 {
-	char real[MAXPATHS][PATH_MAX];
 	uint32_t maxbs = 0;
 
 	for (unsigned i = 0; i < A.npaths; i++) {
@@ -820,21 +827,10 @@ static void check_args(void)
 	}
 	/* A config file that cannot take the result is found now, not
 	 * after the sweep. */
-	if (A.write_config && access(A.write_config, F_OK) == 0) {
-		json_error_t err;
-		json_t *root = json_load_file(A.write_config,
-					      JSON_REJECT_DUPLICATES, &err);
-		if (!root)
-			tool_die(1, "--write-config %s:%d:%d: %s (not changed)",
-				 A.write_config, err.line, err.column,
-				 err.text);
-		if (!json_is_object(root))
-			tool_die(1,
-				 "--write-config %s: not a JSON object "
-				 "(not changed)",
-				 A.write_config);
-		json_decref(root);
-		if (access(A.write_config, W_OK) < 0)
+	if (A.write_config) {
+		free(merged_config(&dflt));
+		if (access(A.write_config, F_OK) == 0 &&
+		    access(A.write_config, W_OK) < 0)
 			tool_die(1, "--write-config %s: %s", A.write_config,
 				 strerror(errno));
 	}
@@ -938,13 +934,6 @@ static void progress_draw(bool force)
 		eta);
 	fflush(stderr);
 	progress_shown = true;
-}
-
-static void progress_end(void)
-{
-	if (progress_shown)
-		fputs("\r\033[K", stderr);
-	progress_shown = false;
 }
 
 static size_t op_size(const struct point *p, int round)
@@ -1092,13 +1081,6 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 		verify_written(p, n);
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return (a > b) - (a < b);
-}
-
 static struct dstat summarize(const double *samp, unsigned n)
 {
 	double v[MAXLOOPS];
@@ -1107,7 +1089,7 @@ static struct dstat summarize(const double *samp, unsigned n)
 	if (!n)
 		return st;
 	memcpy(v, samp, n * sizeof(*v));
-	qsort(v, n, sizeof(*v), cmp_double);
+	qsort(v, n, sizeof(*v), tool_cmp_double);
 	st.lo = v[0];
 	st.hi = v[n - 1];
 	st.med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
@@ -1292,8 +1274,6 @@ static json_t *round_json(const struct point *p, int round)
 	return o;
 }
 
-static char real[MAXPATHS][PATH_MAX];
-
 /* The config keys for @s: exactly what nvs_config_load() reads. */
 static json_t *snippet(const struct setting *s)
 {
@@ -1320,20 +1300,18 @@ static json_t *snippet(const struct setting *s)
 	return c;
 }
 
-/* Merge @snip into the config file A.write_config (or create it), check
- * that the result loads, and replace the file in one rename. */
-static bool write_config(json_t *snip, const struct setting *best)
+/* The config file A.write_config with @best's keys merged in (or just
+ * them when it does not exist), checked to load. Dies, naming the file,
+ * when it cannot be done; the caller frees the text. */
+static char *merged_config(const struct setting *best)
 {
 	const char *path = A.write_config, *key;
-	json_t *root, *aio, *nv, *v;
+	json_t *root, *aio, *nv, *v, *snip = snippet(best);
 	struct nvs_config *cfg;
 	json_error_t err;
-	bool merged = access(path, F_OK) == 0;
-	const char *t;
 	char *text;
-	FILE *f;
 
-	if (merged) {
+	if (access(path, F_OK) == 0) {
 		root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
 		if (!root)
 			tool_die(1,
@@ -1383,6 +1361,7 @@ static bool write_config(json_t *snip, const struct setting *best)
 				    json_string(bname(best->be)));
 	text = json_dumps(root, JSON_INDENT(2));
 	json_decref(root);
+	json_decref(snip);
 	if (!text)
 		tool_die(1, "out of memory");
 	if (nvs_config_load_string(text, path, &cfg) < 0)
@@ -1391,6 +1370,18 @@ static bool write_config(json_t *snip, const struct setting *best)
 			 "is not changed: %s",
 			 path, nvs_last_error());
 	nvs_config_free(cfg);
+	return text;
+}
+
+/* Replace (or create) A.write_config with @best's keys merged in, in one
+ * rename. True when it merged into an existing file. */
+static bool write_config(const struct setting *best)
+{
+	const char *path = A.write_config, *t;
+	bool merged = access(path, F_OK) == 0;
+	char *text = merged_config(best);
+	FILE *f;
+
 	t = tmp_add(path, ".nvswap-tune.", ".tmp");
 	f = fopen(t, "w");
 	if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fflush(f) != 0 ||
@@ -1942,9 +1933,6 @@ int main(int argc, char **argv)
 	if (A.sweep)
 		load_sweep();
 	check_args();
-	for (unsigned i = 0; i < A.npaths; i++)
-		if (!realpath(A.paths[i], real[i]))
-			tool_die(1, "%s: %s", A.paths[i], strerror(errno));
 	make_points();
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
@@ -2020,7 +2008,7 @@ int main(int argc, char **argv)
 			tool_die(1, "the final round measured nothing");
 		snip = snippet(&best[c]->s);
 		if (A.write_config)
-			merged = write_config(snip, &best[c]->s);
+			merged = write_config(&best[c]->s);
 	}
 	if (A.plot)
 		engine = plot();

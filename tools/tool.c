@@ -36,6 +36,13 @@ double tool_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int tool_cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return (a > b) - (a < b);
+}
+
 size_t tool_size_arg(const char *opt, const char *v)
 {
 	uint64_t n;

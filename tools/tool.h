@@ -25,6 +25,9 @@ extern void (*tool_cleanup)(void);
 void tool_die(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 
+/* qsort comparison of doubles, ascending. */
+int tool_cmp_double(const void *x, const void *y);
+
 /* Seconds on CLOCK_MONOTONIC. */
 double tool_now(void);
 

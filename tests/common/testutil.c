@@ -176,6 +176,21 @@ bool tu_drop_root(void)
 	return geteuid() == 65534;
 }
 
+const char *tu_nobody_prefix(long memlock)
+{
+	static char prefix[160];
+
+	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0 ||
+	    (memlock >= 0 && system("command -v prlimit >/dev/null") != 0))
+		return NULL;
+	prefix[0] = 0;
+	if (memlock >= 0)
+		snprintf(prefix, sizeof(prefix), "prlimit --memlock=%ld ",
+			 memlock);
+	strcat(prefix, "setpriv --reuid=65534 --regid=65534 --clear-groups");
+	return prefix;
+}
+
 /* Exit status of a child that could not become nobody. */
 #define CANNOT_DROP 3
 

@@ -49,6 +49,12 @@ struct tu_out {
 struct tu_out tu_run(const char *cmd);
 void tu_out_free(struct tu_out *o);
 
+/* A shell command prefix that runs what follows as user nobody (65534),
+ * under a memlock limit of @memlock bytes unless it is negative; NULL
+ * when this machine cannot (it needs root, setpriv, and prlimit for the
+ * limit): the caller skips, saying why. A static buffer. */
+const char *tu_nobody_prefix(long memlock);
+
 /* Drop to user nobody (65534) if root; false when that is impossible. */
 bool tu_drop_root(void);
 

@@ -370,28 +370,36 @@ Test(swapper, odd_sized_tensors_keep_their_neighbours_intact)
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
+/* Two paths (tu_dir's d0 and d1, made if missing), 2 buffers of 8 x BUF,
+ * stripes of BUF. */
+static void striped_opts(struct nvs_swapper_opts *o)
+{
+	static char p0[4200], p1[4200];
+
+	snprintf(p0, sizeof(p0), "%s/d0", tu_dir());
+	snprintf(p1, sizeof(p1), "%s/d1", tu_dir());
+	cr_assert(mkdir(p0, 0700) == 0 || errno == EEXIST);
+	cr_assert(mkdir(p1, 0700) == 0 || errno == EEXIST);
+	opts(o, 2);
+	o->npaths = 2;
+	o->nvme_paths[0] = p0;
+	o->nvme_paths[1] = p1;
+	o->buffer_size = 8 * BUF;
+	o->stripe_size = BUF;
+}
+
 Test(swapper, large_tensors_stripe_over_two_paths_and_small_ones_balance)
 {
 	struct nvs_swapper_opts o;
 	struct nvs_swapper *s;
 	struct nvs_tensor_info info;
-	char p0[4200], p1[4200];
 	size_t big = 5 * BUF + 1000;
 	unsigned char *a = malloc(big), *b = malloc(big);
 
-	snprintf(p0, sizeof(p0), "%s/d0", tu_dir());
-	snprintf(p1, sizeof(p1), "%s/d1", tu_dir());
-	cr_assert_eq(mkdir(p0, 0700), 0);
-	cr_assert_eq(mkdir(p1, 0700), 0);
-	opts(&o, 2);
-	o.npaths = 2;
-	o.nvme_paths[0] = p0;
-	o.nvme_paths[1] = p1;
-	o.buffer_size = 8 * BUF;
-	o.stripe_size = BUF;
+	striped_opts(&o);
 	s = mk_with(&o);
 	char want[4300];
-	snprintf(want, sizeof(want), "%s/nvswap/rank0", p1);
+	snprintf(want, sizeof(want), "%s/nvswap/rank0", o.nvme_paths[1]);
 	cr_assert_str_eq(nvs_swapper_dir(s, 1), want);
 	tu_fill(a, big, 9);
 	cr_assert_eq(nvs_swapper_register(s, 1, big, a), 0, "%s",
@@ -810,18 +818,8 @@ static struct nvs_swapper *mk_refusing(unsigned long nth, int opcode, int err)
 	};
 	struct nvs_swapper_opts o;
 	struct nvs_swapper *s = NULL;
-	static char p0[4200], p1[4200];
 
-	snprintf(p0, sizeof(p0), "%s/d0", tu_dir());
-	snprintf(p1, sizeof(p1), "%s/d1", tu_dir());
-	cr_assert(mkdir(p0, 0700) == 0 || errno == EEXIST);
-	cr_assert(mkdir(p1, 0700) == 0 || errno == EEXIST);
-	opts(&o, 2);
-	o.npaths = 2;
-	o.nvme_paths[0] = p0;
-	o.nvme_paths[1] = p1;
-	o.buffer_size = 8 * BUF;
-	o.stripe_size = BUF;
+	striped_opts(&o);
 	o.checksum = true;
 	cr_assert_eq(nvs__swapper_create_fault(&o, &plan, &s), 0, "%s",
 		     nvs_last_error());

@@ -283,13 +283,13 @@ Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
 	char args[4096];
 	struct tu_out o;
 
-	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0)
+	if (!tu_nobody_prefix(-1))
 		cr_skip_test("needs root and setpriv to run as nobody");
 	/* nobody may enter the scratch tree but not write the folder. */
 	cr_assert_eq(chmod(tu_dir(), 0755), 0);
 	cr_assert_eq(chmod(folder(), 0555), 0);
 	snprintf(args, sizeof(args), "--folder %s --io_size 8M", folder());
-	o = nio("setpriv --reuid=65534 --regid=65534 --clear-groups", args);
+	o = nio(tu_nobody_prefix(-1), args);
 	cr_assert_eq(o.status, 1, "%s", o.err);
 	cr_assert(strstr(o.err, "cannot write there: Permission denied"), "%s",
 		  o.err);

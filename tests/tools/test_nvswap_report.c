@@ -158,15 +158,12 @@ Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
 	char args[4200];
 	struct tu_out o;
 
-	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0 ||
-	    system("command -v prlimit >/dev/null") != 0)
+	if (!tu_nobody_prefix(8 << 20))
 		cr_skip_test("needs root, setpriv and prlimit to run as "
 			     "nobody under a small memlock limit");
 	cr_assert_eq(chmod(tu_dir(), 0777), 0);
 	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
-	o = report("prlimit --memlock=8388608 setpriv --reuid=65534 "
-		   "--regid=65534 --clear-groups",
-		   args);
+	o = report(tu_nobody_prefix(8 << 20), args);
 	cr_assert_eq(o.status, 0, "still usable: %s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "memlock     8.0 MiB"), "%s", o.out);
 	cr_assert(strstr(o.out, "pinnable    up to 8.0 MiB"), "%s", o.out);
@@ -174,9 +171,7 @@ Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
 	cr_assert(strstr(o.out, "fix: raise it: ulimit -l"), "%s", o.out);
 	tu_out_free(&o);
 	/* One page of limit leaves no room for even the probe. */
-	o = report("prlimit --memlock=4096 setpriv --reuid=65534 "
-		   "--regid=65534 --clear-groups",
-		   args);
+	o = report(tu_nobody_prefix(4096), args);
 	cr_assert(strstr(o.out, "no room left under the memlock limit"), "%s",
 		  o.out);
 	cr_assert(strstr(o.out, "problem: locking a small pinned buffer "

@@ -104,6 +104,15 @@ static json_t *parse(const char *text)
 	return r;
 }
 
+/* @o ended with @status and said @what on stderr. */
+static void refused(struct tu_out o, int status, const char *what)
+{
+	cr_assert_eq(o.status, status, "exit %d for %s: %s%s", o.status, what,
+		     o.out, o.err);
+	cr_assert(strstr(o.err, what), "'%s' in: %s", what, o.err);
+	tu_out_free(&o);
+}
+
 static json_int_t int_of(json_t *o, const char *key)
 {
 	json_t *v = json_object_get(o, key);
@@ -284,27 +293,41 @@ Test(nvswap_tune, write_config_merges_into_a_deepspeed_config)
 	no_leftovers(tu_dir());
 }
 
-Test(nvswap_tune, a_broken_config_file_is_refused_before_the_sweep)
+/* A config file holding @text cannot take the result: the tuner says
+ * @what before it sweeps, and the file is left as it was. */
+static void config_refused(const char *text, const char *what)
 {
 	const char *cfg = keep("broken.json");
 	struct tu_out o;
 	char *after;
 
-	write_text(cfg, "{\n  \"aio\": {\"block_size\": 1048576,}\n}\n");
+	write_text(cfg, text);
 	o = tune(NULL,
 		 "--nvme_path %s --sweep_config %s --io_size 1M "
 		 "--write-config %s",
 		 tu_dir(), small_sweep(), cfg);
 	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
-	cr_assert(strstr(o.err, "broken.json:2:"), "%s", o.err);
+	cr_assert(strstr(o.err, what), "'%s' in %s", what, o.err);
 	cr_assert(strstr(o.err, "not changed"), "%s", o.err);
 	cr_assert_null(strstr(o.out, "sweep:"), "no sweep ran: %s", o.out);
 	after = read_text(cfg);
-	cr_assert_str_eq(after,
-			 "{\n  \"aio\": {\"block_size\": 1048576,}\n}\n");
+	cr_assert_str_eq(after, text);
 	free(after);
 	tu_out_free(&o);
 	no_leftovers(tu_dir());
+}
+
+Test(nvswap_tune, a_broken_config_file_is_refused_before_the_sweep)
+{
+	config_refused("{\n  \"aio\": {\"block_size\": 1048576,}\n}\n",
+		       "broken.json:2:");
+	config_refused("[1, 2]\n", "broken.json: not a JSON object");
+	config_refused("{\"aio\": 5}\n", "\"aio\" is not an object");
+	config_refused("{\"nvswap\": [\"io_uring\"]}\n",
+		       "\"nvswap\" is not an object");
+	/* Valid JSON, but not a config nvs_config_load takes. */
+	config_refused("{\"aio\": {\"blocksize\": 4096}}\n",
+		       "the result would not load");
 }
 
 static void svg_ok(const char *path)
@@ -357,6 +380,54 @@ Test(nvswap_tune, the_plot_is_well_formed_svg_from_either_engine)
 	cr_assert(strstr(o.out, "(gnuplot)"), "%s", o.out);
 	tu_out_free(&o);
 	svg_ok(gp);
+}
+
+Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
+{
+	const char *bin = keep("fakebin"), *out = keep("fallback.svg");
+	char fake[4200], prefix[4300];
+	struct tu_out o;
+	json_t *r;
+
+	if (system("command -v xmllint >/dev/null") != 0)
+		cr_skip_test("xmllint (libxml2-utils) is not installed; "
+			     "make test installs it");
+	/* A stand-in gnuplot that fails: the fault to inject. */
+	cr_assert_eq(mkdir(bin, 0755), 0);
+	snprintf(fake, sizeof(fake), "%s/gnuplot", bin);
+	write_text(fake, "#!/bin/sh\necho 'fake gnuplot: no' >&2\nexit 1\n");
+	cr_assert_eq(chmod(fake, 0755), 0);
+	snprintf(prefix, sizeof(prefix), "PATH=%s:$PATH", bin);
+	/* auto: falls back to its own SVG, and says so. */
+	o = tune(prefix,
+		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		 "--plot %s --json",
+		 tu_dir(), small_sweep(), out);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "gnuplot failed; drawing the SVG without it"),
+		  "%s", o.err);
+	r = parse(o.out);
+	cr_assert_str_eq(json_string_value(json_object_get(
+				 json_object_get(r, "plot"), "engine")),
+			 "svg");
+	json_decref(r);
+	tu_out_free(&o);
+	svg_ok(out);
+	/* Asked for by name, its failure is the run's. */
+	refused(tune(prefix,
+		     "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		     "--plot %s --plot-engine gnuplot",
+		     tu_dir(), small_sweep(), out),
+		1, "gnuplot failed");
+	/* And with none on the PATH, it says how to get one. */
+	snprintf(prefix, sizeof(prefix), "PATH=%s", bin);
+	cr_assert_eq(unlink(fake), 0);
+	refused(tune(prefix,
+		     "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		     "--plot %s --plot-engine gnuplot",
+		     tu_dir(), small_sweep(), out),
+		1, "gnuplot is not installed (apt-get install gnuplot-nox)");
+	no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, one_direction_and_quick_mode)
@@ -495,14 +566,6 @@ Test(nvswap_tune, the_progress_bar_shows_points_elapsed_and_time_left)
 
 /* ------------------------------------------------------ bad input */
 
-static void refused(struct tu_out o, int status, const char *what)
-{
-	cr_assert_eq(o.status, status, "exit %d for %s: %s%s", o.status, what,
-		     o.out, o.err);
-	cr_assert(strstr(o.err, what), "'%s' in: %s", what, o.err);
-	tu_out_free(&o);
-}
-
 Test(nvswap_tune, a_missing_or_unusable_path_is_refused)
 {
 	const char *mnt = keep("mnt");
@@ -587,20 +650,17 @@ Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
 {
 	struct tu_out o;
 
-	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0 ||
-	    system("command -v prlimit >/dev/null") != 0)
+	if (!tu_nobody_prefix(4 << 20))
 		cr_skip_test("needs root, setpriv and prlimit to run as "
 			     "nobody under a small memlock limit");
 	cr_assert_eq(chmod(tu_dir(), 0777), 0);
 	cr_assert_eq(chmod(small_sweep(), 0644), 0);
-	refused(tune("prlimit --memlock=4194304 setpriv --reuid=65534 "
-		     "--regid=65534 --clear-groups",
+	refused(tune(tu_nobody_prefix(4 << 20),
 		     "--nvme_path %s --sweep_config %s --io_size 4M", tu_dir(),
 		     small_sweep()),
 		1, "raise the memlock limit (ulimit -l)");
 	/* ... and --unpinned is the way around it. */
-	o = tune("prlimit --memlock=4194304 setpriv --reuid=65534 "
-		 "--regid=65534 --clear-groups",
+	o = tune(tu_nobody_prefix(4 << 20),
 		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
 		 "--unpinned",
 		 tu_dir(), small_sweep());
