@@ -809,7 +809,7 @@ static void check_path(const char *dir)
 			 tool_size_str(A.io_size, need, sizeof(need)));
 }
 
-static char *merged_config(const struct setting *best);
+static char *merged_config_or_die(const struct setting *best);
 
 static void check_args(void)
 {
@@ -828,7 +828,7 @@ static void check_args(void)
 	/* A config file that cannot take the result is found now, not
 	 * after the sweep. */
 	if (A.write_config) {
-		free(merged_config(&dflt));
+		free(merged_config_or_die(&dflt));
 		if (access(A.write_config, F_OK) == 0 &&
 		    access(A.write_config, W_OK) < 0)
 			tool_die(1, "--write-config %s: %s", A.write_config,
@@ -1301,37 +1301,37 @@ static json_t *snippet(const struct setting *s)
 }
 
 /* The config file A.write_config with @best's keys merged in (or just
- * them when it does not exist), checked to load. Dies, naming the file,
- * when it cannot be done; the caller frees the text. */
-static char *merged_config(const struct setting *best)
+ * them when it does not exist), checked to load. NULL, with the reason in
+ * @why, when it cannot be done; else the text, for the caller to free. */
+static char *merged_config(const struct setting *best, char *why, size_t len)
 {
 	const char *path = A.write_config, *key;
-	json_t *root, *aio, *nv, *v, *snip = snippet(best);
-	struct nvs_config *cfg;
+	json_t *root, *aio, *nv, *v, *snip;
+	struct nvs_config *cfg = NULL;
 	json_error_t err;
 	char *text;
 
 	if (access(path, F_OK) == 0) {
+		/* The config loader names whatever is wrong with the file
+		 * (JSON, types, keys) at its own line and column; after
+		 * that, root is an object and so are aio and nvswap. */
+		if (nvs_config_load(path, &cfg) < 0) {
+			snprintf(why, len, "%s", nvs_last_error());
+			return NULL;
+		}
+		nvs_config_free(cfg);
 		root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-		if (!root)
-			tool_die(1,
-				 "--write-config %s:%d:%d: %s (file not "
-				 "changed)",
-				 path, err.line, err.column, err.text);
-		if (!json_is_object(root))
-			tool_die(1,
-				 "--write-config %s: not a JSON object "
-				 "(file not changed)",
-				 path);
+		if (!root) {
+			snprintf(why, len, "%s:%d:%d: %s", path, err.line,
+				 err.column, err.text);
+			return NULL;
+		}
 	} else {
 		root = json_object();
 	}
 	aio = json_object_get(root, "aio");
-	if (aio && !json_is_object(aio))
-		tool_die(1,
-			 "--write-config %s: \"aio\" is not an object (file "
-			 "not changed)",
-			 path);
+	nv = json_object_get(root, "nvswap");
+	snip = snippet(best);
 	if (!aio) {
 		aio = json_object();
 		json_object_set_new(root, "aio", aio);
@@ -1341,12 +1341,6 @@ static char *merged_config(const struct setting *best)
 	json_object_del(aio, "thread_count");
 	json_object_del(aio, "num_threads");
 	json_object_update(aio, json_object_get(snip, "aio"));
-	nv = json_object_get(root, "nvswap");
-	if (nv && !json_is_object(nv))
-		tool_die(1,
-			 "--write-config %s: \"nvswap\" is not an object "
-			 "(file not changed)",
-			 path);
 	json_object_foreach(json_object_get(snip, "nvswap"), key, v)
 	{
 		if (!nv) {
@@ -1360,16 +1354,30 @@ static char *merged_config(const struct setting *best)
 		json_object_set_new(nv, "backend",
 				    json_string(bname(best->be)));
 	text = json_dumps(root, JSON_INDENT(2));
-	json_decref(root);
+	if (!text) {
+		snprintf(why, len, "%s: out of memory", path);
+	} else if (nvs_config_load_string(text, path, &cfg) < 0) {
+		/* A safety net: what we add is valid by construction. */
+		snprintf(why, len, "%s: the result would not load: %s", path,
+			 nvs_last_error());
+		free(text);
+		text = NULL;
+	} else {
+		nvs_config_free(cfg);
+	}
 	json_decref(snip);
+	json_decref(root);
+	return text;
+}
+
+/* merged_config() or a fatal error naming the file. */
+static char *merged_config_or_die(const struct setting *best)
+{
+	char why[1024];
+	char *text = merged_config(best, why, sizeof(why));
+
 	if (!text)
-		tool_die(1, "out of memory");
-	if (nvs_config_load_string(text, path, &cfg) < 0)
-		tool_die(1,
-			 "--write-config: the result would not load, so %s "
-			 "is not changed: %s",
-			 path, nvs_last_error());
-	nvs_config_free(cfg);
+		tool_die(1, "--write-config %s (file not changed)", why);
 	return text;
 }
 
@@ -1379,7 +1387,7 @@ static bool write_config(const struct setting *best)
 {
 	const char *path = A.write_config, *t;
 	bool merged = access(path, F_OK) == 0;
-	char *text = merged_config(best);
+	char *text = merged_config_or_die(best);
 	FILE *f;
 
 	t = tmp_add(path, ".nvswap-tune.", ".tmp");

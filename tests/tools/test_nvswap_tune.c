@@ -321,13 +321,16 @@ Test(nvswap_tune, a_broken_config_file_is_refused_before_the_sweep)
 {
 	config_refused("{\n  \"aio\": {\"block_size\": 1048576,}\n}\n",
 		       "broken.json:2:");
-	config_refused("[1, 2]\n", "broken.json: not a JSON object");
-	config_refused("{\"aio\": 5}\n", "\"aio\" is not an object");
+	config_refused("[1, 2]\n",
+		       "broken.json:1:1: the top level must be an object");
+	config_refused("{\"aio\": 5}\n",
+		       "broken.json:1:2: aio: must be an object");
 	config_refused("{\"nvswap\": [\"io_uring\"]}\n",
-		       "\"nvswap\" is not an object");
-	/* Valid JSON, but not a config nvs_config_load takes. */
+		       "broken.json:1:2: nvswap: must be an object");
+	/* Valid JSON, but not a config nvs_config_load takes: its error, at
+	 * the file's own line and column. */
 	config_refused("{\"aio\": {\"blocksize\": 4096}}\n",
-		       "the result would not load");
+		       "broken.json:1:10: aio.blocksize: unknown key");
 }
 
 static void svg_ok(const char *path)
