@@ -55,14 +55,19 @@ test-plain: build
 			integration || rc=1; \
 	done; exit $$rc
 
+# Each sanitized run starts with its canaries (tests/canary): a deliberate
+# leak, overflow, signed overflow or race that must be reported. When one
+# is not, the sanitizer is off here and the run stops, saying why.
 test-asan: deps build-asan/build.ninja
 	ninja -C build-asan
+	$(SAN_ENV) scripts/run-tests.sh build-asan asan-canary canary
 	$(SAN_ENV) scripts/run-tests.sh build-asan asan+ubsan unit integration tools
 
 # Criterion cannot run under TSan (its fork arena collides with TSan's
 # shadow memory), so TSan runs the Criterion-free threaded driver.
 test-tsan: deps build-tsan/build.ninja
 	ninja -C build-tsan
+	$(TSAN_ENV) scripts/run-tests.sh build-tsan tsan-canary canary
 	$(TSAN_ENV) scripts/run-tests.sh build-tsan tsan threads
 
 check-format: deps

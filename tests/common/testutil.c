@@ -19,18 +19,82 @@
 #include <unistd.h>
 
 static char dir[4096];
+/* Copies of what user nobody runs, when the build tree is out of its
+ * reach (see tu_nobody_prefix); removed by tu_cleanup. */
+static char stage[4096];
 
-const char *tu_dir(void)
+/*
+ * Whether user nobody can reach @path: every directory on the way must be
+ * searchable by others. A clone under a 0700 directory (as mktemp -d
+ * makes) is not; the tests that drop root then work from copies.
+ */
+static bool others_reach(const char *path)
+{
+	char real[4096], *slash;
+	struct stat st;
+
+	if (!realpath(path, real))
+		return false;
+	for (;;) {
+		if (stat(real, &st) < 0 ||
+		    (S_ISDIR(st.st_mode) && !(st.st_mode & S_IXOTH)))
+			return false;
+		slash = strrchr(real, '/');
+		if (!slash || slash == real)
+			break;
+		*slash = 0;
+	}
+	return true;
+}
+
+/* The scratch base: $NVSWAP_TEST_DIR (the build tree, on the real disk)
+ * when user nobody can reach it, else /var/tmp (on disk too, unlike a
+ * tmpfs /tmp), so that the tests that drop root find their files. */
+static const char *scratch_base(void)
 {
 	const char *base = getenv("NVSWAP_TEST_DIR");
 
+	if (!base)
+		base = ".";
+	if (!others_reach(base) && others_reach("/var/tmp"))
+		return "/var/tmp";
+	return base;
+}
+
+const char *tu_dir(void)
+{
 	if (dir[0])
 		return dir;
-	snprintf(dir, sizeof(dir), "%s/nvs-test-XXXXXX", base ? base : ".");
+	snprintf(dir, sizeof(dir), "%s/nvs-test-XXXXXX", scratch_base());
 	cr_assert_not_null(mkdtemp(dir), "mkdtemp %s: %s", dir,
 			   strerror(errno));
 	chmod(dir, 0755);
 	return dir;
+}
+
+/* A copy of @file in the stage directory, mode 0755; its path. */
+static const char *staged(const char *file)
+{
+	static char to[4][4096];
+	static int next;
+	const char *name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+	char *p = to[next++ % 4];
+	size_t n;
+	void *bytes;
+
+	if (!stage[0]) {
+		snprintf(stage, sizeof(stage), "%s/nvs-stage-XXXXXX",
+			 others_reach("/var/tmp") ? "/var/tmp" : "/tmp");
+		cr_assert_not_null(mkdtemp(stage), "mkdtemp %s: %s", stage,
+				   strerror(errno));
+		chmod(stage, 0755);
+	}
+	cr_assert_lt((size_t)snprintf(p, 4096, "%s/%s", stage, name), 4096);
+	bytes = tu_read_file(file, &n);
+	tu_write_file(p, bytes, n);
+	free(bytes);
+	chmod(p, 0755);
+	return p;
 }
 
 const char *tu_path(const char *name)
@@ -56,7 +120,9 @@ void tu_cleanup(void)
 {
 	if (dir[0])
 		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	dir[0] = '\0';
+	if (stage[0])
+		nftw(stage, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	dir[0] = stage[0] = '\0';
 }
 
 void tu_fill(void *buf, size_t n, uint64_t seed)
@@ -178,16 +244,35 @@ bool tu_drop_root(void)
 
 const char *tu_nobody_prefix(long memlock)
 {
-	static char prefix[160];
+	static char prefix[8192];
+	char limits[64] = "";
+	const char *lib = getenv("NVSWAP_TEST_LIB");
 
 	if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0 ||
 	    (memlock >= 0 && system("command -v prlimit >/dev/null") != 0))
 		return NULL;
-	prefix[0] = 0;
 	if (memlock >= 0)
-		snprintf(prefix, sizeof(prefix), "prlimit --memlock=%ld ",
+		snprintf(limits, sizeof(limits), "prlimit --memlock=%ld ",
 			 memlock);
-	strcat(prefix, "setpriv --reuid=65534 --regid=65534 --clear-groups");
+	if (!lib || others_reach(lib)) {
+		snprintf(prefix, sizeof(prefix),
+			 "%ssetpriv --reuid=65534 --regid=65534 "
+			 "--clear-groups",
+			 limits);
+		return prefix;
+	}
+	/* The build tree is out of nobody's reach: a shell function copies
+	 * the program that follows the prefix, beside a copy of the shared
+	 * library, and runs that copy. */
+	lib = staged(lib);
+	snprintf(prefix, sizeof(prefix),
+		 "nvs_staged() { t=$1; shift; cp -f \"$t\" %.*s/ && "
+		 "exec %ssetpriv --reuid=65534 --regid=65534 --clear-groups "
+		 "env LD_LIBRARY_PATH=%.*s %.*s/\"${t##*/}\" \"$@\"; }; "
+		 "nvs_staged",
+		 (int)(strrchr(lib, '/') - lib), lib, limits,
+		 (int)(strrchr(lib, '/') - lib), lib,
+		 (int)(strrchr(lib, '/') - lib), lib);
 	return prefix;
 }
 
@@ -203,6 +288,8 @@ bool tu_as_nobody(const char *name, long memlock, struct tu_child *out)
 	pid_t pid;
 
 	cr_assert_not_null(helper, "meson sets NVSWAP_TEST_NOBODY");
+	if (!others_reach(helper))
+		helper = staged(helper); /* statically linked with nvswap */
 	memset(out, 0, sizeof(*out));
 	cr_assert_eq(pipe(fds), 0);
 	pid = fork();
@@ -249,6 +336,45 @@ static char *slurp(const char *path)
 	return s;
 }
 
+/*
+ * The strings of every tu_out not yet given to tu_out_free. A failed
+ * assertion ends the test before its tu_out_free: freeing what is left at
+ * exit keeps LeakSanitizer's report for the library's and the tools' own
+ * leaks, not the harness's.
+ */
+static char *outstanding[64];
+
+static void free_outstanding(void)
+{
+	for (size_t i = 0; i < sizeof(outstanding) / sizeof(*outstanding);
+	     i++) {
+		free(outstanding[i]);
+		outstanding[i] = NULL;
+	}
+}
+
+static void hold(char *s)
+{
+	static bool registered;
+
+	if (!registered)
+		registered = atexit(free_outstanding) == 0;
+	for (size_t i = 0; i < sizeof(outstanding) / sizeof(*outstanding); i++)
+		if (!outstanding[i]) {
+			outstanding[i] = s;
+			return;
+		}
+}
+
+static void release(char *s)
+{
+	for (size_t i = 0; s && i < sizeof(outstanding) / sizeof(*outstanding);
+	     i++)
+		if (outstanding[i] == s)
+			outstanding[i] = NULL;
+	free(s);
+}
+
 struct tu_out tu_run(const char *cmd)
 {
 	char full[16384];
@@ -261,6 +387,8 @@ struct tu_out tu_run(const char *cmd)
 	o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 	o.out = slurp(tu_path("stdout"));
 	o.err = slurp(tu_path("stderr"));
+	hold(o.out);
+	hold(o.err);
 	unlink(tu_path("stdout"));
 	unlink(tu_path("stderr"));
 	return o;
@@ -268,8 +396,9 @@ struct tu_out tu_run(const char *cmd)
 
 void tu_out_free(struct tu_out *o)
 {
-	free(o->out);
-	free(o->err);
+	release(o->out);
+	release(o->err);
+	o->out = o->err = NULL;
 }
 
 bool tu_mount_private(const char *where, const char *type, unsigned long flags,

@@ -11,7 +11,8 @@
 #include "testutil_child.h"
 
 /* A fresh directory for this test process on the real filesystem
- * ($NVSWAP_TEST_DIR, else the current directory), removed by tu_cleanup. */
+ * ($NVSWAP_TEST_DIR, else the current directory; /var/tmp when user nobody
+ * could not reach that), removed by tu_cleanup. */
 const char *tu_dir(void);
 /* "<tu_dir>/<name>" in a static rotating buffer. */
 const char *tu_path(const char *name);
@@ -47,12 +48,16 @@ struct tu_out {
 /* Run shell command @cmd (its own redirections are not needed: stdout and
  * stderr are collected through files in tu_dir). */
 struct tu_out tu_run(const char *cmd);
+/* Frees what tu_run collected. What a test that failed before this leaves
+ * is freed at exit, so LeakSanitizer reports only real leaks. */
 void tu_out_free(struct tu_out *o);
 
 /* A shell command prefix that runs what follows as user nobody (65534),
  * under a memlock limit of @memlock bytes unless it is negative; NULL
  * when this machine cannot (it needs root, setpriv, and prlimit for the
- * limit): the caller skips, saying why. A static buffer. */
+ * limit): the caller skips, saying why. A static buffer. The program
+ * path must follow it as the next word: when nobody cannot reach the
+ * build tree, the prefix runs a copy of it (and of libnvswap). */
 const char *tu_nobody_prefix(long memlock);
 
 /* Drop to user nobody (65534) if root; false when that is impossible. */
