@@ -72,12 +72,12 @@ const char *tu_dir(void)
 	return dir;
 }
 
-/* A copy of @file in the stage directory, mode 0755; its path. */
-static const char *staged(const char *file)
+/* A copy of @file in the stage directory as @name (NULL: its own name),
+ * mode 0755; its path. */
+static const char *staged(const char *file, const char *name)
 {
 	static char to[4][4096];
 	static int next;
-	const char *name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
 	char *p = to[next++ % 4];
 	size_t n;
 	void *bytes;
@@ -89,6 +89,8 @@ static const char *staged(const char *file)
 				   strerror(errno));
 		chmod(stage, 0755);
 	}
+	if (!name)
+		name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
 	cr_assert_lt((size_t)snprintf(p, 4096, "%s/%s", stage, name), 4096);
 	bytes = tu_read_file(file, &n);
 	tu_write_file(p, bytes, n);
@@ -264,7 +266,7 @@ const char *tu_nobody_prefix(long memlock)
 	/* The build tree is out of nobody's reach: a shell function copies
 	 * the program that follows the prefix, beside a copy of the shared
 	 * library, and runs that copy. */
-	lib = staged(lib);
+	lib = staged(lib, "libnvswap.so.0"); /* its soname */
 	snprintf(prefix, sizeof(prefix),
 		 "nvs_staged() { t=$1; shift; cp -f \"$t\" %.*s/ && "
 		 "exec %ssetpriv --reuid=65534 --regid=65534 --clear-groups "
@@ -289,7 +291,8 @@ bool tu_as_nobody(const char *name, long memlock, struct tu_child *out)
 
 	cr_assert_not_null(helper, "meson sets NVSWAP_TEST_NOBODY");
 	if (!others_reach(helper))
-		helper = staged(helper); /* statically linked with nvswap */
+		helper = staged(helper,
+				NULL); /* statically linked with nvswap */
 	memset(out, 0, sizeof(*out));
 	cr_assert_eq(pipe(fds), 0);
 	pid = fork();
