@@ -61,10 +61,26 @@ static const char *scratch_base(void)
 	return base;
 }
 
+/* The process that made dir: only it removes dir at exit, not a forked
+ * child that calls exit(). */
+static pid_t dir_owner;
+
+static void cleanup_at_exit(void)
+{
+	if (getpid() == dir_owner)
+		tu_cleanup();
+}
+
 const char *tu_dir(void)
 {
+	static bool registered;
+
 	if (dir[0])
 		return dir;
+	/* A skipped test does not reach its suite's .fini. */
+	if (!registered)
+		registered = atexit(cleanup_at_exit) == 0;
+	dir_owner = getpid();
 	snprintf(dir, sizeof(dir), "%s/nvs-test-XXXXXX", scratch_base());
 	cr_assert_not_null(mkdtemp(dir), "mkdtemp %s: %s", dir,
 			   strerror(errno));
