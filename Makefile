@@ -89,9 +89,10 @@ test: deps
 	exit $$rc
 
 # Randomized consistency runs (the handle: stress_random; the swap manager:
-# stress_swapper), 60 s each, plain and under ASan+UBSan; not part of make
-# test. A failure prints its seed: stress_random SECS SEED (or
-# stress_swapper SECS SEED).
+# stress_swapper), 60 s each, plain and under ASan+UBSan, and 50 SIGKILLs of
+# offload_train (crash-50; make test does 10); not part of make test. A
+# failure prints its seed: stress_random SECS SEED (or stress_swapper SECS
+# SEED; NVSWAP_CRASH_SEED=N for the kills).
 stress: build deps build-asan/build.ninja
 	ninja -C build-asan
 	scripts/run-tests.sh build stress stress

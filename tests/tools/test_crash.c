@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Crashes, as users meet them: examples/offload_train killed with SIGKILL
+ * at random moments, each time in the same nvme_path. The next run must
+ * start cleanly (it reclaims the stale swap set the killed one left), a
+ * last complete run must still train bit for bit, and nothing but the
+ * empty directories may remain after it. While one run lives, a second in
+ * the same path is refused (-EBUSY), naming the holder's pid.
+ *
+ * NVSWAP_CRASH_RUNS sets the number of kills (10 here; make stress: 50),
+ * NVSWAP_CRASH_SEED the random seed (printed, to replay a failure).
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(crash, .fini = fini);
+
+static const char *swap_dir(void)
+{
+	static char p[1024];
+
+	snprintf(p, sizeof(p), "%.1000s/swap", tu_dir());
+	mkdir(p, 0755);
+	return p;
+}
+
+static const char *config(void)
+{
+	char json[8192];
+	const char *file = tu_path("ds.json");
+
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 3, "
+		 "\"buffer_size\": 1e6}, \"offload_optimizer\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 4, "
+		 "\"buffer_size\": 2e6, \"pipeline_read\": true, "
+		 "\"pipeline_write\": true}}, \"aio\": {\"block_size\": "
+		 "1048576, \"queue_depth\": 16, \"overlap_events\": true}}",
+		 swap_dir(), swap_dir());
+	tu_write_file(file, json, strlen(json));
+	return file;
+}
+
+/* Start offload_train with @steps steps; its output goes to files named
+ * after @tag in tu_dir. */
+static pid_t start(const char *tag, unsigned steps)
+{
+	const char *bin = getenv("NVSWAP_OFFLOAD_TRAIN");
+	char out[4096], err[4096], st[16];
+	const char *cfg = config();
+	pid_t pid;
+
+	cr_assert_not_null(bin, "set by tests/meson.build");
+	snprintf(out, sizeof(out), "%s/%s.out", tu_dir(), tag);
+	snprintf(err, sizeof(err), "%s/%s.err", tu_dir(), tag);
+	snprintf(st, sizeof(st), "%u", steps);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 ||
+		    chdir(tu_dir()) < 0)
+			_exit(126);
+		execl(bin, bin, "--config", cfg, "--layers", "4", "--hidden",
+		      "256", "--steps", st, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static int finish(pid_t pid)
+{
+	int status;
+
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	return status;
+}
+
+static char *output(const char *tag, const char *ext)
+{
+	char p[4096], *s;
+	size_t n;
+	void *b;
+
+	snprintf(p, sizeof(p), "%s/%s.%s", tu_dir(), tag, ext);
+	b = tu_read_file(p, &n);
+	cr_assert_not_null(s = malloc(n + 1));
+	memcpy(s, b, n);
+	s[n] = 0;
+	free(b);
+	return s;
+}
+
+/* A complete run that must train bit for bit. */
+static void complete_run(const char *tag)
+{
+	int status = finish(start(tag, 3));
+	char *out = output(tag, "out"), *err = output(tag, "err");
+
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "%s: status %#x: %s%s", tag, status, out, err);
+	cr_assert(strstr(out, "bit for bit"), "%s: %s", tag, out);
+	free(out);
+	free(err);
+}
+
+static unsigned files_found;
+
+static int count_file(const char *p, const struct stat *st, int flag,
+		      struct FTW *ftw)
+{
+	(void)p;
+	(void)st;
+	(void)ftw;
+	if (flag != FTW_D && flag != FTW_DP)
+		files_found++;
+	return 0;
+}
+
+/* Files (not directories) below @dir. */
+static unsigned files_below(const char *dir)
+{
+	files_found = 0;
+	nftw(dir, count_file, 16, FTW_PHYS);
+	return files_found;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+Test(crash, killed_at_random_moments_the_next_run_starts_clean, .timeout = 300)
+{
+	const char *e = getenv("NVSWAP_CRASH_RUNS");
+	const char *es = getenv("NVSWAP_CRASH_SEED");
+	unsigned runs = e ? (unsigned)atoi(e) : 10;
+	unsigned seed = es ? (unsigned)atoi(es) : (unsigned)time(NULL);
+	unsigned stale = 0;
+	double t0, span;
+
+	cr_log_info("crash: %u kills, NVSWAP_CRASH_SEED=%u", runs, seed);
+	srand(seed);
+	/* How long a run takes here: the kills fall within it. */
+	t0 = now();
+	complete_run("first");
+	span = now() - t0;
+	for (unsigned i = 0; i < runs; i++) {
+		char tag[32];
+		pid_t pid;
+		int status;
+		long us = (long)(span * 1e6 * rand() / ((double)RAND_MAX + 1));
+
+		snprintf(tag, sizeof(tag), "killed%u", i);
+		pid = start(tag, 3);
+		usleep((useconds_t)us);
+		kill(pid, SIGKILL);
+		status = finish(pid);
+		/* A run that ended before the kill must have succeeded. */
+		if (!WIFSIGNALED(status)) {
+			char *out = output(tag, "out");
+
+			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+				  "%s: status %#x", tag, status);
+			cr_assert(strstr(out, "bit for bit"), "%s", out);
+			free(out);
+		}
+		if (files_below(swap_dir()))
+			stale++;
+	}
+	/* Whatever the last kill left is reclaimed by the next run, and a
+	 * complete run leaves no file behind. */
+	complete_run("last");
+	cr_assert_eq(files_below(swap_dir()), 0,
+		     "files left in %s after a complete run", swap_dir());
+	cr_log_info("crash: %u of %u kills left a stale swap set; each was "
+		    "reclaimed by the next run",
+		    stale, runs);
+}
+
+Test(crash, a_second_run_in_a_live_swap_set_is_refused_naming_the_holder,
+     .timeout = 120)
+{
+	pid_t holder = start("holder", 60000);
+	char lock[4096], want[64], *err;
+	struct stat st;
+	int status;
+
+	/* The holder has its swap directories once a lock file exists. */
+	snprintf(lock, sizeof(lock), "%s/nvswap/param/rank0/lock", swap_dir());
+	for (int i = 0; i < 3000 && stat(lock, &st) < 0; i++)
+		usleep(10000);
+	cr_assert_eq(stat(lock, &st), 0, "%s never appeared", lock);
+	status = finish(start("second", 1));
+	err = output("second", "err");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0,
+		  "status %#x: %s", status, err);
+	snprintf(want, sizeof(want), "in use by process %ld", (long)holder);
+	cr_assert(strstr(err, want), "'%s' in: %s", want, err);
+	free(err);
+	kill(holder, SIGKILL);
+	finish(holder);
+	/* The holder's stale set is reclaimed by the next run. */
+	complete_run("after");
+	cr_assert_eq(files_below(swap_dir()), 0);
+}
