@@ -10,7 +10,11 @@
  *
  *   nvswap-bench-swap [--dir D] [--layers N] [--tensor-size N[K|M|G]]
  *                     [--buffers N] [--reps N] [--queue-depth N]
- *                     [--block-size N]
+ *                     [--block-size N] [--checksum-cost]
+ *
+ * --checksum-cost compares the swapper with checksums on (CRC32C of each
+ * tensor written, verified when read) against the same swapper with them
+ * off, in place of the hand-written twin.
  */
 #include <nvswap/nvswap.h>
 
@@ -32,7 +36,8 @@ static struct {
 	const char *dir;
 	unsigned layers, buffers, reps, qd, bs;
 	size_t size;
-} cfg = {"nvme_swap", 16, 4, 5, 32, 1u << 20, 64u << 20};
+	bool crc; /* --checksum-cost: checksum on against off, not hand */
+} cfg = {"nvme_swap", 16, 4, 5, 32, 1u << 20, 64u << 20, false};
 
 /* Touch a layer as compute would: one byte per page changes. */
 static void use(unsigned char *p, size_t n, unsigned pass)
@@ -41,7 +46,7 @@ static void use(unsigned char *p, size_t n, unsigned pass)
 		p[i] = (unsigned char)(p[i] + pass);
 }
 
-static struct nvs_swapper *swapper_make(void)
+static struct nvs_swapper *swapper_make(const char *name, bool checksum)
 {
 	struct nvs_swapper_opts o;
 	struct nvs_swapper *s;
@@ -49,7 +54,8 @@ static struct nvs_swapper *swapper_make(void)
 	nvs_swapper_opts_init(&o);
 	o.npaths = 1;
 	o.nvme_paths[0] = cfg.dir;
-	o.name = "bench";
+	o.name = name;
+	o.checksum = checksum;
 	o.buffer_size = cfg.size;
 	o.buffer_count = cfg.buffers;
 	o.aio.queue_depth = cfg.qd;
@@ -201,7 +207,8 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: nvswap-bench-swap [--dir D] [--layers N] "
 			"[--tensor-size N] [--buffers N] [--reps N] "
-			"[--queue-depth N] [--block-size N]\n");
+			"[--queue-depth N] [--block-size N] "
+			"[--checksum-cost]\n");
 }
 
 int main(int argc, char **argv)
@@ -214,11 +221,13 @@ int main(int argc, char **argv)
 		{"reps", required_argument, NULL, 'r'},
 		{"queue-depth", required_argument, NULL, 'q'},
 		{"block-size", required_argument, NULL, 'k'},
+		{"checksum-cost", no_argument, NULL, 'c'},
 		{NULL, 0, NULL, 0},
 	};
 	double t_swap[MAX_REPS], t_hand[MAX_REPS], ratio[MAX_REPS];
-	struct nvs_swapper *s;
+	struct nvs_swapper *s, *s2;
 	struct hand *x;
+	const char *other;
 	size_t v;
 	int c;
 
@@ -250,6 +259,9 @@ int main(int argc, char **argv)
 		case 'q':
 			cfg.qd = (unsigned)atoi(optarg);
 			break;
+		case 'c':
+			cfg.crc = true;
+			break;
 		default:
 			usage();
 			return 2;
@@ -262,21 +274,31 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	mkdir(cfg.dir, 0700);
-	s = swapper_make();
+	s = swapper_make("bench", false);
 	if (!s) {
 		fprintf(stderr, "swapper: %s\n", nvs_last_error());
 		return 1;
 	}
-	x = hand_make();
-	if (!x) {
-		fprintf(stderr, "hand-written: %s\n", nvs_last_error());
+	if (cfg.crc) {
+		x = NULL;
+		s2 = swapper_make("bench-crc", true);
+	} else {
+		s2 = NULL;
+		x = hand_make();
+	}
+	if (!x && !s2) {
+		fprintf(stderr, "%s: %s\n",
+			cfg.crc ? "checksum" : "hand-written",
+			nvs_last_error());
 		return 1;
 	}
 	/* One untimed pass each: files allocated, caches warm. */
-	if (swapper_pass(s, 0) < 0 || hand_pass(x, 0) < 0) {
+	if (swapper_pass(s, 0) < 0 ||
+	    (x ? hand_pass(x, 0) : swapper_pass(s2, 0)) < 0) {
 		fprintf(stderr, "warm-up: %s\n", nvs_last_error());
 		return 1;
 	}
+	other = cfg.crc ? "checksum on" : "hand-written";
 	double bytes = 2.0 * (double)cfg.size * cfg.layers;
 	for (unsigned r = 0; r < cfg.reps; r++) {
 		double t0 = bench_now();
@@ -285,8 +307,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		double t1 = bench_now();
-		if (hand_pass(x, r + 1) < 0) {
-			fprintf(stderr, "hand-written: %s\n", nvs_last_error());
+		if ((x ? hand_pass(x, r + 1) : swapper_pass(s2, r + 1)) < 0) {
+			fprintf(stderr, "%s: %s\n", other, nvs_last_error());
 			return 1;
 		}
 		double t2 = bench_now();
@@ -294,8 +316,8 @@ int main(int argc, char **argv)
 		t_hand[r] = bytes / (t2 - t1) / 1e9;
 		ratio[r] = t_swap[r] / t_hand[r];
 		if (getenv("BENCH_VERBOSE"))
-			fprintf(stderr, "rep %u: swapper %.2f hand %.2f\n", r,
-				t_swap[r], t_hand[r]);
+			fprintf(stderr, "rep %u: swapper %.2f %s %.2f\n", r,
+				t_swap[r], other, t_hand[r]);
 	}
 	struct nvs_swap_stats st;
 	nvs_swapper_stats(s, &st);
@@ -308,9 +330,9 @@ int main(int argc, char **argv)
 	double mr = bench_median(ratio, (int)cfg.reps);
 	printf("  swapper       %6.2f GB/s (%.2f-%.2f)\n", ms, t_swap[0],
 	       t_swap[cfg.reps - 1]);
-	printf("  hand-written  %6.2f GB/s (%.2f-%.2f)\n", mh, t_hand[0],
+	printf("  %-13s %6.2f GB/s (%.2f-%.2f)\n", other, mh, t_hand[0],
 	       t_hand[cfg.reps - 1]);
-	printf("  ratio swapper/hand-written: median %.3f (%.3f-%.3f)\n", mr,
+	printf("  ratio swapper/%s: median %.3f (%.3f-%.3f)\n", other, mr,
 	       ratio[0], ratio[cfg.reps - 1]);
 	printf("  swapper blocked in acquire %.0f ms over all passes, pool "
 	       "high water %u\n",
@@ -319,6 +341,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "destroy: %s\n", nvs_last_error());
 		return 1;
 	}
+	if (s2 && nvs_swapper_destroy(s2) < 0) {
+		fprintf(stderr, "destroy: %s\n", nvs_last_error());
+		return 1;
+	}
+	if (!x)
+		return 0;
 	for (unsigned i = 0; i < cfg.buffers; i++)
 		nvs_pinned_free(x->buf[i]);
 	nvs_aio_destroy(x->h);
