@@ -7,6 +7,7 @@
  */
 #include "swapper/swapper.h"
 #include "aio/handle.h"
+#include "buffers/pool.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/hash.h"
@@ -215,7 +216,7 @@ static void *buffer_get(struct nvs_swapper *s)
 {
 	void *buf;
 
-	if (nvs_pool_try_get(s->pool, &buf) < 0)
+	if (nvs__pool_try_get(s->pool, &buf) < 0)
 		return NULL;
 	s->in_use++;
 	if (s->in_use > s->st.pool_high_water)
