@@ -641,7 +641,7 @@ Test(nvswap_tune, contradictory_flags_are_refused)
 		     tu_dir()),
 		2, "is given twice");
 	refused(tune(NULL, "--nvme_path %s --loops 0", tu_dir()), 2,
-		"--loops: '0' is not a whole number from 1");
+		"--loops: '0' is out of range (from 1 to 1048576)");
 	refused(tune(NULL, "--nvme_path %s --plot-engine pdf --plot x.svg",
 		     tu_dir()),
 		2, "not one of auto, gnuplot, svg");
