@@ -422,6 +422,25 @@ static int check_dir(const struct nvs_config *c, const char *path,
 
 /* ----------------------------------------------------------- sections */
 
+/* @dir (checked by check_dir) is not already in @o under another
+ * spelling: the swapper would lock it twice and refuse itself. */
+static int same_dir_twice(const struct nvs_config *c, const char *path,
+			  const struct nvs_nvswap_config *o, const char *dir)
+{
+	struct stat a, b;
+
+	if (stat(dir, &a) < 0)
+		return 0; /* check_dir just saw it; the swapper will say */
+	for (unsigned i = 0; i < o->npaths; i++)
+		if (stat(o->nvme_paths[i], &b) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino)
+			return bad(c, -EINVAL, path,
+				   "entries %u ('%s') and %u ('%s') are the "
+				   "same directory: give each directory once",
+				   i, o->nvme_paths[i], o->npaths, dir);
+	return 0;
+}
+
 static int set_paths(const struct nvs_config *c, const char *path, json_t *v,
 		     struct nvs_nvswap_config *o)
 {
@@ -438,6 +457,9 @@ static int set_paths(const struct nvs_config *c, const char *path, json_t *v,
 			return bad(c, -EINVAL, path,
 				   "entry %zu is not a non-empty string", i);
 		ret = check_dir(c, path, p);
+		if (ret < 0)
+			return ret;
+		ret = same_dir_twice(c, path, o, p);
 		if (ret < 0)
 			return ret;
 		o->nvme_paths[o->npaths++] = p;

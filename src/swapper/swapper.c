@@ -13,6 +13,7 @@
 #include "internal/hash.h"
 #include "internal/util.h"
 #include "swapper/crc32c.h"
+#include "swapper/paths.h"
 #include "swapper/space.h"
 #include "swapper/swapdir.h"
 
@@ -710,6 +711,8 @@ static int create(const struct nvs_swapper_opts *o,
 					"nvs_swapper_create: nvme_paths[%u] "
 					"is empty",
 					i);
+	if ((ret = nvs__paths_distinct(o->nvme_paths, o->npaths)) < 0)
+		return ret;
 	if (!o->buffer_size || !o->buffer_count)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: buffer_size %zu x "

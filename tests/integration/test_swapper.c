@@ -388,6 +388,28 @@ static void striped_opts(struct nvs_swapper_opts *o)
 	o->stripe_size = BUF;
 }
 
+/* Hostile input 11: a caller that does not use the config gives one
+ * directory twice: create names both spellings instead of refusing the
+ * directory as in use by its own process. */
+Test(swapper, the_same_directory_twice_is_refused_naming_both_spellings)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = (struct nvs_swapper *)&o;
+	char slash[4300], want[9000];
+
+	striped_opts(&o);
+	snprintf(slash, sizeof(slash), "%s/", o.nvme_paths[0]);
+	o.nvme_paths[1] = slash;
+	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);
+	cr_assert_null(s);
+	snprintf(want, sizeof(want),
+		 "nvme_paths[0] '%s' and nvme_paths[1] '%s' are the same "
+		 "directory",
+		 o.nvme_paths[0], slash);
+	cr_assert(strstr(nvs_last_error(), want), "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "nvs_swapper_create"));
+}
+
 Test(swapper, large_tensors_stripe_over_two_paths_and_small_ones_balance)
 {
 	struct nvs_swapper_opts o;

@@ -273,6 +273,27 @@ Test(config, a_bad_stripe_size_or_a_non_object_section_is_refused_at_load)
 	fails("{\"nvswap\": []}", -EINVAL, "nvswap: must be an object");
 }
 
+/* Hostile input 11: one directory twice in nvme_paths, spelled two ways,
+ * is named at load, with both spellings, not later as "in use by process
+ * <own pid>". */
+Test(config, the_same_directory_twice_in_nvme_paths_is_refused_at_load)
+{
+	char json[16384], want[12288], a[4096];
+
+	snprintf(a, sizeof(a), "%s", tu_path("a"));
+	mkdir(a, 0755);
+	mkdir(tu_path("b"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"nvswap\": {\"nvme_paths\": [\"%s\", \"%s\", "
+		 "\"%s/\"]}}",
+		 a, tu_path("b"), a);
+	snprintf(want, sizeof(want),
+		 "t.json:1:13: nvswap.nvme_paths: entries 0 ('%s') and 2 "
+		 "('%s/') are the same directory",
+		 a, a);
+	fails(json, -EINVAL, want);
+}
+
 Test(config, malformed_json_and_duplicate_keys_give_line_and_column)
 {
 	fails("{\n  \"aio\": {\"queue_depth\": 8,}\n}", -EINVAL, "t.json:2:");
