@@ -258,8 +258,12 @@ static int submit_extents(struct nvs_swapper *s, struct tensor *t,
 			.offset = (int64_t)e->off,
 		};
 		ret = nvs_aio_submit(s->aio, &io, &t->tickets[i]);
-		if (ret < 0)
+		if (ret < 0) {
+			ret = nvs__swapfile_refused(
+				io.fd, s->path[e->path].file, t->id,
+				op == NVS_AIO_WRITE, e->off, io.nbytes, ret);
 			break;
+		}
 		(*n)++;
 	}
 	s->st.io_ops += *n;
