@@ -449,7 +449,7 @@ static void bad_key(const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 static void bad_key(const char *key, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], full[PATH_MAX + 1024];
 	va_list ap;
 	int line, col;
 
@@ -457,7 +457,10 @@ static void bad_key(const char *key, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	locate(sweep_text, key, &line, &col);
-	tool_die(2, "%s:%d:%d: %s: %s", A.sweep, line, col, key, msg);
+	/* @key lives in the tree cleanup() frees before printing. */
+	snprintf(full, sizeof(full), "%s:%d:%d: %s: %s", A.sweep, line, col,
+		 key, msg);
+	tool_die(2, "%s", full);
 }
 
 /* The values of @key as an array (one value becomes a list of one). */
