@@ -358,6 +358,14 @@ static void parse(int argc, char **argv, struct args *a)
 		tool_die(2,
 			 "--compare-fio needs --io_size divisible by "
 			 "--io_parallel (fio's jobs each take an equal slice)");
+	/* No memory setting (--unpinned included) helps past the RAM. */
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+		       (uint64_t)sysconf(_SC_PAGESIZE);
+	if (a->io_size > ram - a->misalign)
+		tool_die(2,
+			 "--io_size %zu bytes (with --misalign) is larger than "
+			 "this machine's memory (%.1f GiB): lower --io_size",
+			 a->io_size, (double)ram / (1u << 30));
 }
 
 static void check_folder(const char *dir)

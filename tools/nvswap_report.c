@@ -55,6 +55,48 @@ static const char *read_line(const char *path, char *buf, size_t n)
 	return buf;
 }
 
+/* What to raise when memory was refused (-ENOMEM or -EPERM), chosen from
+ * the limit that refused it: the address space (ulimit -v), else the
+ * memlock limit, else memory itself. */
+static const char *memory_fix(uint64_t need)
+{
+	struct rlimit as, ml;
+
+	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+		return "raise the address-space limit: ulimit -v unlimited (or "
+		       "LimitAS= for a systemd service)";
+	if (getrlimit(RLIMIT_MEMLOCK, &ml) == 0 &&
+	    ml.rlim_cur != RLIM_INFINITY && ml.rlim_cur < need)
+		return "raise the memlock limit: ulimit -l unlimited, or a "
+		       "memlock line in /etc/security/limits.conf (or "
+		       "LimitMEMLOCK= for a systemd service)";
+	return "free some memory: none of the limits refused it";
+}
+
+/* Why io_uring_setup failed (@ret, and the sentence nvs_aio_create left),
+ * and the fix for that cause. */
+static const char *uring_fix(int ret)
+{
+	char buf[32];
+	FILE *f;
+
+	/* nvs_aio_create gives -EOPNOTSUPP for any backend that cannot
+	 * run; the probe's errno is in its sentence. */
+	if (ret == -ENOMEM || strstr(nvs_last_error(), nvs_strerror(ENOMEM)))
+		return memory_fix(1u << 20);
+	if (ret == -ENOSYS)
+		return "use a kernel built with io_uring (5.1 or later)";
+	f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
+	if (f && fgets(buf, sizeof(buf), f) && atoi(buf) != 0) {
+		fclose(f);
+		return "allow io_uring: sysctl kernel.io_uring_disabled=0";
+	}
+	if (f)
+		fclose(f);
+	return "run outside the seccomp profile or container policy that "
+	       "blocks io_uring_setup (kernel.io_uring_disabled is 0)";
+}
+
 static json_t *backends(bool *any)
 {
 	static const enum nvs_backend list[] = {
@@ -83,10 +125,7 @@ static json_t *backends(bool *any)
 			if (list[i] == NVS_BACKEND_IO_URING)
 				problem("io_uring is not available (the fast "
 					"path): see its line above",
-					"allow io_uring: sysctl "
-					"kernel.io_uring_disabled=0, or run "
-					"outside the seccomp profile that "
-					"blocks io_uring_setup");
+					uring_fix(ret));
 			else if (list[i] == NVS_BACKEND_LIBAIO)
 				problem("libaio is not available",
 					"raise fs.aio-max-nr (sysctl -w "
@@ -186,12 +225,19 @@ static json_t *direct_io(const char *dir, bool *writable)
 	*writable = fd >= 0;
 	if (fd < 0) {
 		char msg[4400];
+		int err = errno;
 		snprintf(msg, sizeof(msg), "cannot create files in %s: %s", dir,
-			 strerror(errno));
+			 strerror(err));
 		json_object_set_new(j, "writable", json_false());
 		json_object_set_new(j, "error", json_string(msg));
-		problem(msg, "choose a directory you can write (nvme_path), "
-			     "or fix its permissions");
+		problem(msg,
+			err == ENOSPC || err == EDQUOT
+				? "free space on that filesystem, or choose "
+				  "a directory on another one"
+			: err == EROFS
+				? "choose a directory on a writable filesystem"
+				: "choose a directory you can write "
+				  "(nvme_path), or fix its permissions");
 		return j;
 	}
 	close(fd);
@@ -220,6 +266,9 @@ static json_t *direct_io(const char *dir, bool *writable)
 	unlink(file);
 	return j;
 }
+
+/* Less free space than this and the path cannot hold even one buffer. */
+#define MIN_FREE (1u << 20)
 
 static json_t *path_report(const char *dir, bool *usable)
 {
@@ -252,6 +301,21 @@ static json_t *path_report(const char *dir, bool *usable)
 	json_object_set_new(p, "device", device(st.st_dev));
 	json_object_set_new(p, "direct_io", direct_io(dir, &writable));
 	*usable = writable;
+	/* An empty file can still be made on a full filesystem: judge the
+	 * space too (f_blocks 0: no size to report, as ramfs). */
+	if (writable && statvfs(dir, &vfs) == 0 && vfs.f_blocks &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < MIN_FREE) {
+		char msg[4400];
+		snprintf(msg, sizeof(msg),
+			 "the filesystem of %s is full: %llu bytes free, less "
+			 "than one %u MiB swap buffer",
+			 dir, (unsigned long long)vfs.f_bavail * vfs.f_frsize,
+			 MIN_FREE >> 20);
+		json_object_set_new(p, "error", json_string(msg));
+		problem(msg, "free space on that filesystem, or choose a "
+			     "directory on another one");
+		*usable = false;
+	}
 	return p;
 }
 
@@ -318,7 +382,9 @@ static json_t *memory(void)
 		nvs_pinned_free(p);
 	else
 		problem("locking a small pinned buffer failed",
-			"raise the memlock limit (see the pinnable line)");
+			probe ? memory_fix(probe)
+			      : "raise the memlock limit (see the pinnable "
+				"line)");
 	json_object_set_new(m, "huge_pages",
 			    json_pack("{s:I, s:I, s:I, s:s}", "total",
 				      (json_int_t)total, "free",
@@ -503,7 +569,7 @@ int main(int argc, char **argv)
 	bool as_json = false, any, path_ok;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		if (c == 'p') {
 			dir = optarg;
 		} else if (c == 'j') {

@@ -141,10 +141,19 @@ static void progress_end(void)
 	progress_shown = false;
 }
 
+/* The sweep config's text and parsed tree while load_sweep judges them:
+ * a refusal exits from deep inside, and cleanup() frees them then. */
+static json_t *sweep_root;
+static char *sweep_text;
+
 static void cleanup(void)
 {
 	progress_end();
 	tmp_remove();
+	json_decref(sweep_root);
+	sweep_root = NULL;
+	free(sweep_text);
+	sweep_text = NULL;
 }
 
 static void on_signal(int sig)
@@ -436,13 +445,11 @@ static void locate(const char *text, const char *key, int *line, int *col)
 	}
 }
 
-static const char *sweep_text;
-
 static void bad_key(const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 static void bad_key(const char *key, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], full[PATH_MAX + 1024];
 	va_list ap;
 	int line, col;
 
@@ -450,7 +457,10 @@ static void bad_key(const char *key, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	locate(sweep_text, key, &line, &col);
-	tool_die(2, "%s:%d:%d: %s: %s", A.sweep, line, col, key, msg);
+	/* @key lives in the tree cleanup() frees before printing. */
+	snprintf(full, sizeof(full), "%s:%d:%d: %s: %s", A.sweep, line, col,
+		 key, msg);
+	tool_die(2, "%s", full);
 }
 
 /* The values of @key as an array (one value becomes a list of one). */
@@ -577,12 +587,13 @@ static void load_sweep(void)
 	    fseek(f, 0, SEEK_SET) < 0 || len > (1 << 20))
 		tool_die(1, "--sweep_config %s: not a small regular file",
 			 A.sweep);
-	text = calloc(1, (size_t)len + 1);
-	if (!text || fread(text, 1, (size_t)len, f) != (size_t)len)
+	sweep_text = text = calloc(1, (size_t)len + 1);
+	if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
+		fclose(f);
 		tool_die(1, "--sweep_config %s: cannot read it", A.sweep);
+	}
 	fclose(f);
-	sweep_text = text;
-	root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+	sweep_root = root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
 	if (!root)
 		tool_die(2, "%s:%d:%d: %s", A.sweep, err.line, err.column,
 			 err.text);
@@ -649,6 +660,7 @@ static void load_sweep(void)
 		}
 	}
 	json_decref(root);
+	sweep_root = NULL;
 	sweep_text = NULL;
 	free(text);
 }
@@ -811,6 +823,38 @@ static void check_path(const char *dir)
 
 static char *merged_config_or_die(const struct setting *best);
 
+/* Can @path be written when the sweep is done? Asked without creating
+ * anything, so an interrupted sweep leaves no file behind: an existing
+ * file must be writable, and its directory must take new files when the
+ * file is new or (@by_rename: written to a temporary, renamed over) is
+ * always replaced. */
+static void check_target(const char *opt, const char *path, bool by_rename)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	bool exists = stat(path, &st) == 0;
+
+	if (!exists && errno != ENOENT)
+		tool_die(1, "%s %s: %s", opt, path, strerror(errno));
+	if (exists && S_ISDIR(st.st_mode))
+		tool_die(1, "%s %s: a directory, not a file", opt, path);
+	if (exists && access(path, W_OK) < 0)
+		tool_die(1, "%s %s: cannot write it: %s", opt, path,
+			 strerror(errno));
+	if (exists && !by_rename)
+		return;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	if (access(dir, W_OK | X_OK) < 0)
+		tool_die(1, "%s %s: cannot create files in %s: %s", opt, path,
+			 dir, strerror(errno));
+}
+
 static void check_args(void)
 {
 	uint32_t maxbs = 0;
@@ -825,15 +869,14 @@ static void check_args(void)
 				tool_die(2, "--nvme_path %s is given twice",
 					 A.paths[i]);
 	}
-	/* A config file that cannot take the result is found now, not
+	/* A config file or plot that cannot be written is found now, not
 	 * after the sweep. */
 	if (A.write_config) {
 		free(merged_config_or_die(&dflt));
-		if (access(A.write_config, F_OK) == 0 &&
-		    access(A.write_config, W_OK) < 0)
-			tool_die(1, "--write-config %s: %s", A.write_config,
-				 strerror(errno));
+		check_target("--write-config", A.write_config, true);
 	}
+	if (A.plot)
+		check_target("--plot", A.plot, false);
 	for (unsigned i = 0; i < S.nbs; i++)
 		if (S.bs[i] > maxbs)
 			maxbs = S.bs[i];

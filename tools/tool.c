@@ -57,14 +57,21 @@ size_t tool_size_arg(const char *opt, const char *v)
 
 unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo)
 {
+	const unsigned hi = 1u << 20;
+	const char *d = v + (*v == '-' || *v == '+');
 	char *end;
 	unsigned long n;
 
+	/* Digits that name a number outside the range are not "not a
+	 * number": say which numbers are. */
+	if (*d < '0' || *d > '9' || d[strspn(d, "0123456789")])
+		tool_die(2, "%s: '%s' is not a whole number (from %u to %u)",
+			 opt, v, lo, hi);
 	errno = 0;
-	n = strtoul(v, &end, 10);
-	if (errno || *end || end == v || n < lo || n > 1u << 20)
-		tool_die(2, "%s: '%s' is not a whole number from %u", opt, v,
-			 lo);
+	n = strtoul(d, &end, 10);
+	if (*v == '-' || errno || n < lo || n > hi)
+		tool_die(2, "%s: '%s' is out of range (from %u to %u)", opt, v,
+			 lo, hi);
 	return (unsigned)n;
 }
 

@@ -225,7 +225,8 @@ NVS_API int nvs_pool_get(struct nvs_pool *pool, void **buf);
 
 /**
  * nvs_pool_try_get() - nvs_pool_get() without waiting.
- * Return: 0, -EAGAIN when every buffer is out, -EINVAL for NULLs.
+ * Return: 0, -EAGAIN when every buffer is out (nvs_last_error() says
+ * so, as for every failure), -EINVAL for NULLs.
  */
 NVS_API int nvs_pool_try_get(struct nvs_pool *pool, void **buf);
 
@@ -262,7 +263,8 @@ NVS_API int nvs_pool_stats(const struct nvs_pool *pool,
  * nvs_copy() - copy @nbytes from @src to @dst (memcpy semantics: the two
  * ranges must not overlap).
  *
- * Any alignment and size. Below a size threshold this is glibc memcpy;
+ * Any alignment and size; with @nbytes 0 nothing is touched and either
+ * pointer may be NULL. Below a size threshold this is glibc memcpy;
  * above it, a vector loop (AVX-512, AVX2 or SSE2, whichever this CPU has,
  * chosen once at run time) with non-temporal stores, which do not pull the
  * destination into cache: right for staging buffers that go to a disk or

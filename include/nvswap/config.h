@@ -59,7 +59,7 @@ struct nvs_offload_config {
  */
 struct nvs_nvswap_config {
 	enum nvs_backend backend; /* "backend": auto|io_uring|libaio|psync */
-	uint64_t stripe_size;	  /* bytes, default 1 MiB */
+	uint64_t stripe_size;	  /* bytes, default 1 MiB; a multiple of 4096 */
 	bool checksum;		  /* default false */
 	bool auto_evict;	  /* default false */
 	unsigned npaths;	  /* entries of "nvme_paths", 0 = none */

@@ -251,7 +251,9 @@ NVS_API int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id);
  * in flight for this tensor. Acquires nest: each needs a release.
  * Return: 0, or -ENOENT, -EDEADLK, -ETIMEDOUT as nvs_swapper_prefetch();
  *   -EIO (or another -errno) the read failed: the tensor is ON_NVME and a
- *        later acquire retries it;
+ *        later acquire retries it (-EIO also when the swap file was cut
+ *        short behind the swapper's back; the message names the id and
+ *        the file);
  *   -EBADMSG  checksum mismatch: the data is not handed out; the message
  *        names the id and the file.
  * @ptr is NULL on failure.

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -68,6 +69,15 @@ int nvs__validate_file(const char *call, const char *path, const void *buf,
 	return ret;
 }
 
+/* The handle's sentence, led by the one-shot call the caller made. */
+static int name_call(int err, const char *call)
+{
+	char cause[NVS_ERRMSG_MAX];
+
+	snprintf(cause, sizeof(cause), "%s", nvs_last_error());
+	return nvs__err(err, "%s: %s", call, cause);
+}
+
 static int oneshot(bool write, void *buf, size_t nbytes, const char *path,
 		   const struct nvs_aio_opts *opts, bool check,
 		   struct nvs_io_stats *stats)
@@ -79,7 +89,7 @@ static int oneshot(bool write, void *buf, size_t nbytes, const char *path,
 
 	ret = nvs_aio_create(opts, &h);
 	if (ret < 0)
-		return ret;
+		return name_call(ret, call);
 	t1 = nvs__now_ns();
 	ret = write ? nvs_aio_sync_pwrite(h, buf, nbytes, path, 0)
 		    : nvs_aio_sync_pread(h, buf, nbytes, path, 0);
@@ -87,7 +97,9 @@ static int oneshot(bool write, void *buf, size_t nbytes, const char *path,
 	dret = nvs_aio_destroy(h);
 	if (ret >= 0)
 		ret = dret;
-	if (ret >= 0 && check)
+	if (ret < 0)
+		return name_call(ret, call);
+	if (check)
 		ret = nvs__validate_file(call, path, buf, nbytes);
 	if (stats && ret >= 0) {
 		memset(stats, 0, sizeof(*stats));

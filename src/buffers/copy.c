@@ -215,6 +215,9 @@ static void copy_part(void *dst, const void *src, size_t n, size_t total)
 
 void nvs_copy(void *dst, const void *src, size_t nbytes)
 {
+	/* memcpy(NULL, NULL, 0) is undefined; a zero-byte copy is not. */
+	if (!nbytes)
+		return;
 	init();
 	copy_part(dst, src, nbytes, nbytes);
 }

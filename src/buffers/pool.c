@@ -5,6 +5,7 @@
  * double and foreign puts in O(1), and a condition variable for blocking
  * gets. Nothing is allocated after create.
  */
+#include "buffers/pool.h"
 #include "buffers/pinned.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
@@ -198,7 +199,7 @@ static int get(struct nvs_pool *pool, void **buf, bool wait,
 	if (*buf)
 		return 0;
 	if (!wait)
-		return -EAGAIN; /* the normal answer of a try: no message */
+		return -EAGAIN; /* the caller says so, or it is backpressure */
 	return nvs__err(-ETIMEDOUT,
 			"%s: no buffer came back in time (all %u out)", call,
 			pool->count);
@@ -209,9 +210,19 @@ int nvs_pool_get(struct nvs_pool *pool, void **buf)
 	return get(pool, buf, true, NULL, "nvs_pool_get");
 }
 
-int nvs_pool_try_get(struct nvs_pool *pool, void **buf)
+int nvs__pool_try_get(struct nvs_pool *pool, void **buf)
 {
 	return get(pool, buf, false, NULL, "nvs_pool_try_get");
+}
+
+int nvs_pool_try_get(struct nvs_pool *pool, void **buf)
+{
+	int ret = get(pool, buf, false, NULL, "nvs_pool_try_get");
+
+	if (ret == -EAGAIN)
+		nvs__err(ret, "nvs_pool_try_get: all %u buffers are out",
+			 pool->count);
+	return ret;
 }
 
 int nvs_pool_get_timeout(struct nvs_pool *pool, void **buf, unsigned timeout_ms)

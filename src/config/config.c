@@ -304,7 +304,8 @@ static const struct keydef aio_keys[] = {
 #define OFF(f) offsetof(struct nvs_nvswap_config, f)
 static const struct keydef nvswap_keys[] = {
 	{"backend", V_BACKEND, OFF(backend), 0, 0, NULL},
-	{"stripe_size", V_COUNT, OFF(stripe_size), 0, 0, NULL},
+	/* multiple: nvs_swapper_create's rule, judged here at its position */
+	{"stripe_size", V_COUNT, OFF(stripe_size), 0, 4096, NULL},
 	{"checksum", V_BOOL, OFF(checksum), 0, 0, NULL},
 	{"nvme_paths", V_PATHS, 0, 0, 0, NULL}, /* the whole struct */
 	{"auto_evict", V_BOOL, OFF(auto_evict), 0, 0, NULL},
@@ -421,6 +422,25 @@ static int check_dir(const struct nvs_config *c, const char *path,
 
 /* ----------------------------------------------------------- sections */
 
+/* @dir (checked by check_dir) is not already in @o under another
+ * spelling: the swapper would lock it twice and refuse itself. */
+static int same_dir_twice(const struct nvs_config *c, const char *path,
+			  const struct nvs_nvswap_config *o, const char *dir)
+{
+	struct stat a, b;
+
+	if (stat(dir, &a) < 0)
+		return 0; /* check_dir just saw it; the swapper will say */
+	for (unsigned i = 0; i < o->npaths; i++)
+		if (stat(o->nvme_paths[i], &b) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino)
+			return bad(c, -EINVAL, path,
+				   "entries %u ('%s') and %u ('%s') are the "
+				   "same directory: give each directory once",
+				   i, o->nvme_paths[i], o->npaths, dir);
+	return 0;
+}
+
 static int set_paths(const struct nvs_config *c, const char *path, json_t *v,
 		     struct nvs_nvswap_config *o)
 {
@@ -437,6 +457,9 @@ static int set_paths(const struct nvs_config *c, const char *path, json_t *v,
 			return bad(c, -EINVAL, path,
 				   "entry %zu is not a non-empty string", i);
 		ret = check_dir(c, path, p);
+		if (ret < 0)
+			return ret;
+		ret = same_dir_twice(c, path, o, p);
 		if (ret < 0)
 			return ret;
 		o->nvme_paths[o->npaths++] = p;
@@ -457,7 +480,13 @@ static int set_value(struct nvs_config *c, const char *path,
 		return get_bool(c, path, v, field);
 	case V_COUNT:
 	case V_COUNT0:
-		return get_count(c, path, v, d->kind == V_COUNT, field);
+		ret = get_count(c, path, v, d->kind == V_COUNT, field);
+		if (ret == 0 && d->multiple && *(uint64_t *)field % d->multiple)
+			return bad(c, -EINVAL, path,
+				   "must be a positive multiple of %u (got "
+				   "%" PRIu64 ")",
+				   d->multiple, *(uint64_t *)field);
+		return ret;
 	case V_U32:
 		ret = get_count(c, path, v, 1, &n);
 		if (ret < 0)
@@ -593,7 +622,10 @@ static int load_text(struct nvs_config *c, const char *text, size_t len)
 		return nvs__err(-ENOMEM, "nvs_config_load: out of memory");
 	defaults(c);
 	zo = json_object_get(c->root, "zero_optimization");
-	if (zo && json_is_object(zo)) {
+	if (zo && !json_is_object(zo)) /* as aio: null is, not "no offload" */
+		return bad(c, -EINVAL, "zero_optimization",
+			   "must be an object");
+	if (zo) {
 		sec = json_object_get(zo, "offload_param");
 		if (sec) {
 			ret = load_offload(c, sec,

@@ -3,6 +3,7 @@
 #include "internal/errors.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +42,8 @@ int nvs__err_set(int err, const char *msg)
 
 const char *nvs_strerror(int err)
 {
+	if (err == INT_MIN)
+		return "unknown error"; /* -INT_MIN does not exist */
 	if (err < 0)
 		err = -err;
 	switch (err) {

@@ -7,11 +7,13 @@
  */
 #include "swapper/swapper.h"
 #include "aio/handle.h"
+#include "buffers/pool.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/hash.h"
 #include "internal/util.h"
 #include "swapper/crc32c.h"
+#include "swapper/paths.h"
 #include "swapper/space.h"
 #include "swapper/swapdir.h"
 
@@ -215,7 +217,7 @@ static void *buffer_get(struct nvs_swapper *s)
 {
 	void *buf;
 
-	if (nvs_pool_try_get(s->pool, &buf) < 0)
+	if (nvs__pool_try_get(s->pool, &buf) < 0)
 		return NULL;
 	s->in_use++;
 	if (s->in_use > s->st.pool_high_water)
@@ -256,8 +258,12 @@ static int submit_extents(struct nvs_swapper *s, struct tensor *t,
 			.offset = (int64_t)e->off,
 		};
 		ret = nvs_aio_submit(s->aio, &io, &t->tickets[i]);
-		if (ret < 0)
+		if (ret < 0) {
+			ret = nvs__swapfile_refused(
+				io.fd, s->path[e->path].file, t->id,
+				op == NVS_AIO_WRITE, e->off, io.nbytes, ret);
 			break;
+		}
 		(*n)++;
 	}
 	s->st.io_ops += *n;
@@ -709,6 +715,8 @@ static int create(const struct nvs_swapper_opts *o,
 					"nvs_swapper_create: nvme_paths[%u] "
 					"is empty",
 					i);
+	if ((ret = nvs__paths_distinct(o->nvme_paths, o->npaths)) < 0)
+		return ret;
 	if (!o->buffer_size || !o->buffer_count)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: buffer_size %zu x "

@@ -388,6 +388,28 @@ static void striped_opts(struct nvs_swapper_opts *o)
 	o->stripe_size = BUF;
 }
 
+/* Hostile input 11: a caller that does not use the config gives one
+ * directory twice: create names both spellings instead of refusing the
+ * directory as in use by its own process. */
+Test(swapper, the_same_directory_twice_is_refused_naming_both_spellings)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = (struct nvs_swapper *)&o;
+	char slash[4300], want[9000];
+
+	striped_opts(&o);
+	snprintf(slash, sizeof(slash), "%s/", o.nvme_paths[0]);
+	o.nvme_paths[1] = slash;
+	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);
+	cr_assert_null(s);
+	snprintf(want, sizeof(want),
+		 "nvme_paths[0] '%s' and nvme_paths[1] '%s' are the same "
+		 "directory",
+		 o.nvme_paths[0], slash);
+	cr_assert(strstr(nvs_last_error(), want), "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "nvs_swapper_create"));
+}
+
 Test(swapper, large_tensors_stripe_over_two_paths_and_small_ones_balance)
 {
 	struct nvs_swapper_opts o;
@@ -618,6 +640,44 @@ Test(swapper, a_corrupted_swap_file_is_ebadmsg_and_never_handed_out)
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	free(a);
 	free(junk);
+	free(keep);
+}
+
+/* Hostile input 12: a swap file truncated behind the swapper's back is an
+ * I/O error of the swapper's, naming the tensor and the file, not a bare
+ * -EINVAL about a file end; the tensor stays on disk, readable once the
+ * file is whole again. */
+Test(swapper, a_truncated_swap_file_is_eio_naming_the_tensor_and_the_file)
+{
+	struct nvs_swapper *s = mk(2);
+	unsigned char *a = malloc(BUF), *keep = malloc(BUF);
+	char file[4300];
+	void *p = &p;
+	int fd;
+
+	tu_fill(a, BUF, 12);
+	cr_assert_eq(nvs_swapper_register(s, 7, BUF, a), 0);
+	cr_assert_eq(nvs_swapper_evict(s, 7), 0);
+	cr_assert_eq(nvs_swapper_wait(s, 7), 0);
+	snprintf(file, sizeof(file), "%s/swap.0", nvs_swapper_dir(s, 0));
+	fd = open(file, O_RDWR);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, keep, BUF, 0), BUF);
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 7, &p), -EIO, "%s",
+		     nvs_last_error());
+	cr_assert_null(p);
+	cr_assert(strstr(nvs_last_error(), "tensor 7"), "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), file), "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "truncated"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(state(s, 7), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	cr_assert_eq(pwrite(fd, keep, BUF, 0), BUF);
+	close(fd);
+	expect(s, 7, a, BUF);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(a);
 	free(keep);
 }
 

@@ -278,6 +278,38 @@ Test(nvswap_io, bad_size_suffix_is_a_usage_error)
 	tu_out_free(&o);
 }
 
+/* Hostile input 16: numbers out of range are not "not a whole number",
+ * and a buffer larger than the machine's memory is not a memlock matter. */
+Test(nvswap_io, out_of_range_numbers_and_sizes_say_so)
+{
+	static const char *const cases[][2] = {
+		{"--misalign 99999999",
+		 "--misalign: '99999999' is out of range (from 0 to 1048576)"},
+		{"--loops 4294967296",
+		 "--loops: '4294967296' is out of range (from 1 to 1048576)"},
+		{"--loops 99999999999999999999999",
+		 "is out of range (from 1 to 1048576)"},
+		{"--loops -1", "--loops: '-1' is out of range"},
+		{"--loops 1x",
+		 "--loops: '1x' is not a whole number (from 1 to"},
+		{"--io_size 16777215T", "larger than this machine's memory"},
+	};
+	char args[4096];
+	struct tu_out o;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(args, sizeof(args), "--folder %s %s", folder(),
+			 cases[i][0]);
+		o = nio(NULL, args);
+		cr_assert_eq(o.status, 2, "%s: %s", cases[i][0], o.err);
+		cr_assert(strstr(o.err, cases[i][1]), "%s: %s", cases[i][0],
+			  o.err);
+		cr_assert_null(strstr(o.err, "--unpinned"), "%s", o.err);
+		tu_out_free(&o);
+	}
+	cr_assert_eq(entries(folder()), 0);
+}
+
 Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
 {
 	char args[4096];

@@ -180,6 +180,83 @@ Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
 	tu_out_free(&o);
 }
 
+/* Hostile input 13: a full filesystem is not usable, and the fix is to
+ * free space, not to fix permissions. */
+Test(nvswap_report, a_full_filesystem_is_not_usable)
+{
+	const char *mnt = tu_path("full");
+	char args[4200], fill[4300];
+	struct tu_out o;
+
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=1m"))
+		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
+			     "mount namespaces",
+			     strerror(errno));
+	snprintf(fill, sizeof(fill),
+		 "dd if=/dev/zero of=%s/fill bs=64k 2>/dev/null", mnt);
+	cr_assert_neq(system(fill), 0, "dd stops at ENOSPC");
+	snprintf(args, sizeof(args), "--nvme_path %s", mnt);
+	o = report(NULL, args);
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(o.status, 1, "%s", o.out);
+	cr_assert(strstr(o.out, "is full: 0 bytes free"), "%s", o.out);
+	cr_assert(strstr(o.out, "fix: free space on that filesystem"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "verdict: NOT usable here"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+/* Hostile input 13: with memlock 0, io_uring's refusal (ENOMEM) is the
+ * memlock limit's doing, not kernel.io_uring_disabled's (already 0). */
+Test(nvswap_report, a_memlock_limit_of_0_blames_memlock_not_the_sysctl)
+{
+	char args[4200];
+	struct tu_out o;
+
+	if (!tu_nobody_prefix(0))
+		cr_skip_test("needs root, setpriv and prlimit to run as "
+			     "nobody with memlock 0");
+	cr_assert_eq(chmod(tu_dir(), 0777), 0);
+	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
+	o = report(tu_nobody_prefix(0), args);
+	if (!strstr(o.out, "io_uring  NOT available")) {
+		tu_out_free(&o);
+		cr_skip_test("this kernel gives io_uring rings without "
+			     "locked memory: nothing to blame");
+	}
+	cr_assert_null(strstr(o.out, "sysctl kernel.io_uring_disabled=0"), "%s",
+		       o.out);
+	cr_assert(strstr(o.out, "problem: io_uring is not available (the "
+				"fast path): see its line above\n  fix: "
+				"raise the memlock limit"),
+		  "%s", o.out);
+	tu_out_free(&o);
+}
+
+/* Hostile input 13: under ulimit -v the probe fails for want of address
+ * space, not of locked memory: the fix names the address-space limit. */
+Test(nvswap_report, an_address_space_limit_is_named_not_memlock)
+{
+	char args[4200];
+	struct tu_out o;
+
+	if (system("command -v prlimit >/dev/null") != 0)
+		cr_skip_test("needs prlimit");
+	snprintf(args, sizeof(args), "--as=%d %s --nvme_path %s", 64 << 20,
+		 getenv("NVSWAP_REPORT"), tu_dir());
+	char cmd[8400];
+	snprintf(cmd, sizeof(cmd), "prlimit %s", args);
+	o = tu_run(cmd);
+	cr_assert(strstr(o.out, "probe failed"), "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "problem: locking a small pinned buffer "
+				"failed\n  fix: raise the address-space "
+				"limit: ulimit -v unlimited"),
+		  "%s", o.out);
+	cr_assert_null(strstr(o.out, "fix: raise the memlock limit"), "%s",
+		       o.out);
+	tu_out_free(&o);
+}
+
 Test(nvswap_report, bad_arguments_are_refused)
 {
 	struct tu_out o = report(NULL, "--bogus");
@@ -189,5 +266,10 @@ Test(nvswap_report, bad_arguments_are_refused)
 	tu_out_free(&o);
 	o = report(NULL, "extra");
 	cr_assert_eq(o.status, 2);
+	tu_out_free(&o);
+	/* Hostile input 13: -h is help, as for the other tools. */
+	o = report(NULL, "-h");
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert(strstr(o.out, "usage: nvswap-report"), "%s", o.out);
 	tu_out_free(&o);
 }

@@ -629,6 +629,49 @@ Test(nvswap_tune, an_invalid_sweep_config_names_line_and_column)
 	no_leftovers(tu_dir());
 }
 
+/* Hostile input 14: a --write-config or --plot target that cannot be
+ * written is refused before the sweep (no sweep output), naming it, and
+ * the check leaves no file behind. */
+Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
+{
+	static const char *const opts[] = {"--write-config", "--plot"};
+	char mnt[4200], target[4300];
+	struct tu_out o;
+
+	for (int i = 0; i < 2; i++) {
+		o = tune(NULL,
+			 "--nvme_path %s --sweep_config %s --io_size 1M %s "
+			 "/nonexistent/dir/out",
+			 tu_dir(), small_sweep(), opts[i]);
+		cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+		cr_assert(strstr(o.err, "/nonexistent/dir/out: cannot create "
+					"files in /nonexistent/dir"),
+			  "%s", o.err);
+		cr_assert(strstr(o.err, opts[i]), "%s", o.err);
+		cr_assert_null(strstr(o.out, "sweep:"), "%s", o.out);
+		tu_out_free(&o);
+	}
+	/* An existing directory is no file to write. */
+	refused(tune(NULL, "--nvme_path %s --io_size 1M --plot %s", tu_dir(),
+		     tu_dir()),
+		1, "a directory, not a file");
+	snprintf(mnt, sizeof(mnt), "%s", tu_path("ro"));
+	if (!tu_mount_private(mnt, "tmpfs", MS_RDONLY, "size=1m"))
+		cr_skip_test("cannot mount a read-only tmpfs here (%s)",
+			     strerror(errno));
+	snprintf(target, sizeof(target), "%s/plot.svg", mnt);
+	o = tune(NULL,
+		 "--nvme_path %s --sweep_config %s --io_size 1M --plot %s",
+		 tu_dir(), small_sweep(), target);
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, target), "%s", o.err);
+	cr_assert(strstr(o.err, "Read-only file system"), "%s", o.err);
+	cr_assert_null(strstr(o.out, "sweep:"), "%s", o.out);
+	tu_out_free(&o);
+	no_leftovers(tu_dir());
+}
+
 Test(nvswap_tune, contradictory_flags_are_refused)
 {
 	refused(tune(NULL, "--nvme_path %s --no_read --no_write", tu_dir()), 2,
@@ -641,7 +684,7 @@ Test(nvswap_tune, contradictory_flags_are_refused)
 		     tu_dir()),
 		2, "is given twice");
 	refused(tune(NULL, "--nvme_path %s --loops 0", tu_dir()), 2,
-		"--loops: '0' is not a whole number from 1");
+		"--loops: '0' is out of range (from 1 to 1048576)");
 	refused(tune(NULL, "--nvme_path %s --plot-engine pdf --plot x.svg",
 		     tu_dir()),
 		2, "not one of auto, gnuplot, svg");

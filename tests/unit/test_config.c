@@ -244,6 +244,56 @@ Test(config, wrong_types_and_bad_values_are_errors_naming_the_key)
 	fails("[1, 2]", -EINVAL, "the top level must be an object");
 }
 
+/* Hostile input 15: a stripe size nvs_swapper_create would refuse is
+ * refused at load, at its position, by the same rule; a section that is
+ * not an object is an error whichever section it is. */
+Test(config, a_bad_stripe_size_or_a_non_object_section_is_refused_at_load)
+{
+	struct nvs_config *c;
+	struct nvs_nvswap_config nv;
+
+	fails("{\"nvswap\": {\"stripe_size\": 1}}", -EINVAL,
+	      "t.json:1:13: nvswap.stripe_size: must be a positive multiple "
+	      "of 4096 (got 1)");
+	fails("{\"nvswap\": {\"stripe_size\": 6144}}", -EINVAL,
+	      "nvswap.stripe_size: must be a positive multiple of 4096");
+	fails("{\"nvswap\": {\"stripe_size\": 0}}", -EINVAL,
+	      "nvswap.stripe_size: must be a whole number of at least 1");
+	c = load("{\"nvswap\": {\"stripe_size\": 8192}}");
+	cr_assert_eq(nvs_config_nvswap(c, &nv), 0);
+	cr_assert_eq(nv.stripe_size, 8192);
+	nvs_config_free(c);
+	fails("{\"zero_optimization\": null}", -EINVAL,
+	      "t.json:1:2: zero_optimization: must be an object");
+	fails("{\"zero_optimization\": []}", -EINVAL,
+	      "t.json:1:2: zero_optimization: must be an object");
+	fails("{\n  \"zero_optimization\": 3}", -EINVAL,
+	      "t.json:2:3: zero_optimization: must be an object");
+	fails("{\"aio\": null}", -EINVAL, "t.json:1:2: aio: must be an object");
+	fails("{\"nvswap\": []}", -EINVAL, "nvswap: must be an object");
+}
+
+/* Hostile input 11: one directory twice in nvme_paths, spelled two ways,
+ * is named at load, with both spellings, not later as "in use by process
+ * <own pid>". */
+Test(config, the_same_directory_twice_in_nvme_paths_is_refused_at_load)
+{
+	char json[16384], want[12288], a[4096];
+
+	snprintf(a, sizeof(a), "%s", tu_path("a"));
+	mkdir(a, 0755);
+	mkdir(tu_path("b"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"nvswap\": {\"nvme_paths\": [\"%s\", \"%s\", "
+		 "\"%s/\"]}}",
+		 a, tu_path("b"), a);
+	snprintf(want, sizeof(want),
+		 "t.json:1:13: nvswap.nvme_paths: entries 0 ('%s') and 2 "
+		 "('%s/') are the same directory",
+		 a, a);
+	fails(json, -EINVAL, want);
+}
+
 Test(config, malformed_json_and_duplicate_keys_give_line_and_column)
 {
 	fails("{\n  \"aio\": {\"queue_depth\": 8,}\n}", -EINVAL, "t.json:2:");

@@ -333,6 +333,38 @@ Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
 	cr_assert_eq(v, 7, "unchanged on failure");
 }
 
+/* Hostile input 16: the header promises either case and the KiB and KB
+ * forms, all binary; overflow is still refused. */
+Test(size, parse_size_takes_kib_and_kb_in_any_case)
+{
+	static const char *const forms[] = {"1k",   "1K",   "1kib", "1KiB",
+					    "1KIB", "1kIb", "1kb",  "1kB",
+					    "1Kb",  "1KB"};
+	uint64_t v;
+
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		v = 0;
+		cr_assert_eq(nvs_parse_size(forms[i], &v), 0, "%s: %s",
+			     forms[i], nvs_last_error());
+		cr_assert_eq(v, 1024, "%s", forms[i]);
+	}
+	cr_assert_eq(nvs_parse_size("3mib", &v), 0);
+	cr_assert_eq(v, 3ull << 20);
+	cr_assert_eq(nvs_parse_size("2gb", &v), 0);
+	cr_assert_eq(v, 2ull << 30);
+	cr_assert_eq(nvs_parse_size("5tIB", &v), 0);
+	cr_assert_eq(v, 5ull << 40);
+	v = 7;
+	cr_assert_eq(nvs_parse_size("16777216tib", &v), -ERANGE);
+	cr_assert(strstr(nvs_last_error(), "nvs_parse_size"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(nvs_parse_size("1kibb", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1ki", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1b", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1 ", &v), -EINVAL);
+	cr_assert_eq(v, 7, "unchanged on failure");
+}
+
 Test(opts, backend_names_are_the_ones_nvswap_backend_takes)
 {
 	cr_assert_str_eq(nvs_backend_name(NVS_BACKEND_IO_URING), "io_uring");
