@@ -144,6 +144,10 @@ static void progress_end(void)
 /* The sweep config's text and parsed tree while load_sweep judges them:
  * a refusal exits from deep inside, and cleanup() frees them then. */
 static json_t *sweep_root;
+/* main()'s point lists and config snippet, for cleanup() when a later
+ * step (a failing gnuplot, the config write) dies. */
+static struct point **held_all, **held_fin;
+static json_t *held_snip;
 static char *sweep_text;
 
 static void cleanup(void)
@@ -152,6 +156,11 @@ static void cleanup(void)
 	tmp_remove();
 	json_decref(sweep_root);
 	sweep_root = NULL;
+	free(held_all);
+	free(held_fin);
+	json_decref(held_snip);
+	held_all = held_fin = NULL;
+	held_snip = NULL;
 	free(sweep_text);
 	sweep_text = NULL;
 }
@@ -1944,6 +1953,8 @@ static void release(struct point **all, struct point **fin, json_t *snip)
 	free(all);
 	free(fin);
 	json_decref(snip);
+	held_all = held_fin = NULL;
+	held_snip = NULL;
 }
 
 static const struct point *winner(struct point **fin, unsigned n, int c,
@@ -2013,8 +2024,8 @@ int main(int argc, char **argv)
 	}
 	prepare();
 
-	all = all_points();
-	fin = all_points();
+	all = held_all = all_points();
+	fin = held_fin = all_points();
 	prog.t0 = tool_now();
 	est = round_bytes(all, np, SWEEP, A.quick ? 1 : A.loops);
 	if (A.quick)
@@ -2057,7 +2068,7 @@ int main(int argc, char **argv)
 					       : (A.dir[RD] ? RD : WR);
 		if (!best[c])
 			tool_die(1, "the final round measured nothing");
-		snip = snippet(&best[c]->s);
+		snip = held_snip = snippet(&best[c]->s);
 		if (A.write_config)
 			merged = write_config(&best[c]->s);
 	}
