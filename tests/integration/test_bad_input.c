@@ -747,6 +747,7 @@ Test(bad_input, offload_null_swappers_are_einval_or_no_ops)
 	struct nvs_grad_swapper *g = (struct nvs_grad_swapper *)&g;
 	void *ptr[1];
 	const void *cptr[1];
+	size_t sz[1] = {4};
 
 	nvs_optim_swapper_opts_init(&oo);
 	nvs_grad_swapper_opts_init(&go);
@@ -772,6 +773,40 @@ Test(bad_input, offload_null_swappers_are_einval_or_no_ops)
 	FAILS(nvs_grad_acquire(NULL, 0, cptr), -EINVAL, "nvs_grad_acquire");
 	FAILS(nvs_grad_release(NULL, 0), -EINVAL, "nvs_grad_release");
 	FAILS(nvs_grad_zero(NULL, 0), -EINVAL, "nvs_grad_zero");
+	FAILS(nvs_param_add_layer(NULL, 0, 1, sz, NULL), -EINVAL,
+	      "nvs_param_add_layer");
+	FAILS(nvs_optim_add_group(NULL, 0, 1, sz, NULL), -EINVAL,
+	      "nvs_optim_add_group");
+	FAILS(nvs_grad_add_group(NULL, 0, 100), -EINVAL, "nvs_grad_add_group");
+	FAILS(nvs_grad_write(NULL, 0, 0, sz, 4, NVS_GRAD_ASSIGN), -EINVAL,
+	      "nvs_grad_write");
+}
+
+Test(bad_input, offload_null_size_array_and_grad_null_data_are_einval)
+{
+	struct nvs_swapper_opts so;
+	struct nvs_swapper *s = NULL;
+	struct nvs_param_swapper_opts po;
+	struct nvs_grad_swapper_opts go;
+	struct nvs_param_swapper *p;
+	struct nvs_grad_swapper *g;
+
+	sw_opts(&so, tu_dir());
+	cr_assert_eq(nvs_swapper_create(&so, &s), 0, "%s", nvs_last_error());
+	nvs_param_swapper_opts_init(&po);
+	nvs_grad_swapper_opts_init(&go);
+	cr_assert_eq(nvs_param_swapper_create(s, &po, &p), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_grad_swapper_create(s, &go, &g), 0, "%s",
+		     nvs_last_error());
+	FAILS(nvs_param_add_layer(p, 0, 1, NULL, NULL), -EINVAL,
+	      "nvs_param_add_layer");
+	cr_assert_eq(nvs_grad_add_group(g, 0, 100), 0, "%s", nvs_last_error());
+	FAILS(nvs_grad_write(g, 0, 0, NULL, 4, NVS_GRAD_ASSIGN), -EINVAL,
+	      "nvs_grad_write");
+	cr_assert_eq(nvs_grad_swapper_destroy(g), 0);
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
 /* ------------------------------------------------------ common: errors */
