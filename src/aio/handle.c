@@ -1712,7 +1712,8 @@ uint32_t nvs_aio_get_alignment(const struct nvs_aio *h)
 {
 	long page = sysconf(_SC_PAGESIZE);
 
-	(void)h;
+	if (!h)
+		return 0;
 	return (uint32_t)NVS_MAX(page, (long)NVS_DEFAULT_DIO_ALIGN);
 }
 

@@ -87,6 +87,9 @@ static int oneshot(bool write, void *buf, size_t nbytes, const char *path,
 	struct nvs_aio *h;
 	int ret, dret;
 
+	/* A one-shot has no descriptor form: say so before making a handle. */
+	if (!path)
+		return nvs__err(-EINVAL, "%s: path is NULL", call);
 	ret = nvs_aio_create(opts, &h);
 	if (ret < 0)
 		return name_call(ret, call);
