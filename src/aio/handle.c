@@ -1296,9 +1296,8 @@ static int open_target(struct nvs_aio *h, const struct nvs_aio_io *io,
 	} else if (t->direct && io->nbytes > 0 && S_ISREG(st.st_mode) &&
 		   io->offset + (int64_t)io->nbytes > st.st_size) {
 		ret = preallocate(t->fd, &st, io);
-		/* Closing deleted files frees their blocks once the worker
-		 * has dropped the engine's hold on them, before it writes:
-		 * leave the verdict to the write. */
+		/* Closed deleted files free space once the worker drops
+		 * the engine's hold, before it writes: the write decides. */
 		if (ret == -ENOSPC && (t->closed || nvs__files_prune(h->files)))
 			ret = 0;
 		if (ret < 0)
