@@ -296,6 +296,27 @@ static int setup(const char *config, struct off *o, float *init)
 	return 0;
 }
 
+/* Destroy whatever setup made, first error kept: every exit path runs
+ * this, so a run stopped by a full disk leaves no swap files behind. */
+static int teardown(struct off *o)
+{
+	int r[5], ret = 0;
+
+	r[0] = nvs_param_swapper_destroy(o->params);
+	r[1] = nvs_optim_swapper_destroy(o->optim);
+	r[2] = nvs_grad_swapper_destroy(o->grads);
+	r[3] = nvs_swapper_destroy(o->pcore);
+	r[4] = nvs_swapper_destroy(o->ocore);
+	for (unsigned i = 0; i < 5; i++)
+		if (r[i] < 0 && !ret) {
+			ret = r[i];
+			fprintf(stderr, "offload_train: %s\n",
+				nvs_last_error());
+		}
+	*o = (struct off){0};
+	return ret;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: offload_train [--config F] [--layers N] "
@@ -365,8 +386,10 @@ int main(int argc, char **argv)
 	w.g = malloc(PN * sizeof(float));
 	if (!w.act || !w.y || !w.d || !w.dx || !w.g)
 		return 1;
-	if (setup(config, &o, w.g) < 0)
+	if (setup(config, &o, w.g) < 0) {
+		teardown(&o);
 		return 1;
+	}
 
 	double model = (double)L * PN * sizeof(float);
 	nvs_swapper_stats(o.pcore, &a);
@@ -388,8 +411,10 @@ int main(int argc, char **argv)
 		if (isatty(2))
 			fprintf(stderr, "\rstep %u/%u ...", step, STEPS);
 		double t0 = now();
-		if (off_step(&o, &w, step, &loss) < 0)
+		if (off_step(&o, &w, step, &loss) < 0) {
+			teardown(&o);
 			return 1;
+		}
 		double t1 = now();
 		ref_loss = mem_step(&r, &w, step);
 		double t2 = now();
@@ -434,6 +459,7 @@ int main(int argc, char **argv)
 		if (nvs_param_acquire_layer(o.params, l, pp) < 0) {
 			fprintf(stderr, "offload_train: %s\n",
 				nvs_last_error());
+			teardown(&o);
 			return 1;
 		}
 		if (memcmp(pp[0], r.p[l], WN * sizeof(float)) ||
@@ -442,14 +468,8 @@ int main(int argc, char **argv)
 		nvs_param_release_layer(o.params, l, false);
 		nvs_param_evict_layer(o.params, l);
 	}
-	if (nvs_param_swapper_destroy(o.params) < 0 ||
-	    nvs_optim_swapper_destroy(o.optim) < 0 ||
-	    nvs_grad_swapper_destroy(o.grads) < 0 ||
-	    nvs_swapper_destroy(o.pcore) < 0 ||
-	    nvs_swapper_destroy(o.ocore) < 0) {
-		fprintf(stderr, "offload_train: %s\n", nvs_last_error());
+	if (teardown(&o) < 0)
 		return 1;
-	}
 	if (differ) {
 		printf("verdict: FAIL, %zu of %u layers differ from the "
 		       "in-memory run\n",

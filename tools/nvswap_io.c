@@ -67,6 +67,7 @@ struct run {
 };
 
 static bool quiet;
+static bool keep_files; /* --keep: even on a fatal error */
 static bool progress_on;
 
 /* Before a fatal message: finish the progress line. */
@@ -75,6 +76,17 @@ static void end_progress_line(void)
 	if (progress_on)
 		fputc('\n', stderr);
 	progress_on = false;
+}
+
+static void remove_files(void);
+
+/* Every fatal exit (a full disk, a refused --iopoll...) removes the test
+ * files, as a successful run does. */
+static void on_fatal(void)
+{
+	end_progress_line();
+	if (!keep_files)
+		remove_files();
 }
 
 static double cpu_now(void)
@@ -385,6 +397,34 @@ static void check_folder(const char *dir)
 
 static char files[64][4096];
 static unsigned nfiles;
+static unsigned next_name; /* names tried so far */
+
+/*
+ * Create the test file exclusively, never through a symlink: the name is
+ * predictable, and in a directory others can write a link planted there
+ * would have the test pattern written over its target. A taken name
+ * (anything at all there) is skipped, never opened. In a sticky directory
+ * such as /tmp nobody else can then replace the file we made.
+ */
+static void create_file(const struct args *a, char *path, size_t n)
+{
+	for (unsigned tries = 0; tries < 1000; tries++) {
+		snprintf(path, n, "%s/nvswap-io.%ld.%u.dat", a->folder,
+			 (long)getpid(), next_name++);
+		int fd = open(path,
+			      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+				      O_CLOEXEC,
+			      0600);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		if (errno != EEXIST)
+			tool_die(1, "creating %s: %s", path, strerror(errno));
+	}
+	tool_die(1, "%s/nvswap-io.%ld.*.dat: 1000 names taken already",
+		 a->folder, (long)getpid());
+}
 
 static const char *file_for(const struct args *a, unsigned loop)
 {
@@ -395,9 +435,7 @@ static const char *file_for(const struct args *a, unsigned loop)
 			tool_die(2,
 				 "--different_file_each_iteration: at most 64 "
 				 "files (lower --loops)");
-		snprintf(files[nfiles], sizeof(files[0]),
-			 "%s/nvswap-io.%ld.%u.dat", a->folder, (long)getpid(),
-			 nfiles);
+		create_file(a, files[nfiles], sizeof(files[0]));
 		nfiles++;
 	}
 	return files[i];
@@ -407,6 +445,7 @@ static void remove_files(void)
 {
 	for (unsigned i = 0; i < nfiles; i++)
 		unlink(files[i]);
+	nfiles = 0;
 }
 
 static void restore_huge(void);
@@ -989,8 +1028,9 @@ int main(int argc, char **argv)
 	int rc = 0;
 
 	tool_name = "nvswap-io";
-	tool_cleanup = end_progress_line;
+	tool_cleanup = on_fatal;
 	parse(argc, argv, &a);
+	keep_files = a.keep;
 	quiet = a.json;
 	check_folder(a.folder);
 	signal(SIGINT, on_signal);

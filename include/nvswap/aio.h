@@ -109,7 +109,8 @@ struct nvs_aio_opts {
 	uint32_t open_files;	       /* files a handle keeps open for
 					  path-based ops, checked against the
 					  path's inode on every op; 0 = default
-					  64; NVS_AIO_FILES_OFF = open and
+					  64; at most RLIMIT_NOFILE / 8 at
+					  create; NVS_AIO_FILES_OFF = open and
 					  close on every op */
 	enum nvs_staging staging;      /* default NVS_STAGE_AUTO */
 	uint32_t uring_flags;	       /* enum nvs_uring_flag bits,
@@ -195,7 +196,15 @@ NVS_API void nvs_aio_opts_init(struct nvs_aio_opts *opts);
  *                through io_uring -> libaio -> psync;
  *   -ENOMEM      out of memory; -EAGAIN  threads or kernel AIO contexts
  *                could not be created.
- * Threading: any thread.
+ * Threading: any thread. The handle belongs to the process that made it:
+ * its worker threads exist only there. In a child forked afterwards every
+ * call that would wait for them (submit and every read/write, wait,
+ * wait_op, poll_op, destroy) fails at once with -ECHILD ("made by the
+ * parent process before fork()") instead of blocking forever; destroy
+ * then frees nothing (the child's copy goes with the child). -ECHILD,
+ * "no child processes", is the nearest errno to "wrong process" and no
+ * other handle call returns it, so it can be tested for. A child makes
+ * its own handle.
  */
 NVS_API int nvs_aio_create(const struct nvs_aio_opts *opts,
 			   struct nvs_aio **out);
@@ -310,6 +319,22 @@ NVS_API int nvs_aio_pread(struct nvs_aio *h, void *buf, size_t nbytes,
  * range reads back as whatever was written plus zeros. A full disk gives
  * -ENOSPC (at submit when preallocation finds it, else from the wait);
  * @buf is never modified. Return as nvs_aio_pread().
+ *
+ * @path is opened as DeepNVMe opens it: symlinks are followed and an
+ * existing file is written in place, because users name their own files
+ * through links (a dataset directory linked onto the NVMe mount). So do
+ * not pass a predictable name in a directory other users can write: there
+ * a planted link would redirect the write. Create such a file yourself
+ * first with O_CREAT | O_EXCL | O_NOFOLLOW (as nvswap-io does; in a
+ * sticky directory such as /tmp nobody else can then replace it), or
+ * pass its descriptor (nvs_aio_pwrite_fd, as the swapper does).
+ *
+ * Descriptors the handle caches (@open_files) are never what fails a
+ * call: on EMFILE/ENFILE idle ones are closed and the open retried once.
+ * Every open, and a preallocation that finds the disk full, first closes
+ * idle ones whose file was deleted, so deleting a file frees its blocks
+ * (after such a close a full disk is reported by the write, from the
+ * wait, rather than at submit).
  */
 NVS_API int nvs_aio_pwrite(struct nvs_aio *h, const void *buf, size_t nbytes,
 			   const char *path, int64_t file_offset, bool async);

@@ -80,7 +80,9 @@ struct nvs_config;
  * Return: 0, or
  *   -EINVAL   malformed JSON, an unknown key, a wrong type, a zero or
  *             negative size, an unknown device/backend: nvs_last_error()
- *             says "FILE:LINE:COLUMN: KEY: what";
+ *             says "FILE:LINE:COLUMN: KEY: what"; or the file is not
+ *             a regular file of at most 16 MiB (a FIFO or device is
+ *             refused at once, never waited on);
  *   -ENOENT   the file, or an nvme_path of a section with device "nvme"
  *             (or one of nvswap.nvme_paths), does not exist;
  *   -EACCES   the file is not readable, or an nvme_path not writable;

@@ -171,8 +171,17 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *            directory; the message has its pid;
  *   -ENOENT/-EACCES/-EROFS/-ENOTDIR  an nvme_path;
  *   -ENOMEM/-EPERM  the pool (memlock limit) or memory;
+ *   -EPERM   also: a swap directory (nvswap/, a <name> level or rank<R>)
+ *            owned by another user, or writable by group or others
+ *            without the sticky bit; the message names owner and mode;
  *   and the errors of nvs_aio_create().
- * Threading: any thread.
+ * Threading: any thread. The swapper belongs to the process that made it
+ * (its handle's workers exist only there): in a child forked afterwards
+ * every call that takes the swapper (register, unregister, prefetch,
+ * try_prefetch, acquire, release, evict, wait, wait_all, destroy) fails
+ * at once with -ECHILD and a sentence saying so, instead of blocking
+ * forever; destroy then frees and removes nothing, the parent's files
+ * stay the parent's. A child makes its own swapper.
  */
 NVS_API int nvs_swapper_create(const struct nvs_swapper_opts *opts,
 			       struct nvs_swapper **out);

@@ -8,11 +8,14 @@
 #include "internal/alloc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define KEY_MAX 1024 /* longer paths are not cached */
@@ -51,11 +54,29 @@ static uint64_t key_hash(const char *path, bool write)
 	return h ? h : 1;
 }
 
+/*
+ * At most an eighth of the descriptor limit (each entry may hold two):
+ * the cache is an optimization and must never be what makes the
+ * application's own open() fail with EMFILE.
+ */
+static unsigned fit_limit(unsigned cap)
+{
+	struct rlimit rl;
+	rlim_t most;
+
+	if (cap == 0 || getrlimit(RLIMIT_NOFILE, &rl) < 0 ||
+	    rl.rlim_cur == RLIM_INFINITY)
+		return cap;
+	most = rl.rlim_cur / 8 ? rl.rlim_cur / 8 : 1;
+	return most < cap ? (unsigned)most : cap;
+}
+
 int nvs__files_create(unsigned cap, struct nvs_files **out)
 {
 	struct nvs_files *c;
 
 	*out = NULL;
+	cap = fit_limit(cap);
 	if (cap == 0)
 		return 0;
 	c = nvs__calloc(1, sizeof(*c));
@@ -221,4 +242,53 @@ void nvs__files_release(struct nvs_files *c, struct nvs_file *f)
 uint64_t nvs__files_closes(const struct nvs_files *c)
 {
 	return atomic_load_explicit(&c->closes, memory_order_relaxed);
+}
+
+unsigned nvs__files_close_idle(struct nvs_files *c)
+{
+	unsigned n = 0;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < c->cap; i++) {
+		struct entry *e = &c->e[i];
+		if (e->hash && e->refs == 0) {
+			entry_close(c, e);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+unsigned nvs__files_prune(struct nvs_files *c)
+{
+	struct stat st;
+	unsigned n = 0;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < c->cap; i++) {
+		struct entry *e = &c->e[i];
+		if (e->hash && e->refs == 0 && fstat(e->f.fd, &st) == 0 &&
+		    st.st_nlink == 0) {
+			entry_close(c, e);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+int nvs__files_open(struct nvs_files *c, const char *path, int flags,
+		    mode_t mode)
+{
+	int fd = open(path, flags, mode);
+
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) &&
+	    nvs__files_close_idle(c))
+		fd = open(path, flags, mode);
+	return fd;
 }

@@ -4,7 +4,12 @@
  * opening and closing the file every time (DeepNVMe does the latter). Each
  * use is checked against a fresh stat() of the path, so a file that was
  * replaced or deleted is reopened, never written through a stale
- * descriptor. Fixed capacity, preallocated: no allocation per op.
+ * descriptor. Fixed capacity, preallocated: no allocation per op; the
+ * capacity is cut to an eighth of RLIMIT_NOFILE at create. A descriptor
+ * the cache holds never costs the caller a file: on EMFILE/ENFILE the
+ * handle closes idle entries and retries; every miss, and ENOSPC at
+ * preallocation, first drops idle entries of deleted files (whose blocks
+ * are freed only when their last descriptor closes).
  * Threading: every call is safe from any thread.
  */
 #ifndef NVS_AIO_FILES_H
@@ -29,7 +34,8 @@ struct nvs_file {
 
 struct nvs_files;
 
-/* A cache of @cap files; @cap 0 gives *out NULL (caching off). */
+/* A cache of @cap files, at most RLIMIT_NOFILE / 8 (at least 1); @cap 0
+ * gives *out NULL (caching off). */
 int nvs__files_create(unsigned cap, struct nvs_files **out);
 /* Close every file. No reference may be held. NULL is a no-op. */
 void nvs__files_destroy(struct nvs_files *c);
@@ -59,5 +65,15 @@ void nvs__files_release(struct nvs_files *c, struct nvs_file *f);
 /* Descriptors closed so far: when it changes, engines drop the files they
  * registered (the kernel would keep closed files open for them). */
 uint64_t nvs__files_closes(const struct nvs_files *c);
+
+/* Close every entry no op holds; how many (NULL: 0). */
+unsigned nvs__files_close_idle(struct nvs_files *c);
+/* Close the idle entries whose file was deleted (no link left), so its
+ * blocks go back to the filesystem; how many (NULL: 0). */
+unsigned nvs__files_prune(struct nvs_files *c);
+/* open(2), but on EMFILE/ENFILE close idle entries of @c (may be NULL)
+ * and try once more. Returns the descriptor, or -1 with errno set. */
+int nvs__files_open(struct nvs_files *c, const char *path, int flags,
+		    mode_t mode);
 
 #endif

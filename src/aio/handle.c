@@ -15,6 +15,7 @@
 #include "buffers/pinned.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "internal/fork.h"
 #include "internal/util.h"
 
 #include <errno.h>
@@ -139,6 +140,7 @@ struct counters {
 
 struct nvs_aio {
 	struct nvs_aio_opts opts;
+	unsigned long born; /* fork generation: see internal/fork.h */
 	enum nvs_backend backend;
 	char backend_name[32];
 	char backend_notes[240];
@@ -918,6 +920,7 @@ static int create(const struct nvs_aio_opts *opts,
 		return nvs__err(-ENOMEM, "nvs_aio_create: out of memory");
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->cond, NULL);
+	h->born = nvs__fork_gen();
 	ret = check_opts(&h->opts, opts);
 	if (ret < 0)
 		goto fail;
@@ -1007,6 +1010,7 @@ int nvs_aio_wait(struct nvs_aio *h)
 
 	if (!h)
 		return nvs__err(-EINVAL, "nvs_aio_wait: handle is NULL");
+	NVS__PARENT_ONLY(h, "nvs_aio_wait", "handle");
 	pthread_mutex_lock(&h->lock);
 	while (h->inflight > 0)
 		pthread_cond_wait(&h->cond, &h->lock);
@@ -1041,6 +1045,7 @@ static int collect_op(struct nvs_aio *h, uint64_t id, bool block,
 
 	if (!h)
 		return nvs__err(-EINVAL, "%s: handle is NULL", call);
+	NVS__PARENT_ONLY(h, call, "handle");
 	pthread_mutex_lock(&h->lock);
 	for (;;) {
 		ret = ticket_op(h, id, &op);
@@ -1087,6 +1092,7 @@ int nvs_aio_destroy(struct nvs_aio *h)
 
 	if (!h)
 		return 0;
+	NVS__PARENT_ONLY(h, "nvs_aio_destroy", "handle");
 	ret = nvs_aio_wait(h);
 	handle_free(h);
 	return ret < 0 ? ret : 0;
@@ -1100,6 +1106,7 @@ struct target {
 	struct nvs_dio_align al;
 	unsigned max_segments; /* of the disk's queue, 0 = unknown */
 	struct nvs_file *file; /* from the cache: fd and bfd belong to it */
+	unsigned closed;       /* idle cached files this op closed */
 };
 
 static void target_close(struct nvs_aio *h, struct target *t)
@@ -1125,7 +1132,7 @@ static int open_path(struct nvs_aio *h, const struct nvs_aio_io *io,
 	int err;
 
 	if (h->opts.direct != NVS_DIRECT_NEVER) {
-		t->fd = open(path, flags | O_DIRECT, 0600);
+		t->fd = nvs__files_open(h->files, path, flags | O_DIRECT, 0600);
 		if (t->fd >= 0) {
 			t->direct = true;
 		} else if (errno == EINVAL &&
@@ -1142,7 +1149,7 @@ static int open_path(struct nvs_aio *h, const struct nvs_aio_io *io,
 		}
 	}
 	if (t->fd < 0) {
-		t->fd = open(path, flags, 0600);
+		t->fd = nvs__files_open(h->files, path, flags, 0600);
 		if (t->fd < 0) {
 			err = errno;
 			return SUBMIT_ERR(-err, io, "open: %s",
@@ -1242,6 +1249,7 @@ static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
 			return 0;
 		}
 	}
+	t->closed = nvs__files_prune(h->files); /* deleted files' blocks */
 	ret = open_path(h, io, path, t);
 	if (ret == 0)
 		ret = describe_fd(io, path, t, st);
@@ -1288,6 +1296,10 @@ static int open_target(struct nvs_aio *h, const struct nvs_aio_io *io,
 	} else if (t->direct && io->nbytes > 0 && S_ISREG(st.st_mode) &&
 		   io->offset + (int64_t)io->nbytes > st.st_size) {
 		ret = preallocate(t->fd, &st, io);
+		/* Closed deleted files free space once the worker drops
+		 * the engine's hold, before it writes: the write decides. */
+		if (ret == -ENOSPC && (t->closed || nvs__files_prune(h->files)))
+			ret = 0;
 		if (ret < 0)
 			return SUBMIT_ERR(ret, io, "preallocating: %s",
 					  nvs_strerror(ret));
@@ -1329,7 +1341,7 @@ static int open_buffered(struct nvs_aio *h, const struct nvs_aio_io *io,
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", io->fd);
 		p = proc;
 	}
-	t->bfd = open(p, flags);
+	t->bfd = nvs__files_open(h->files, p, flags, 0);
 	if (t->bfd < 0) {
 		err = errno;
 		return SUBMIT_ERR(-err, io,
@@ -1461,6 +1473,7 @@ static int check_io(const struct nvs_aio *h, const struct nvs_aio_io *io,
 	if (!h || !io)
 		return nvs__err(-EINVAL, "nvs_aio_submit: %s is NULL",
 				h ? "io" : "handle");
+	NVS__PARENT_ONLY(h, "nvs_aio_submit", "handle");
 	if (io->opcode != NVS_AIO_READ && io->opcode != NVS_AIO_WRITE)
 		return nvs__err(-EINVAL, "nvs_aio_submit: unknown opcode %d",
 				(int)io->opcode);

@@ -713,7 +713,8 @@ int nvs_config_load(const char *path, struct nvs_config **out)
 	*out = NULL;
 	if (!path)
 		return nvs__err(-EINVAL, "nvs_config_load: path is NULL");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not block the open; fstat refuses it. */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return nvs__err(-errno, "nvs_config_load: %s: %s", path,
 				nvs_strerror(errno));

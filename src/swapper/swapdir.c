@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +21,55 @@
 
 #define PREFIX "swap."
 
-/* mkdirat + open, refusing symlinks. */
-static int subdir(int at, const char *name)
+/*
+ * mkdirat + open, refusing symlinks and directories another user controls
+ * (OpenSSH's StrictModes, systemd's tmpfiles): owned by someone else, or
+ * writable by group or others without the sticky bit, whoever could
+ * write there could plant or swap files under us. @shown names the
+ * directory in the message; *@made says whether this call created it.
+ * Returns the descriptor or -errno with nvs_last_error() set.
+ */
+static int subdir(int at, const char *name, const char *shown, bool *made)
 {
-	if (mkdirat(at, name, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	int fd = openat(at, name,
-			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
+	struct stat st;
+	int fd, ret;
+
+	*made = mkdirat(at, name, 0700) == 0;
+	if (!*made && errno != EEXIST)
+		return nvs__err(-errno, "nvswap: %s: %s", shown,
+				nvs_strerror(errno));
+	fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return nvs__err(-errno, "nvswap: %s: %s", shown,
+				nvs_strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		close(fd);
+		return nvs__err(ret, "nvswap: %s: %s", shown,
+				nvs_strerror(-ret));
+	}
+	if (st.st_uid != geteuid()) {
+		close(fd);
+		return nvs__err(-EPERM,
+				"nvswap: %s is owned by uid %u (mode %04o), "
+				"not by this user (uid %u): its owner could "
+				"plant or replace files there; remove it or "
+				"use a path of your own",
+				shown, (unsigned)st.st_uid,
+				(unsigned)(st.st_mode & 07777),
+				(unsigned)geteuid());
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+		close(fd);
+		return nvs__err(-EPERM,
+				"nvswap: %s (owner uid %u) has mode %04o: "
+				"writable by group or others without the "
+				"sticky bit, so another user could replace its "
+				"files; chmod go-w it or remove it",
+				shown, (unsigned)st.st_uid,
+				(unsigned)(st.st_mode & 07777));
+	}
+	return fd;
 }
 
 /* Remove every swap.* file; how many. */
@@ -50,6 +92,69 @@ static unsigned remove_swap_files(int dirfd)
 			n++;
 	closedir(dir);
 	return n;
+}
+
+/* A regular file of this user's with one link: what we create. */
+static bool plain_file(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	       st.st_uid == geteuid() && st.st_nlink == 1;
+}
+
+/*
+ * The <nvme_path>/nvswap directories this process created, so that the
+ * last of its swappers there removes it when empty (rmdir refuses a
+ * non-empty one), and one the user made is left alone.
+ */
+static struct {
+	pthread_mutex_t lock; /* protects everything below */
+	dev_t dev[64];
+	ino_t ino[64];
+	unsigned n;
+} made = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int made_find(dev_t dev, ino_t ino)
+{
+	for (unsigned i = 0; i < made.n; i++)
+		if (made.dev[i] == dev && made.ino[i] == ino)
+			return (int)i;
+	return -1;
+}
+
+static void note_top(struct nvs_swapdir *d, int top, bool created)
+{
+	struct stat st;
+
+	if (fstat(top, &st) < 0)
+		return;
+	d->top_dev = st.st_dev;
+	d->top_ino = st.st_ino;
+	pthread_mutex_lock(&made.lock);
+	if (created && made_find(st.st_dev, st.st_ino) < 0 && made.n < 64) {
+		made.dev[made.n] = st.st_dev;
+		made.ino[made.n++] = st.st_ino;
+	}
+	pthread_mutex_unlock(&made.lock);
+}
+
+static void drop_top(struct nvs_swapdir *d)
+{
+	struct stat st;
+	char c = d->path[d->top_len];
+	int i;
+
+	d->path[d->top_len] = '\0';
+	pthread_mutex_lock(&made.lock);
+	i = made_find(d->top_dev, d->top_ino);
+	if (i >= 0 && lstat(d->path, &st) == 0 && st.st_dev == d->top_dev &&
+	    st.st_ino == d->top_ino && rmdir(d->path) == 0) {
+		made.dev[i] = made.dev[made.n - 1];
+		made.ino[i] = made.ino[--made.n];
+	}
+	pthread_mutex_unlock(&made.lock);
+	d->path[d->top_len] = c;
 }
 
 static long holder_pid(int lockfd)
@@ -76,8 +181,9 @@ static bool good_name(const char *name)
 int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 		      struct nvs_swapdir *d)
 {
-	char rname[32], pid[32];
+	char rname[32], pid[32], lvl[sizeof(d->path)];
 	int base, top, ret, n;
+	bool made_top = false, mk;
 
 	memset(d, 0, sizeof(*d));
 	d->dirfd = d->lockfd = -1;
@@ -98,36 +204,46 @@ int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 		return nvs__err(-ENAMETOOLONG, "nvswap: nvme_path %s: too long",
 				nvme_path);
 	d->named = name != NULL;
+	d->top_len = strlen(nvme_path) + strlen("/nvswap");
 	base = open(nvme_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (base < 0)
 		return nvs__err(-errno, "nvswap: nvme_path %s: %s", nvme_path,
 				nvs_strerror(errno));
-	top = subdir(base, "nvswap");
+	snprintf(lvl, sizeof(lvl), "%s/nvswap", nvme_path);
+	top = subdir(base, "nvswap", lvl, &made_top);
 	close(base);
+	if (top >= 0)
+		note_top(d, top, made_top);
 	if (top >= 0 && name) {
-		int sub = subdir(top, name);
+		snprintf(lvl, sizeof(lvl), "%s/nvswap/%s", nvme_path, name);
+		int sub = subdir(top, name, lvl, &mk);
 		close(top);
 		top = sub;
 	}
-	if (top < 0)
-		return nvs__err(top, "nvswap: %s: %s", d->path,
-				nvs_strerror(-top));
+	if (top < 0) {
+		drop_top(d);
+		return top;
+	}
 	snprintf(rname, sizeof(rname), "rank%d", rank);
-	d->dirfd = subdir(top, rname);
+	d->dirfd = subdir(top, rname, d->path, &mk);
 	close(top);
 	if (d->dirfd < 0) {
 		ret = d->dirfd;
 		d->dirfd = -1;
-		return nvs__err(ret, "nvswap: %s: %s", d->path,
-				nvs_strerror(-ret));
+		drop_top(d);
+		return ret;
 	}
-	d->lockfd = openat(d->dirfd, "lock",
-			   O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (d->lockfd < 0) {
-		ret = -errno;
+	/* O_NONBLOCK: a FIFO or device planted at "lock" must not block
+	 * the open; it is refused below. */
+	d->lockfd = openat(
+		d->dirfd, "lock",
+		O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+	if (d->lockfd < 0 || !plain_file(d->lockfd)) {
+		ret = d->lockfd < 0 ? -errno : -EINVAL;
 		nvs__swapdir_close(d, false);
 		return nvs__err(ret, "nvswap: %s/lock: %s", d->path,
-				nvs_strerror(-ret));
+				ret == -EINVAL ? "not a regular file of ours"
+					       : nvs_strerror(-ret));
 	}
 	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0) {
 		long holder = holder_pid(d->lockfd);
@@ -192,6 +308,7 @@ void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 			rmdir(d->path);
 			*slash = '/';
 		}
+		drop_top(d);
 	}
 	d->dirfd = d->lockfd = -1;
 }

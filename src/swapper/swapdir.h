@@ -12,12 +12,17 @@
 #define NVS_SWAPPER_SWAPDIR_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 struct nvs_swapdir {
 	int dirfd;	/* the rank directory */
 	int lockfd;	/* its lock file, flocked */
 	unsigned stale; /* swap files of a dead owner removed at open */
 	bool named;	/* path has a <name> level */
+	size_t top_len; /* of "<nvme_path>/nvswap" in path */
+	dev_t top_dev;	/* that directory, to remove it when empty and */
+	ino_t top_ino;	/* made by this process */
 	char path[4096];
 };
 
@@ -28,7 +33,10 @@ struct nvs_swapdir {
  * one process may share a path. Returns 0, or
  * -errno with nvs_last_error() set: -EBUSY (a live process holds it; the
  * message has its pid), -ELOOP (a symlink where a directory should be),
- * -EINVAL (a bad @name, a negative @rank),
+ * -EPERM (a level owned by another user, or writable by group or others
+ * without the sticky bit: the message names owner and mode),
+ * -EINVAL (a bad @name, a negative @rank, "lock" not a regular file of
+ * ours),
  * -ENOENT/-EACCES/-EROFS/-ENOTDIR from the path.
  */
 int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
@@ -38,7 +46,8 @@ int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
  * the descriptor's flags); returns the descriptor or -errno. */
 int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags);
 /* Unlock and close; with @remove, delete the swap files, the lock and the
- * rank directory first (scratch mode). */
+ * rank directory first (scratch mode), the <name> level when empty, and
+ * <nvme_path>/nvswap when empty and made by this process. */
 void nvs__swapdir_close(struct nvs_swapdir *d, bool remove);
 
 #endif

@@ -10,6 +10,7 @@
 #include "buffers/pool.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "internal/fork.h"
 #include "internal/hash.h"
 #include "internal/util.h"
 #include "swapper/crc32c.h"
@@ -76,6 +77,7 @@ struct path {
 };
 
 struct nvs_swapper {
+	unsigned long born; /* fork generation: see internal/fork.h */
 	/* Protects everything below that is not set at create. I/O waits,
 	 * checksums and zero fills run with it dropped (see tensor.busy). */
 	pthread_mutex_t lock;
@@ -732,6 +734,7 @@ static int create(const struct nvs_swapper_opts *o,
 		return nvs__err(-ENOMEM, "nvs_swapper_create: out of memory");
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
+	s->born = nvs__fork_gen();
 	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++) {
 		s->path[i].fd = -1;
 		s->path[i].dir.dirfd = s->path[i].dir.lockfd = -1;
@@ -835,6 +838,7 @@ int nvs_swapper_wait_all(struct nvs_swapper *s)
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_wait_all: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_wait_all", "swapper");
 	pthread_mutex_lock(&s->lock);
 	while (s->flight.n) {
 		for (t = s->flight.head; t && t->busy; t = t->next)
@@ -870,6 +874,7 @@ int nvs_swapper_destroy(struct nvs_swapper *s)
 
 	if (!s)
 		return 0;
+	NVS__PARENT_ONLY(s, "nvs_swapper_destroy", "swapper");
 	ret = nvs_swapper_wait_all(s);
 	r = nvs_aio_destroy(s->aio);
 	if (!ret)
@@ -933,6 +938,7 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_register: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_register", "swapper");
 	if (!nbytes)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_register: tensor %" PRIu64
@@ -1038,6 +1044,7 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 	if (!s)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_unregister: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_unregister", "swapper");
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		int ret = idle(s, id, "nvs_swapper_unregister", &t, NULL);
@@ -1132,6 +1139,7 @@ int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id)
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_prefetch: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_prefetch", "swapper");
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true, false);
 	pthread_mutex_unlock(&s->lock);
@@ -1146,6 +1154,7 @@ int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id)
 	if (!s)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_try_prefetch: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_try_prefetch", "swapper");
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
 			  true);
@@ -1163,6 +1172,7 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		*ptr = NULL;
 	if (!s || !ptr)
 		return nvs__err(-EINVAL, "nvs_swapper_acquire: NULL argument");
+	NVS__PARENT_ONLY(s, "nvs_swapper_acquire", "swapper");
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		struct tensor *t = NULL;
@@ -1213,6 +1223,7 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_release: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_release", "swapper");
 	pthread_mutex_lock(&s->lock);
 	t = find(s, id);
 	if (!t) {
@@ -1242,6 +1253,7 @@ int nvs_swapper_evict(struct nvs_swapper *s, uint64_t id)
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_evict: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_evict", "swapper");
 	pthread_mutex_lock(&s->lock);
 	while ((ret = idle(s, id, "nvs_swapper_evict", &t, NULL)) == 0) {
 		if (t->pins) {
@@ -1277,6 +1289,7 @@ int nvs_swapper_wait(struct nvs_swapper *s, uint64_t id)
 
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_wait: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_wait", "swapper");
 	pthread_mutex_lock(&s->lock);
 	while ((ret = idle(s, id, "nvs_swapper_wait", &t, NULL)) == 0) {
 		if (t->on == &s->flight) {

@@ -7,6 +7,7 @@
  * test.)
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,5 +79,36 @@ Test(examples, a_full_disk_stops_the_training_with_the_reason)
 	cr_assert(strstr(o.err, "No space left on device"), "%s", o.err);
 	cr_assert(strstr(o.err, mnt), "the path is named: %s", o.err);
 	cr_assert_null(strstr(o.out, "verdict"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+/* Issue 24 finding 8: stopped by the full disk, the example destroys its
+ * swappers on the way out; their files and directories do not stay on the
+ * full disk. */
+Test(examples, finding8_a_full_disk_stop_leaves_no_swap_files_behind)
+{
+	const char *mnt = tu_path("mnt");
+	struct dirent *e;
+	struct tu_out o;
+	unsigned left = 0;
+	DIR *d;
+
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=1m"))
+		cr_skip_test("cannot mount a small tmpfs here (%s): needs root "
+			     "and CAP_SYS_ADMIN",
+			     strerror(errno));
+	o = train(config("nvme", mnt), "--layers 4 --hidden 256 --steps 2");
+	d = opendir(mnt);
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			left++;
+			cr_log_error("left behind: %s", e->d_name);
+		}
+	closedir(d);
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "No space left on device"), "%s", o.err);
+	cr_assert_eq(left, 0, "%s", o.err);
 	tu_out_free(&o);
 }

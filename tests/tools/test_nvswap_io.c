@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <regex.h>
 #include <stdio.h>
@@ -375,4 +376,87 @@ Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
 		json_object_get(json_object_get(j, "cpu_ratio"), "median")));
 	json_decref(j);
 	tu_out_free(&o);
+}
+
+/* Issue 24 finding 1: the test file's name is predictable; a symlink
+ * planted there (here at the exact name the tool's pid gives) is never
+ * followed: the tool takes the next free name, the victim is untouched
+ * and the link is left as it was. */
+Test(nvswap_io, finding1_a_symlink_at_the_test_file_name_is_never_followed)
+{
+	const char *bin = getenv("NVSWAP_IO");
+	char victim[4200], link[4300], dir[4200], got[16] = "";
+	int go[2], status, fd;
+	struct stat st;
+	pid_t pid;
+
+	cr_assert_not_null(bin);
+	snprintf(dir, sizeof(dir), "%s", folder());
+	snprintf(victim, sizeof(victim), "%s", tu_path("victim"));
+	tu_write_file(victim, "precious", 8);
+	cr_assert_eq(pipe(go), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char c;
+		int null = open("/dev/null", O_WRONLY);
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(120);
+		dup2(null, 1);
+		dup2(null, 2);
+		execl(bin, "nvswap-io", "--folder", dir, "--io_size", "64K",
+		      "--validate", (char *)NULL);
+		_exit(121);
+	}
+	close(go[0]);
+	for (int i = 0; i < 2; i++) {
+		snprintf(link, sizeof(link), "%s/nvswap-io.%ld.%d.dat", dir,
+			 (long)pid, i);
+		cr_assert_eq(symlink(victim, link), 0);
+	}
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	close(go[1]);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status));
+	cr_assert_eq(WEXITSTATUS(status), 0);
+	fd = open(victim, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(read(fd, got, sizeof(got)), 8,
+		     "the victim keeps its size");
+	close(fd);
+	cr_assert_str_eq(got, "precious");
+	cr_assert_eq(lstat(link, &st), 0);
+	cr_assert(S_ISLNK(st.st_mode), "the planted link is left alone");
+	cr_assert_eq(entries(dir), 2, "only the two planted links remain");
+}
+
+/* Issue 24 finding 8: every error exit removes the tool's files: a full
+ * disk (one file, and one file per loop) and an --iopoll the filesystem
+ * refuses. */
+Test(nvswap_io, finding8_error_exits_leave_no_test_files)
+{
+	const char *runs[] = {
+		"--io_size 8M",
+		"--io_size 256K --loops 8 --different_file_each_iteration",
+		"--io_size 256K --iopoll",
+	};
+	char args[4096];
+	struct tu_out o;
+
+	if (!tu_mount_private(folder(), "tmpfs", 0, "size=1m"))
+		cr_skip_test("cannot mount a small tmpfs here (%s): needs "
+			     "root and mount namespaces",
+			     strerror(errno));
+	for (unsigned i = 0; i < 3; i++) {
+		snprintf(args, sizeof(args), "--folder %s %s", folder(),
+			 runs[i]);
+		o = nio(NULL, args);
+		if (i < 2)
+			cr_assert_eq(o.status, 1, "%s: %s", runs[i], o.err);
+		cr_assert_eq(entries(folder()), 0, "%s left files: %s", runs[i],
+			     o.err);
+		tu_out_free(&o);
+	}
+	umount2(folder(), MNT_DETACH);
 }
