@@ -759,6 +759,7 @@ static void workers_teardown(struct nvs_aio *h)
 static void handle_free(struct nvs_aio *h)
 {
 	workers_teardown(h);
+	nvs__pinned_users(-1); /* and the bounce memory goes back */
 	nvs__files_destroy(h->files);
 	nvs__free(h->workers);
 	nvs__free(h->slices);
@@ -899,6 +900,7 @@ static int create(const struct nvs_aio_opts *opts,
 	h = nvs__calloc(1, sizeof(*h));
 	if (!h)
 		return nvs__err(-ENOMEM, "nvs_aio_create: out of memory");
+	nvs__pinned_users(1); /* until handle_free */
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->cond, NULL);
 	ret = check_opts(&h->opts, opts, &h->backend_reason);
