@@ -236,14 +236,19 @@ static int off_step(struct off *o, struct work *w, unsigned step, float *loss)
 	}
 	*loss /= (float)MB;
 	for (unsigned l = 0; l < L; l++) { /* the step, group by group */
-		TRY(nvs_optim_swap_in(o->optim, l, st));
+		/* The gradient first, copied out (PN floats, small beside the
+		 * state): gradients share the optimizer's pool, and this way
+		 * the step holds one of its buffers at a time, so any
+		 * buffer_count from 1 works. */
 		TRY(nvs_grad_acquire(o->grads, l, &gv));
-		TRY(nvs_param_acquire_layer(o->params, l, pp));
-		adam(pp[0], st[0], st[1], gv, step);
-		TRY(nvs_param_release_layer(o->params, l, true));
-		TRY(nvs_param_evict_layer(o->params, l)); /* write-back */
+		memcpy(w->g, gv, PN * sizeof(float));
 		TRY(nvs_grad_release(o->grads, l));
 		TRY(nvs_grad_zero(o->grads, l));
+		TRY(nvs_optim_swap_in(o->optim, l, st));
+		TRY(nvs_param_acquire_layer(o->params, l, pp));
+		adam(pp[0], st[0], st[1], w->g, step);
+		TRY(nvs_param_release_layer(o->params, l, true));
+		TRY(nvs_param_evict_layer(o->params, l)); /* write-back */
 		TRY(nvs_optim_swap_out(o->optim, l));
 	}
 	return 0;

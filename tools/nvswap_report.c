@@ -136,6 +136,23 @@ static json_t *backends(bool *any)
 	return arr;
 }
 
+/* The backend a handle left to choose (AUTO) gets here, and why: the
+ * probe, or NVSWAP_BACKEND (which steers only AUTO). */
+static json_t *default_backend(void)
+{
+	struct nvs_aio_stats st;
+	struct nvs_aio *h;
+
+	if (nvs_aio_create(NULL, &h) < 0)
+		return json_pack("{s:s}", "error", nvs_last_error());
+	nvs_aio_get_stats(h, &st);
+	nvs_aio_destroy(h);
+	return json_pack("{s:s, s:s, s:s}", "name",
+			 nvs_backend_name(st.backend), "reason",
+			 nvs_backend_reason_name(st.backend_reason), "notes",
+			 st.backend_notes);
+}
+
 static const char *fs_name(long type)
 {
 	switch ((unsigned long)type) {
@@ -454,6 +471,15 @@ static void print_human(json_t *r)
 			       : "",
 		       "");
 	}
+	b = json_object_get(r, "default_backend");
+	if (json_object_get(b, "error"))
+		printf("  default   none: %s\n",
+		       json_string_value(json_object_get(b, "error")));
+	else
+		printf("  default   %s, chosen by %s (%s)\n",
+		       json_string_value(json_object_get(b, "name")),
+		       json_string_value(json_object_get(b, "reason")),
+		       json_string_value(json_object_get(b, "notes")));
 	printf("\nnvme_path %s:\n",
 	       json_string_value(json_object_get(p, "path")));
 	if ((v = json_object_get(p, "error"))) {
@@ -592,6 +618,7 @@ int main(int argc, char **argv)
 	json_object_set_new(r, "build_features",
 			    json_string(nvs_build_features()));
 	json_object_set_new(r, "backends", backends(&any));
+	json_object_set_new(r, "default_backend", default_backend());
 	if (!any)
 		problem("no I/O backend works here",
 			"see the backend lines: even pread/pwrite failed");

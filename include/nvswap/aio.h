@@ -27,6 +27,19 @@ enum nvs_backend {
 	NVS_BACKEND_PSYNC,    /* pread/pwrite on the worker thread */
 };
 
+/**
+ * Who chose the backend a handle uses (nvs_aio_stats.backend_reason).
+ * An explicit opts.backend always wins; the environment variable
+ * NVSWAP_BACKEND steers only NVS_BACKEND_AUTO.
+ */
+enum nvs_backend_reason {
+	NVS_BACKEND_BY_PROBE = 0, /* AUTO: the first of io_uring, libaio,
+				     psync that works ("probe") */
+	NVS_BACKEND_BY_OPTS,	  /* the caller's opts.backend ("explicit") */
+	NVS_BACKEND_BY_ENV,	  /* AUTO steered by NVSWAP_BACKEND
+				     ("NVSWAP_BACKEND") */
+};
+
 /** Whether files are opened with O_DIRECT. */
 enum nvs_direct {
 	NVS_DIRECT_AUTO = 0, /* O_DIRECT; buffered where the fs refuses it */
@@ -95,10 +108,11 @@ struct nvs_aio_opts {
 					  batch-and-drain, default false */
 	uint32_t intra_op_parallelism; /* worker threads = slices per op,
 					  default 1 */
-	enum nvs_backend backend;      /* default NVS_BACKEND_AUTO; the
-					  environment variable NVSWAP_BACKEND
-					  (libaio|psync|io_uring|auto)
-					  overrides it */
+	enum nvs_backend backend;      /* default NVS_BACKEND_AUTO; only
+					  then does the environment variable
+					  NVSWAP_BACKEND
+					  (libaio|psync|io_uring|auto) choose
+					  it: an explicit backend wins */
 	enum nvs_direct direct;	       /* default NVS_DIRECT_AUTO */
 	uint32_t bounce_bytes;	       /* bounce memory per worker for
 					  unaligned user buffers; 0 = default
@@ -167,7 +181,9 @@ struct nvs_aio_stats {
 	/** Why this backend: each one tried, with the reason it was not
 	 *  taken, e.g. "io_uring: seccomp ...; libaio: chosen". */
 	char backend_notes[240];
-	uint64_t reserved[5];
+	enum nvs_backend_reason backend_reason; /* who chose backend */
+	uint32_t reserved32;
+	uint64_t reserved[4];
 };
 
 struct nvs_aio;
@@ -189,7 +205,8 @@ NVS_API void nvs_aio_opts_init(struct nvs_aio_opts *opts);
  *                NVS_AIO_MAX_QUEUE_DEPTH or the kernel's aio-max-nr for
  *                libaio; intra_op_parallelism 0 or above
  *                NVS_AIO_MAX_PARALLELISM; an unknown enum; a bad
- *                NVSWAP_BACKEND value), or @out is NULL;
+ *                NVSWAP_BACKEND value when the backend is AUTO), or
+ *                @out is NULL;
  *   -EOPNOTSUPP  the backend asked for is not available here (the
  *                message says why: kernel.io_uring_disabled, a seccomp
  *                filter, ENOSYS...); AUTO never fails this way, it falls
@@ -383,8 +400,14 @@ NVS_API uint32_t nvs_aio_get_alignment(const struct nvs_aio *h);
  * (and fio's --ioengine names for the same engines). Threading: any.
  */
 NVS_API const char *nvs_backend_name(enum nvs_backend backend);
+/**
+ * nvs_backend_reason_name() - "probe", "explicit" or "NVSWAP_BACKEND"
+ * ("unknown" for other values). Threading: any.
+ */
+NVS_API const char *nvs_backend_reason_name(enum nvs_backend_reason why);
 /** Name of the backend in use: "io_uring", "libaio", "psync",
- *  "fault(io_uring)"...; nvs_aio_stats.backend_notes says why. */
+ *  "fault(io_uring)"...; nvs_aio_stats.backend_reason and backend_notes
+ *  say why. */
 NVS_API const char *nvs_aio_backend_name(const struct nvs_aio *h);
 /** Copy the handle's counters into @st. Return 0, or -EINVAL for NULLs. */
 NVS_API int nvs_aio_get_stats(const struct nvs_aio *h,

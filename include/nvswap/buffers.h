@@ -97,7 +97,9 @@ NVS_API void *nvs_pinned_alloc(size_t nbytes, int *err);
  * nvs_pinned_free() - give back memory from nvs_pinned_alloc().
  * @ptr: the pointer nvs_pinned_alloc() returned, or NULL (a no-op).
  *
- * The memory stays locked in the arena for the next allocation. A pointer
+ * The memory stays locked in the arena for the next allocation (a
+ * mapping of 2 MiB or more with nothing live in it goes back to the OS
+ * when a pool or the last aio handle is destroyed). A pointer
  * that is not a live pinned allocation (foreign memory, a view inside one,
  * one already freed) is ignored, counted in bad_frees, and described in
  * nvs_last_error(): nothing crashes.
@@ -205,6 +207,11 @@ NVS_API int nvs_pool_create(const struct nvs_pool_opts *opts,
 /**
  * nvs_pool_destroy() - free the pool and its memory.
  * @pool: the pool, or NULL (a no-op returning 0).
+ *
+ * The buffers' memory goes back to the OS (unmapped, so no longer locked
+ * or resident) unless an aio handle is alive, which may hold it
+ * registered with io_uring; then it goes when the last handle is
+ * destroyed.
  *
  * Return: 0, or -EBUSY while buffers are out or a thread waits in get:
  * then nothing is freed and the pool stays usable.

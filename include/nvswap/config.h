@@ -61,7 +61,7 @@ struct nvs_nvswap_config {
 	enum nvs_backend backend; /* "backend": auto|io_uring|libaio|psync */
 	uint64_t stripe_size;	  /* bytes, default 1 MiB; a multiple of 4096 */
 	bool checksum;		  /* default false */
-	bool auto_evict;	  /* default false */
+	bool auto_evict;	  /* default true (nvs_swapper_opts) */
 	unsigned npaths;	  /* entries of "nvme_paths", 0 = none */
 	const char *nvme_paths[NVS_CONFIG_MAX_PATHS]; /* borrowed */
 };

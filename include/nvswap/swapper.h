@@ -24,6 +24,19 @@ extern "C" {
 #define NVS_SWAPPER_MAX_PATHS 16
 
 /**
+ * NVS_SWAPPER_WAIT_MS_DEFAULT - how long prefetch/acquire wait at most
+ * for another thread to give a pool buffer back (nvs_swapper_opts.wait_ms).
+ * 60 s: far longer than any legitimate wait (one tensor's write-back, at
+ * most buffer_size bytes - 1 GiB takes ~10 s even at 100 MB/s - plus the
+ * other thread's step), short enough that a program nobody will unblock
+ * fails with a sentence within a minute instead of hanging.
+ */
+#define NVS_SWAPPER_WAIT_MS_DEFAULT 60000u
+
+/** NVS_WAIT_FOREVER - wait_ms for an explicitly unlimited wait. */
+#define NVS_WAIT_FOREVER UINT32_MAX
+
+/**
  * enum nvs_tensor_state - where a tensor's data is.
  *
  *   ON_NVME  --prefetch/acquire-->  READING  --read done-->  RESIDENT
@@ -69,18 +82,23 @@ struct nvs_swapper_opts {
 	bool pin_memory;       /* default true: the pool is page-locked;
 				  false: locked when possible, unlocked memory
 				  accepted when the memlock limit refuses */
-	bool auto_evict;       /* default false: when the pool is empty,
-				  prefetch/acquire evict the least recently
-				  released tensor (clean ones first) instead
-				  of waiting for the caller to evict */
+	bool auto_evict;       /* default true: when the pool is empty,
+				  prefetch/acquire evict a released tensor
+				  themselves: the least recently released
+				  clean one, else the least recently
+				  released dirty one (written back first,
+				  nothing lost). false: they wait for the
+				  caller to evict (bounded by wait_ms) */
 	bool checksum;	       /* default false: CRC32C each tensor when
 				  written, verify when read (-EBADMSG) */
 	uint8_t reserved8[5];
-	/* How long prefetch/acquire wait for another thread to evict when
-	 * the pool is empty and auto_evict is off; 0 (default) = no limit.
-	 * A single-threaded caller that does not evict what it released
-	 * should turn on auto_evict or set this (-ETIMEDOUT): nobody else
-	 * will free a buffer. */
+	/* How long prefetch/acquire wait at most for another thread to give
+	 * a buffer back (evict, or release when auto_evict is on) when the
+	 * pool is empty; then -ETIMEDOUT. Default (and 0)
+	 * NVS_SWAPPER_WAIT_MS_DEFAULT (60 s); NVS_WAIT_FOREVER = no limit,
+	 * only on explicit request. A wait that could never end (every
+	 * buffer held by the calling thread's acquires) is -EDEADLK at
+	 * once, whatever wait_ms says. */
 	uint32_t wait_ms;
 	uint32_t reserved32;
 	struct nvs_aio_opts aio; /* the swapper's aio handle; filled by
@@ -228,11 +246,19 @@ NVS_API int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id);
  * tensor it keeps the buffer once the write ends (no read).
  *
  * When the pool is empty it first waits for a write-back to end, evicts
- * by itself (auto_evict), or waits for another thread to evict.
+ * by itself (auto_evict), or waits for another thread to evict or
+ * release (bounded by wait_ms).
  * Return: 0, or
  *   -ENOENT   unknown id;
- *   -EDEADLK  every pool buffer is held by an acquire: release one first;
- *   -ETIMEDOUT  no buffer within wait_ms;
+ *   -EDEADLK  every pool buffer is held by an acquire of the calling
+ *             thread (acquired and not released; an acquire belongs to
+ *             the thread that made it), so nobody else can free one:
+ *             returned at once. When other threads hold some, the call
+ *             waits for them instead (-ETIMEDOUT after wait_ms);
+ *   -ETIMEDOUT  no buffer within wait_ms.
+ *             For both, nvs_last_error() gives the pool's state: buffers
+ *             in all, held by acquires (by this thread), resident and
+ *             released clean/dirty, in flight;
  *   -ENOSPC, -EIO...  no free buffer because a tensor whose write-back
  *             failed holds one (the message names it; free space and
  *             evict it again) - returned rather than waited on;

@@ -9,6 +9,7 @@
  * the unaligned head and tail go through a buffered descriptor.
  */
 #include "aio/handle.h"
+#include "aio/choice.h"
 #include "aio/align.h"
 #include "aio/engine.h"
 #include "aio/files.h"
@@ -142,6 +143,7 @@ struct nvs_aio {
 	struct nvs_aio_opts opts;
 	unsigned long born; /* fork generation: see internal/fork.h */
 	enum nvs_backend backend;
+	enum nvs_backend_reason backend_reason;
 	char backend_name[32];
 	char backend_notes[240];
 	unsigned nworkers;
@@ -653,29 +655,8 @@ static int worker_init(struct nvs_aio *h, struct worker *w)
 
 /* ------------------------------------------------------------- create */
 
-static int parse_backend_env(enum nvs_backend *b)
-{
-	const char *v = getenv("NVSWAP_BACKEND");
-
-	if (!v || !*v)
-		return 0;
-	if (!strcmp(v, "auto"))
-		*b = NVS_BACKEND_AUTO;
-	else if (!strcmp(v, "libaio"))
-		*b = NVS_BACKEND_LIBAIO;
-	else if (!strcmp(v, "psync"))
-		*b = NVS_BACKEND_PSYNC;
-	else if (!strcmp(v, "io_uring"))
-		*b = NVS_BACKEND_IO_URING;
-	else
-		return nvs__err(-EINVAL,
-				"nvs_aio_create: NVSWAP_BACKEND=%s is not one "
-				"of auto, io_uring, libaio, psync",
-				v);
-	return 0;
-}
-
-static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in)
+static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in,
+		      enum nvs_backend_reason *why)
 {
 	nvs_aio_opts_init(o);
 	if (in) {
@@ -738,7 +719,7 @@ static int check_opts(struct nvs_aio_opts *o, const struct nvs_aio_opts *in)
 				"nvs_aio_create: open_files %" PRIu32
 				" above %u",
 				o->open_files, MAX_OPEN_FILES);
-	return parse_backend_env(&o->backend);
+	return nvs__backend_choose(&o->backend, why);
 }
 
 void nvs_aio_opts_init(struct nvs_aio_opts *opts)
@@ -780,6 +761,7 @@ static void workers_teardown(struct nvs_aio *h)
 static void handle_free(struct nvs_aio *h)
 {
 	workers_teardown(h);
+	nvs__pinned_users(-1); /* and the bounce memory goes back */
 	nvs__files_destroy(h->files);
 	nvs__free(h->workers);
 	nvs__free(h->slices);
@@ -894,8 +876,10 @@ static int start_backend(struct nvs_aio *h)
 		}
 		ret = create_workers(h, b);
 		if (ret == 0) {
-			note(h, "%s: chosen%s", name,
-			     want == NVS_BACKEND_AUTO ? "" : " (asked for)");
+			note(h, "%s: chosen%s%s%s", name, want ? " (" : "",
+			     want ? nvs_backend_reason_name(h->backend_reason)
+				  : "",
+			     want ? ")" : "");
 			return 0;
 		}
 		if (ret == -ENOMEM || want != NVS_BACKEND_AUTO)
@@ -918,10 +902,11 @@ static int create(const struct nvs_aio_opts *opts,
 	h = nvs__calloc(1, sizeof(*h));
 	if (!h)
 		return nvs__err(-ENOMEM, "nvs_aio_create: out of memory");
+	nvs__pinned_users(1); /* until handle_free */
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->cond, NULL);
 	h->born = nvs__fork_gen();
-	ret = check_opts(&h->opts, opts);
+	ret = check_opts(&h->opts, opts, &h->backend_reason);
 	if (ret < 0)
 		goto fail;
 	if (plan) {
@@ -1758,6 +1743,7 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 	st->files_reused = load(&h->c.reused);
 	st->bounce_locked = true;
 	st->backend = h->backend;
+	st->backend_reason = h->backend_reason;
 	snprintf(st->backend_notes, sizeof(st->backend_notes), "%s",
 		 h->backend_notes);
 	for (unsigned i = 0; i < h->nworkers; i++) {

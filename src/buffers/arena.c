@@ -106,6 +106,7 @@ static struct {
 	uint64_t bytes[2]; /* mapped, per kind; includes reservations */
 	uint64_t cuda;
 	uint64_t limit;
+	unsigned users; /* live aio handles: no trim meanwhile */
 } maps = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Why the hooks failed, for the allocating thread's error message. */
@@ -693,6 +694,48 @@ void nvs__arena_free(void *p, size_t n)
 		big_free(p, n);
 	else
 		nvs__je_dallocx(p, MALLOCX_TCACHE_NONE);
+}
+
+/* Drop mapping @i from the table. Locked. */
+static void remove_mapping_locked(size_t i)
+{
+	memmove(&maps.v[i], &maps.v[i + 1], (maps.n - i - 1) * sizeof(*maps.v));
+	maps.n--;
+}
+
+uint64_t nvs__arena_trim(void)
+{
+	uint64_t freed = 0;
+
+	pthread_mutex_lock(&maps.lock);
+	for (size_t i = maps.users ? 0 : maps.nfree; i-- > 0;) {
+		struct range r = maps.free[i];
+		long m = find_locked(r.start);
+		if (m < 0 || maps.v[m].start != r.start ||
+		    maps.v[m].len != r.len)
+			continue; /* part of its mapping is still in use */
+		struct mapping mp = maps.v[m];
+		if (mp.cuda) {
+			nvs__cuda_unregister((void *)mp.start);
+			maps.cuda -= mp.len;
+		}
+		munmap((void *)mp.start, mp.len);
+		maps.bytes[mp.kind] -= mp.len;
+		remove_mapping_locked((size_t)m);
+		memmove(&maps.free[i], &maps.free[i + 1],
+			(maps.nfree - i - 1) * sizeof(*maps.free));
+		maps.nfree--;
+		freed += mp.len;
+	}
+	pthread_mutex_unlock(&maps.lock);
+	return freed;
+}
+
+void nvs__arena_users(int delta)
+{
+	pthread_mutex_lock(&maps.lock);
+	maps.users = (unsigned)((int)maps.users + delta);
+	pthread_mutex_unlock(&maps.lock);
 }
 
 void nvs__arena_set_limit(uint64_t bytes)

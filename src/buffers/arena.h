@@ -40,6 +40,14 @@ int nvs__arena_alloc(enum nvs__arena_kind kind, size_t n, size_t align,
 		     const char *call, void **out);
 /* Give back @n bytes at @p from nvs__arena_alloc (the caller knows). */
 void nvs__arena_free(void *p, size_t n);
+/* Return to the OS (CUDA unregister, munmap: unlocked and no longer
+ * resident) every big-allocation mapping with nothing live in it; returns
+ * the bytes given back. Does nothing while an aio handle lives: io_uring
+ * engines cache registered mappings by address, and a new mapping at an
+ * unmapped one's address would meet a stale registration. */
+uint64_t nvs__arena_trim(void);
+/* An aio handle begins (+1) or ends (-1) (see nvs__arena_trim). */
+void nvs__arena_users(int delta);
 /* Arena setup once per process (also done by the first alloc): 0 or
  * -errno with nvs_last_error() set. */
 int nvs__arena_init(void);

@@ -269,3 +269,15 @@ const char *nvs_pinned_cuda_status(void)
 {
 	return nvs__cuda_status();
 }
+
+void nvs__pinned_trim(void)
+{
+	nvs__arena_trim();
+}
+
+void nvs__pinned_users(int delta)
+{
+	nvs__arena_users(delta);
+	if (delta < 0)
+		nvs__arena_trim();
+}

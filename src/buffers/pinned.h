@@ -24,5 +24,11 @@ void *nvs__pinned_alloc(size_t n, size_t align, bool fallback, const char *call,
 			bool *locked, int *err);
 /* Free a live pinned allocation: 0, or -EINVAL (ignored, counted). */
 int nvs__pinned_free(void *p, const char *call);
+/* Give whole freed mappings back to the OS (see nvs__arena_trim): what a
+ * destroyed pool calls, so that nothing outlives its owner. */
+void nvs__pinned_trim(void);
+/* An aio handle begins (+1) or ends (-1, then trims): mappings are given
+ * back only while no handle may hold them registered. */
+void nvs__pinned_users(int delta);
 
 #endif

@@ -146,6 +146,7 @@ int nvs_pool_destroy(struct nvs_pool *pool)
 				"out and %u threads wait in get; nothing freed",
 				out, pool->count, waiters);
 	nvs__pinned_free(pool->base, "nvs_pool_destroy");
+	nvs__pinned_trim();
 	pthread_cond_destroy(&pool->cond);
 	pthread_mutex_destroy(&pool->lock);
 	nvs__free(pool->free_stack);

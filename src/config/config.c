@@ -600,6 +600,7 @@ static void defaults(struct nvs_config *c)
 	c->aio.queue_depth = 8; /* DeepSpeed's aio defaults */
 	c->aio.overlap_events = true;
 	c->nv.stripe_size = 1u << 20;
+	c->nv.auto_evict = true; /* no default that can hang */
 }
 
 static int load_text(struct nvs_config *c, const char *text, size_t len)

@@ -15,6 +15,7 @@
 #include "internal/util.h"
 #include "swapper/crc32c.h"
 #include "swapper/paths.h"
+#include "swapper/room.h"
 #include "swapper/space.h"
 #include "swapper/swapdir.h"
 
@@ -43,11 +44,13 @@ struct tensor {
 	uint64_t id;
 	size_t nbytes;
 	enum nvs_tensor_state state;
-	void *buf;     /* pool buffer: RESIDENT, READING, WRITING */
-	unsigned pins; /* acquires not released */
-	bool dirty;    /* RESIDENT data differs from the disk's */
-	bool on_disk;  /* written at least once; else reads as zeros */
-	bool revive;   /* WRITING: keep the buffer when the write ends */
+	void *buf;	  /* pool buffer: RESIDENT, READING, WRITING */
+	unsigned pins;	  /* acquires not released */
+	pthread_t holder; /* made the first of them; shared: others too */
+	bool shared;
+	bool dirty;   /* RESIDENT data differs from the disk's */
+	bool on_disk; /* written at least once; else reads as zeros */
+	bool revive;  /* WRITING: keep the buffer when the write ends */
 	/* A thread works on this tensor with the lock dropped (collects its
 	 * tickets, checksums, writes its init data); others wait on cond and
 	 * look the tensor up again. */
@@ -541,11 +544,32 @@ static struct tensor *victim(struct nvs_swapper *s)
 	return dirty;
 }
 
+/* Where the pool's buffers are. Lock held. */
+static void census(struct nvs_swapper *s, struct nvs__census *c)
+{
+	struct tensor *t, *tmp;
+
+	*c = (struct nvs__census){.total = nvs_pool_buffer_count(s->pool)};
+	for (t = s->lru.head; t; t = t->next)
+		*(t->dirty ? &c->dirty : &c->clean) += 1;
+	for (t = s->flight.head; t; t = t->next)
+		*(t->state == NVS_TENSOR_READING ? &c->reading : &c->writing) +=
+			1;
+	HASH_ITER(hh, s->table, t, tmp)
+	if (t->pins && t->buf) {
+		c->held++;
+		c->held_mine +=
+			!t->shared && pthread_equal(t->holder, pthread_self());
+	}
+}
+
 /* The pool is empty: do one thing that may give a buffer back, or wait
  * for another thread to. Lock held (dropped meanwhile). 0 to try again,
  * -EDEADLK, -ETIMEDOUT, or a write-back that could not start. */
-static int make_room(struct nvs_swapper *s, uint64_t deadline)
+static int make_room(struct nvs_swapper *s, uint64_t deadline, const char *call,
+		     uint64_t id)
 {
+	struct nvs__census c;
 	struct tensor *t;
 
 	if (reap_writes(s))
@@ -593,39 +617,16 @@ static int make_room(struct nvs_swapper *s, uint64_t deadline)
 					t->id,
 					t->errmsg ? t->errmsg
 						  : nvs_strerror(-t->err));
-	if (s->lru.n == 0 && s->flight.n == 0)
-		return nvs__err(-EDEADLK,
-				"nvswap: all %u pool buffers are held by "
-				"acquires; release (and evict) a tensor first",
-				s->in_use);
+	census(s, &c);
+	if (nvs__census_deadlock(&c))
+		return nvs__room_err(-EDEADLK, call, id, s->wait_ms, &c);
 	/* Buffers are held by resident or arriving tensors that only the
-	 * caller may evict: wait for another thread to. */
-	if (deadline) {
-		struct timespec ts;
-		uint64_t now = nvs__now_ns();
-		int r;
-		if (now >= deadline)
-			return nvs__err(-ETIMEDOUT,
-					"nvswap: no pool buffer became free "
-					"within %u ms (evict tensors, or "
-					"turn on auto_evict)",
-					s->wait_ms);
-		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t wake = (uint64_t)ts.tv_sec * 1000000000ull +
-				(uint64_t)ts.tv_nsec + (deadline - now);
-		ts.tv_sec = (time_t)(wake / 1000000000ull);
-		ts.tv_nsec = (long)(wake % 1000000000ull);
-		r = pthread_cond_timedwait(&s->cond, &s->lock, &ts);
-		(void)r;
-	} else {
-		wait_change(s);
-	}
+	 * caller may evict, or by other threads' acquires: wait for another
+	 * thread to give one back. */
+	if (deadline && nvs__now_ns() >= deadline)
+		return nvs__room_err(-ETIMEDOUT, call, id, s->wait_ms, &c);
+	nvs__room_wait(&s->cond, &s->lock, deadline);
 	return 0;
-}
-
-static uint64_t deadline_of(const struct nvs_swapper *s)
-{
-	return s->wait_ms ? nvs__now_ns() + s->wait_ms * 1000000ull : 0;
 }
 
 /* ------------------------------------------------------------- create */
@@ -638,6 +639,8 @@ void nvs_swapper_opts_init(struct nvs_swapper_opts *opts)
 	opts->size = sizeof(*opts);
 	opts->stripe_size = 1u << 20;
 	opts->pin_memory = true;
+	opts->auto_evict = true;
+	opts->wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
 	nvs_aio_opts_init(&opts->aio);
 }
 
@@ -1086,7 +1089,7 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 		       bool *waited, bool prefetch, bool try)
 {
-	uint64_t deadline = deadline_of(s), t0 = 0;
+	uint64_t deadline = nvs__room_deadline(s->wait_ms), t0 = 0;
 	int ret;
 
 	for (;;) {
@@ -1123,7 +1126,7 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 			t0 = nvs__now_ns();
 		}
 		*waited = true;
-		ret = make_room(s, deadline);
+		ret = make_room(s, deadline, call, id);
 		if (ret < 0)
 			break;
 	}
@@ -1180,8 +1183,12 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		if (ret < 0)
 			break;
 		if (t->state == NVS_TENSOR_RESIDENT) {
-			if (t->pins++ == 0)
+			if (t->pins++ == 0) {
 				list_remove(t);
+				t->holder = pthread_self();
+				t->shared = false;
+			}
+			t->shared |= !pthread_equal(t->holder, pthread_self());
 			*ptr = t->buf;
 			s->st.acquires++;
 			if (!waited)

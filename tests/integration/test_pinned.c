@@ -22,7 +22,9 @@
 
 #include "buffers/arena.h"
 #include "internal/alloc.h"
+#include "nvswap/aio.h"
 #include "nvswap/buffers.h"
+#include "nvswap/swapper.h"
 #include "testutil.h"
 
 #define MiB (1u << 20)
@@ -35,19 +37,27 @@ static struct nvs_pinned_stats stats(void)
 	return st;
 }
 
-/* Locked memory of this process, from the kernel. */
-static uint64_t vm_locked(void)
+/* Field @key ("VmLck:", "VmRSS:") of @file, in bytes (kB lines). */
+static uint64_t kb_field(const char *file, const char *key)
 {
-	FILE *f = fopen("/proc/self/status", "re");
+	FILE *f = fopen(file, "re");
 	char line[256];
 	unsigned long long kb = 0;
+	size_t n = strlen(key);
 
 	cr_assert_not_null(f);
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %llu kB", &kb) == 1)
+		if (!strncmp(line, key, n) &&
+		    sscanf(line + n, "%llu kB", &kb) == 1)
 			break;
 	fclose(f);
 	return (uint64_t)kb << 10;
+}
+
+/* Locked memory of this process, from the kernel. */
+static uint64_t vm_locked(void)
+{
+	return kb_field("/proc/self/status", "VmLck:");
 }
 
 static bool resident(const void *p, size_t n)
@@ -571,4 +581,64 @@ Test(pinned, fork_while_another_thread_allocates)
 			  "child %d", i);
 	}
 	pthread_join(th, NULL);
+}
+
+/* Issue 16: libnvswap never holds memory it does not need. A 4 GiB pool,
+ * every page touched, and a handle: once the swapper and the handle are
+ * destroyed, resident and locked memory fall back to where they were. */
+Test(pinned, a_destroyed_swapper_and_handle_give_a_4_gib_pool_back_to_the_os)
+{
+	const size_t bufsz = 256 * MiB;
+	const unsigned count = 16; /* 4 GiB */
+	uint64_t rss0, lck0, rss, lck;
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = NULL;
+	struct nvs_aio *h = NULL;
+	void *p;
+
+	if (kb_field("/proc/meminfo", "MemAvailable:") < 6ull * 1024 * MiB)
+		cr_skip_test("needs 6 GiB of available memory for a 4 GiB "
+			     "pool; %llu MiB here",
+			     (unsigned long long)(kb_field("/proc/meminfo",
+							   "MemAvailable:") /
+						  MiB));
+	rss0 = kb_field("/proc/self/status", "VmRSS:");
+	lck0 = vm_locked();
+	nvs_swapper_opts_init(&o);
+	o.npaths = 1;
+	o.nvme_paths[0] = tu_dir();
+	o.buffer_size = bufsz;
+	o.buffer_count = count;
+	o.pin_memory = privileged(); /* else locked where the limit allows */
+	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_aio_create(NULL, &h), 0, "%s", nvs_last_error());
+	/* Never-written tensors read as zeros: acquiring each one writes
+	 * every byte of its buffer. */
+	for (unsigned i = 0; i < count; i++) {
+		cr_assert_eq(nvs_swapper_register(s, i, bufsz, NULL), 0);
+		cr_assert_eq(nvs_swapper_acquire(s, i, &p), 0, "%s",
+			     nvs_last_error());
+		cr_assert_eq(nvs_swapper_release(s, i, false), 0);
+	}
+	rss = kb_field("/proc/self/status", "VmRSS:");
+	cr_assert_geq(rss, rss0 + count * bufsz - 64 * MiB,
+		      "the pool is resident: %llu MiB over %llu",
+		      (unsigned long long)((rss - rss0) / MiB),
+		      (unsigned long long)(rss0 / MiB));
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	rss = kb_field("/proc/self/status", "VmRSS:");
+	lck = vm_locked();
+	cr_log_info("RSS %llu -> %llu MiB, locked %llu -> %llu MiB",
+		    (unsigned long long)(rss0 / MiB),
+		    (unsigned long long)(rss / MiB),
+		    (unsigned long long)(lck0 / MiB),
+		    (unsigned long long)(lck / MiB));
+	cr_assert_lt(rss, rss0 + 64 * MiB, "RSS %llu MiB, was %llu MiB",
+		     (unsigned long long)(rss / MiB),
+		     (unsigned long long)(rss0 / MiB));
+	cr_assert_lt(lck, lck0 + 64 * MiB, "locked %llu MiB, was %llu MiB",
+		     (unsigned long long)(lck / MiB),
+		     (unsigned long long)(lck0 / MiB));
+	cr_assert_lt(stats().bytes_locked, 64 * MiB);
 }

@@ -64,6 +64,16 @@ static struct nvs_swapper *mk(unsigned count)
 	return mk_with(&o);
 }
 
+/* auto_evict off: the caller evicts (others wait for it). */
+static struct nvs_swapper *mk_manual(unsigned count)
+{
+	struct nvs_swapper_opts o;
+
+	opts(&o, count);
+	o.auto_evict = false;
+	return mk_with(&o);
+}
+
 static enum nvs_tensor_state state(struct nvs_swapper *s, uint64_t id)
 {
 	struct nvs_tensor_info i;
@@ -546,6 +556,7 @@ Test(swapper, without_auto_evict_a_full_pool_times_out_after_wait_ms)
 	void *p;
 
 	opts(&o, 1);
+	o.auto_evict = false;
 	o.wait_ms = 50;
 	s = mk_with(&o);
 	cr_assert_eq(nvs_swapper_register(s, 1, 10, NULL), 0);
@@ -575,7 +586,7 @@ static void *evict_later(void *arg)
 
 Test(swapper, a_full_pool_waits_for_another_threads_eviction)
 {
-	struct nvs_swapper *s = mk(1);
+	struct nvs_swapper *s = mk_manual(1);
 	struct evictor e = {.s = s, .id = 1, .ret = 1};
 	unsigned char *a = malloc(BUF);
 	pthread_t th;
@@ -683,8 +694,10 @@ Test(swapper, a_truncated_swap_file_is_eio_naming_the_tensor_and_the_file)
 
 /* A swapper whose @nth I/O attempt (reads and writes counted together)
  * fails with @kind when it is an @opcode. */
-static struct nvs_swapper *mk_fault(enum nvs_fault_kind kind, int opcode,
-				    unsigned long nth)
+/* A swapper (auto_evict as given) whose first @nth-th @opcode request
+ * fails with @kind. */
+static struct nvs_swapper *mk_fault_evict(enum nvs_fault_kind kind, int opcode,
+					  unsigned long nth, bool auto_evict)
 {
 	struct nvs_fault_plan plan = {
 		.rules = {{.kind = kind,
@@ -698,9 +711,16 @@ static struct nvs_swapper *mk_fault(enum nvs_fault_kind kind, int opcode,
 
 	opts(&o, 2);
 	o.checksum = true;
+	o.auto_evict = auto_evict;
 	cr_assert_eq(nvs__swapper_create_fault(&o, &plan, &s), 0, "%s",
 		     nvs_last_error());
 	return s;
+}
+
+static struct nvs_swapper *mk_fault(enum nvs_fault_kind kind, int opcode,
+				    unsigned long nth)
+{
+	return mk_fault_evict(kind, opcode, nth, true);
 }
 
 Test(swapper, a_full_disk_on_write_back_keeps_the_tensor_resident_and_dirty)
@@ -1226,7 +1246,9 @@ Test(swapper, ten_thousand_swap_cycles_allocate_nothing_and_lock_no_more)
 
 Test(swapper, a_buffer_held_by_a_failed_write_back_is_an_error_not_a_wait)
 {
-	struct nvs_swapper *s = mk_fault(NVS_FAULT_ENOSPC, NVS_IOREQ_WRITE, 1);
+	/* Without auto_evict (with it, tensor 1 would be written back). */
+	struct nvs_swapper *s =
+		mk_fault_evict(NVS_FAULT_ENOSPC, NVS_IOREQ_WRITE, 1, false);
 	void *p = &p;
 
 	/* Both buffers (mk_fault's pool) held by dirty tensors, one of them

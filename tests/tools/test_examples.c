@@ -51,6 +51,32 @@ static struct tu_out train(const char *cfg, const char *size)
 	return tu_run(cmd);
 }
 
+Test(examples, an_optimizer_buffer_count_of_1_trains_bit_exact)
+{
+	const char *file = tu_path("ds1.json");
+	char json[4096];
+	struct tu_out o;
+
+	/* The README: any offload_optimizer.buffer_count from 1 works (the
+	 * gradients share that pool). Both pipelines on, as they ask for
+	 * the most buffers. */
+	snprintf(
+		json, sizeof(json),
+		"{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		"\"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 1, "
+		"\"buffer_size\": 1e5}, \"offload_optimizer\": {\"device\": "
+		"\"nvme\", \"nvme_path\": \"%s\", \"buffer_count\": 1, "
+		"\"buffer_size\": 2e5, \"pipeline_read\": true, "
+		"\"pipeline_write\": true}, \"nvswap\": {\"auto_evict\": false}}}",
+		tu_dir(), tu_dir());
+	tu_write_file(file, json, strlen(json));
+	o = train(file, "--layers 3 --hidden 64 --steps 2");
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "verdict: the offloaded weights equal"), "%s",
+		  o.out);
+	tu_out_free(&o);
+}
+
 Test(examples, parameters_not_on_nvme_are_refused_by_name)
 {
 	struct tu_out o = train(config("cpu", tu_dir()), "--layers 2 "

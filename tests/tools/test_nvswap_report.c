@@ -122,6 +122,39 @@ Test(nvswap_report, the_json_report_has_every_field)
 	cr_assert_neq(system(cmd), 0, "its probe file was removed");
 }
 
+Test(nvswap_report, says_which_backend_auto_gets_and_why)
+{
+	char args[4200];
+	json_error_t err;
+	struct tu_out o;
+	json_t *r, *d;
+
+	snprintf(args, sizeof(args), "--nvme_path %s --json", tu_dir());
+	o = report("NVSWAP_BACKEND=psync", args);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	r = json_loads(o.out, 0, &err);
+	cr_assert_not_null(r, "%s: %s", err.text, o.out);
+	d = json_object_get(r, "default_backend");
+	cr_assert_not_null(d, "%s", o.out);
+	cr_assert_str_eq(json_string_value(json_object_get(d, "name")),
+			 "psync");
+	cr_assert_str_eq(json_string_value(json_object_get(d, "reason")),
+			 "NVSWAP_BACKEND");
+	/* The explicit probes of each backend are not steered by it. */
+	cr_assert_str_eq(
+		json_string_value(json_object_get(
+			json_array_get(json_object_get(r, "backends"), 0),
+			"name")),
+		"io_uring");
+	json_decref(r);
+	tu_out_free(&o);
+	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
+	o = report("NVSWAP_BACKEND=psync", args);
+	cr_assert(strstr(o.out, "default   psync, chosen by NVSWAP_BACKEND"),
+		  "%s", o.out);
+	tu_out_free(&o);
+}
+
 Test(nvswap_report, a_missing_path_is_a_problem_with_its_fix_and_exit_1)
 {
 	struct tu_out o = report(NULL, "--nvme_path /nonexistent/nvme");

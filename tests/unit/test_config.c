@@ -408,6 +408,38 @@ Test(config, every_failed_allocation_is_enomem_and_leaks_nothing)
 	}
 }
 
+Test(config, auto_evict_is_on_unless_the_config_turns_it_off)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_swapper_opts o;
+
+	/* No default that can hang (issue 16): as nvs_swapper_opts_init. */
+	mkdir(tu_path("p"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}}",
+		 tu_path("p"));
+	c = load(json);
+	nvs_swapper_opts_init(&o);
+	o.auto_evict = false;
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o), 0,
+		     "%s", nvs_last_error());
+	cr_assert(o.auto_evict);
+	cr_assert_eq(o.wait_ms, NVS_SWAPPER_WAIT_MS_DEFAULT);
+	nvs_config_free(c);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}, \"nvswap\": "
+		 "{\"auto_evict\": false}}",
+		 tu_path("p"));
+	c = load(json);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o), 0,
+		     "%s", nvs_last_error());
+	cr_assert_not(o.auto_evict);
+	nvs_config_free(c);
+}
+
 Test(config, offload_sections_become_swapper_options)
 {
 	char json[4096];

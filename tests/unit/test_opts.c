@@ -199,6 +199,59 @@ Test(opts, environment_overrides_the_backend)
 	unsetenv("NVSWAP_BACKEND");
 }
 
+Test(opts, an_explicit_backend_wins_over_NVSWAP_BACKEND)
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio_stats st;
+	struct nvs_aio *h;
+
+	nvs_aio_opts_init(&o);
+	o.backend = NVS_BACKEND_PSYNC;
+	setenv("NVSWAP_BACKEND", "libaio", 1);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	cr_assert_str_eq(nvs_aio_backend_name(h), "psync");
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	cr_assert_eq(st.backend, NVS_BACKEND_PSYNC);
+	cr_assert_eq(st.backend_reason, NVS_BACKEND_BY_OPTS);
+	cr_assert_str_eq(nvs_backend_reason_name(st.backend_reason),
+			 "explicit");
+	cr_assert(strstr(st.backend_notes, "psync: chosen (explicit)"), "%s",
+		  st.backend_notes);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	/* Not even a value that names no backend gets in the way. */
+	setenv("NVSWAP_BACKEND", "floppy", 1);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	cr_assert_str_eq(nvs_aio_backend_name(h), "psync");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	unsetenv("NVSWAP_BACKEND");
+}
+
+Test(opts, NVSWAP_BACKEND_steers_auto_and_the_stats_say_so)
+{
+	struct nvs_aio_opts o;
+	struct nvs_aio_stats st;
+	struct nvs_aio *h;
+
+	nvs_aio_opts_init(&o);
+	setenv("NVSWAP_BACKEND", "psync", 1);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	cr_assert_str_eq(nvs_aio_backend_name(h), "psync");
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	cr_assert_eq(st.backend_reason, NVS_BACKEND_BY_ENV);
+	cr_assert_str_eq(nvs_backend_reason_name(st.backend_reason),
+			 "NVSWAP_BACKEND");
+	cr_assert(strstr(st.backend_notes, "psync: chosen (NVSWAP_BACKEND)"),
+		  "%s", st.backend_notes);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	setenv("NVSWAP_BACKEND", "auto", 1);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	cr_assert_eq(st.backend_reason, NVS_BACKEND_BY_PROBE);
+	cr_assert_str_eq(nvs_backend_reason_name(st.backend_reason), "probe");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	unsetenv("NVSWAP_BACKEND");
+}
+
 Test(opts, auto_picks_the_first_backend_this_kernel_allows)
 {
 	struct nvs_aio_stats st;

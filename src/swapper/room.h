@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the swapper says and does when its pool has no free buffer and it
+ * cannot make one itself: the pool's census in a sentence (-EDEADLK,
+ * -ETIMEDOUT) and the bounded wait for another thread to give one back.
+ */
+#ifndef NVS_SWAPPER_ROOM_H
+#define NVS_SWAPPER_ROOM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* Where a swapper's pool buffers are, for the sentence. */
+struct nvs__census {
+	unsigned total;	    /* pool buffers */
+	unsigned held;	    /* held by acquires (acquired, not released) */
+	unsigned held_mine; /* of those, only by the calling thread */
+	unsigned clean;	    /* resident, released, clean */
+	unsigned dirty;	    /* resident, released, dirty */
+	unsigned reading;   /* in flight */
+	unsigned writing;
+};
+
+/* Whether -EDEADLK is certain: every buffer is held by acquires and all
+ * of them by the calling thread, so no other thread can give one back. */
+static inline int nvs__census_deadlock(const struct nvs__census *c)
+{
+	return c->total && c->held == c->total && c->held_mine == c->held;
+}
+
+/* Set the last error to "<call>: no free pool buffer for tensor <id>:
+ * <why>; the pool: ..." and return @err (-EDEADLK or -ETIMEDOUT). */
+int nvs__room_err(int err, const char *call, uint64_t id, uint32_t wait_ms,
+		  const struct nvs__census *c);
+
+/* The deadline of a wait that starts now (0: none, NVS_WAIT_FOREVER). */
+uint64_t nvs__room_deadline(uint32_t wait_ms);
+
+/* Wait on @cond (with @lock held) until it is signalled or @deadline
+ * (nvs__now_ns() clock; 0 = none) passes. */
+void nvs__room_wait(pthread_cond_t *cond, pthread_mutex_t *lock,
+		    uint64_t deadline);
+
+#endif
