@@ -205,6 +205,7 @@ static const char *const cannot_fail[] = {
 	"nvs_aio_get_intra_op_parallelism",
 	"nvs_aio_get_alignment",
 	"nvs_backend_name",
+	"nvs_backend_reason_name",
 	"nvs_aio_backend_name",
 	"nvs_aio_is_pinned",
 	"nvs_pinned_free",
