@@ -82,9 +82,25 @@ static void remove_files(void);
 
 /* Every fatal exit (a full disk, a refused --iopoll...) removes the test
  * files, as a successful run does. */
+/* What one_run() holds while it runs, for on_fatal(): a fatal exit
+ * destroys the handle (its I/O drained) and frees the memory. */
+static struct {
+	struct nvs_aio *h;
+	unsigned char *mem;
+	bool pinned;
+	double *lat;
+} live;
+
 static void on_fatal(void)
 {
 	end_progress_line();
+	nvs_aio_destroy(live.h);
+	if (live.pinned)
+		nvs_pinned_free(live.mem);
+	else
+		free(live.mem);
+	free(live.lat);
+	memset(&live, 0, sizeof(live));
 	if (!keep_files)
 		remove_files();
 }
@@ -540,7 +556,9 @@ static void one_run(const struct args *a, struct run *r)
 	int ret;
 
 	memset(r, 0, sizeof(*r));
-	r->lat = calloc(a->loops, sizeof(*r->lat));
+	r->lat = live.lat = calloc(a->loops, sizeof(*r->lat));
+	if (!r->lat)
+		tool_die(1, "out of memory for %u latencies", a->loops);
 	nvs_aio_opts_init(&o);
 	o.block_size = (uint32_t)a->block_size;
 	o.queue_depth = a->queue_depth;
@@ -556,6 +574,8 @@ static void one_run(const struct args *a, struct run *r)
 	ret = nvs_aio_create(&o, &h);
 	if (ret < 0)
 		tool_die(ret == -EINVAL ? 2 : 1, "%s", nvs_last_error());
+	live.h = h;
+	live.pinned = a->pinned;
 	if (a->pinned) {
 		mem = nvs_aio_new_cpu_locked_buffer(h,
 						    a->io_size + a->misalign);
@@ -568,6 +588,7 @@ static void one_run(const struct args *a, struct run *r)
 			tool_die(1, "out of memory for a %zu-byte buffer",
 				 a->io_size);
 	}
+	live.mem = mem;
 	buf = mem + a->misalign;
 	/* E2E counts this set-up once: the handle and the buffer. The read
 	 * file's preparation is in neither figure. */
@@ -627,13 +648,16 @@ static void one_run(const struct args *a, struct run *r)
 					r->validated = -1;
 		}
 	}
+	live.h = NULL;
 	ret = nvs_aio_destroy(h);
 	if (ret < 0)
 		tool_die(1, "%s", nvs_last_error());
+	live.mem = NULL;
 	if (a->pinned)
 		nvs_pinned_free(mem);
 	else
 		free(mem);
+	live.lat = NULL; /* the caller's now */
 }
 
 /* ---------------------------------------------------------------- fio */
