@@ -244,25 +244,9 @@ uint64_t nvs__files_closes(const struct nvs_files *c)
 	return atomic_load_explicit(&c->closes, memory_order_relaxed);
 }
 
-unsigned nvs__files_close_idle(struct nvs_files *c)
-{
-	unsigned n = 0;
-
-	if (!c)
-		return 0;
-	pthread_mutex_lock(&c->lock);
-	for (unsigned i = 0; i < c->cap; i++) {
-		struct entry *e = &c->e[i];
-		if (e->hash && e->refs == 0) {
-			entry_close(c, e);
-			n++;
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
-	return n;
-}
-
-unsigned nvs__files_prune(struct nvs_files *c)
+/* Close the idle entries, or only those whose file is deleted (its link
+ * count is 0): their descriptors are all that keeps its blocks. */
+static unsigned close_idle(struct nvs_files *c, bool deleted_only)
 {
 	struct stat st;
 	unsigned n = 0;
@@ -272,14 +256,26 @@ unsigned nvs__files_prune(struct nvs_files *c)
 	pthread_mutex_lock(&c->lock);
 	for (unsigned i = 0; i < c->cap; i++) {
 		struct entry *e = &c->e[i];
-		if (e->hash && e->refs == 0 && fstat(e->f.fd, &st) == 0 &&
-		    st.st_nlink == 0) {
-			entry_close(c, e);
-			n++;
-		}
+		if (!e->hash || e->refs != 0)
+			continue;
+		if (deleted_only &&
+		    (fstat(e->f.fd, &st) != 0 || st.st_nlink != 0))
+			continue;
+		entry_close(c, e);
+		n++;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return n;
+}
+
+unsigned nvs__files_close_idle(struct nvs_files *c)
+{
+	return close_idle(c, false);
+}
+
+unsigned nvs__files_prune(struct nvs_files *c)
+{
+	return close_idle(c, true);
 }
 
 int nvs__files_open(struct nvs_files *c, const char *path, int flags,

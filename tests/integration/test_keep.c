@@ -46,6 +46,20 @@ static struct nvs_swapper *make(void)
 	return s;
 }
 
+/* Every tensor reads back as @ref; frees @ref's copies. */
+static void read_back_and_free(struct nvs_swapper *s, unsigned char **ref)
+{
+	for (int i = 0; i < NT; i++) {
+		void *p;
+
+		cr_assert_eq(nvs_swapper_acquire(s, (uint64_t)i, &p), 0, "%s",
+			     nvs_last_error());
+		cr_assert(!memcmp(p, ref[i], BUF), "tensor %d differs", i);
+		cr_assert_eq(nvs_swapper_release(s, (uint64_t)i, false), 0);
+		free(ref[i]);
+	}
+}
+
 static atomic_ulong delivered;
 static atomic_bool stop;
 
@@ -121,15 +135,7 @@ Test(keep, signals_without_sa_restart_during_swapping_cost_no_error_or_byte,
 	atomic_store(&stop, true);
 	pthread_join(t, NULL);
 	cr_assert_eq(nvs_swapper_wait_all(s), 0, "%s", nvs_last_error());
-	for (int i = 0; i < NT; i++) {
-		void *p;
-
-		cr_assert_eq(nvs_swapper_acquire(s, (uint64_t)i, &p), 0, "%s",
-			     nvs_last_error());
-		cr_assert(!memcmp(p, ref[i], BUF), "tensor %d differs", i);
-		cr_assert_eq(nvs_swapper_release(s, (uint64_t)i, false), 0);
-		free(ref[i]);
-	}
+	read_back_and_free(s, ref);
 	cr_assert_geq(atomic_load(&delivered), 30000,
 		      "only %lu signals landed in 60 s",
 		      (unsigned long)atomic_load(&delivered));
@@ -172,14 +178,6 @@ Test(keep, fork_with_write_backs_in_flight_leaves_the_parent_correct)
 		cr_assert_eq(nvs_swapper_wait_all(s), 0, "%s",
 			     nvs_last_error());
 	}
-	for (int i = 0; i < NT; i++) {
-		void *p;
-
-		cr_assert_eq(nvs_swapper_acquire(s, (uint64_t)i, &p), 0, "%s",
-			     nvs_last_error());
-		cr_assert(!memcmp(p, ref[i], BUF), "tensor %d differs", i);
-		cr_assert_eq(nvs_swapper_release(s, (uint64_t)i, false), 0);
-		free(ref[i]);
-	}
+	read_back_and_free(s, ref);
 	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
 }
