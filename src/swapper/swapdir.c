@@ -115,6 +115,25 @@ static struct {
 	unsigned n;
 } made = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* made.lock across fork(): held around it, so a child never inherits it
+ * locked by a thread that does not exist there. */
+static void made_lock(void)
+{
+	pthread_mutex_lock(&made.lock);
+}
+
+static void made_unlock(void)
+{
+	pthread_mutex_unlock(&made.lock);
+}
+
+static pthread_once_t made_once = PTHREAD_ONCE_INIT;
+
+static void made_atfork(void)
+{
+	pthread_atfork(made_lock, made_unlock, made_unlock);
+}
+
 static int made_find(dev_t dev, ino_t ino)
 {
 	for (unsigned i = 0; i < made.n; i++)
@@ -127,6 +146,7 @@ static void note_top(struct nvs_swapdir *d, int top, bool created)
 {
 	struct stat st;
 
+	pthread_once(&made_once, made_atfork);
 	if (fstat(top, &st) < 0)
 		return;
 	d->top_dev = st.st_dev;
@@ -178,8 +198,8 @@ static bool good_name(const char *name)
 	return true;
 }
 
-int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
-		      struct nvs_swapdir *d)
+static int open_once(const char *nvme_path, const char *name, int rank,
+		     struct nvs_swapdir *d)
 {
 	char rname[32], pid[32], lvl[sizeof(d->path)];
 	int base, top, ret, n;
@@ -254,8 +274,8 @@ int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 				"swap directory per rank and process)",
 				d->path, holder);
 	}
-	/* Ours now: whatever swap files are here, their owner is gone. */
-	d->stale = remove_swap_files(d->dirfd);
+	/* Ours now: say so first (a process refused meanwhile names us,
+	 * not the dead owner), then clear what the dead owner left. */
 	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
 	if (ftruncate(d->lockfd, 0) < 0 ||
 	    pwrite(d->lockfd, pid, (size_t)n, 0) != n) {
@@ -264,7 +284,25 @@ int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 		return nvs__err(ret, "nvswap: %s/lock: %s", d->path,
 				nvs_strerror(-ret));
 	}
+	d->stale = remove_swap_files(d->dirfd);
 	return 0;
+}
+
+int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
+		      struct nvs_swapdir *d)
+{
+	int ret = 0;
+
+	/* The last swapper of another thread or process that created
+	 * <nvme_path>/nvswap removes it when it is empty: if that happens
+	 * between our opening it and making our directory inside, a step
+	 * meets ENOENT, and the whole walk starts again. */
+	for (int tries = 0; tries < 8; tries++) {
+		ret = open_once(nvme_path, name, rank, d);
+		if (ret != -ENOENT)
+			break;
+	}
+	return ret;
 }
 
 int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags)

@@ -181,3 +181,47 @@ Test(keep, fork_with_write_backs_in_flight_leaves_the_parent_correct)
 	read_back_and_free(s, ref);
 	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
 }
+
+/* Two threads each make and destroy a named swapper in one nvme_path,
+ * over and over: the last one out removes <nvme_path>/nvswap while the
+ * other may be walking into it. Every create must still succeed. */
+static void *churn(void *arg)
+{
+	const char *name = arg;
+	uintptr_t failures = 0;
+
+	for (int i = 0; i < 300; i++) {
+		struct nvs_swapper_opts o;
+		struct nvs_swapper *s = NULL;
+
+		nvs_swapper_opts_init(&o);
+		o.npaths = 1;
+		o.nvme_paths[0] = tu_dir();
+		o.name = name;
+		o.buffer_size = 4096;
+		o.buffer_count = 1;
+		if (nvs_swapper_create(&o, &s) < 0) {
+			cr_log_error("%s: %s", name, nvs_last_error());
+			failures++;
+			continue;
+		}
+		if (nvs_swapper_destroy(s) < 0)
+			failures++;
+	}
+	return (void *)failures;
+}
+
+Test(keep, swappers_made_and_destroyed_on_two_threads_share_the_nvswap_dir)
+{
+	pthread_t a, b;
+	void *fa, *fb;
+
+	(void)tu_dir();
+	cr_assert_eq(pthread_create(&a, NULL, churn, "a"), 0);
+	cr_assert_eq(pthread_create(&b, NULL, churn, "b"), 0);
+	pthread_join(a, &fa);
+	pthread_join(b, &fb);
+	cr_assert_eq((uintptr_t)fa + (uintptr_t)fb, 0,
+		     "%lu creates or destroys failed",
+		     (unsigned long)((uintptr_t)fa + (uintptr_t)fb));
+}

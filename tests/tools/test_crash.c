@@ -203,19 +203,34 @@ Test(crash, killed_at_random_moments_the_next_run_starts_clean, .timeout = 300)
 		    stale, runs);
 }
 
+/* Whether the file at @path holds exactly @text. */
+static bool holds(const char *path, const char *text)
+{
+	char buf[64] = "";
+	FILE *f = fopen(path, "r");
+	size_t n = 0;
+
+	if (f) {
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+	}
+	buf[n] = 0;
+	return !strcmp(buf, text);
+}
+
 Test(crash, a_second_run_in_a_live_swap_set_is_refused_naming_the_holder,
      .timeout = 120)
 {
 	pid_t holder = start("holder", 60000);
 	char lock[4096], want[64], *err;
-	struct stat st;
 	int status;
 
-	/* The holder has its swap directories once a lock file exists. */
+	/* The holder owns its swap directory once its pid is in the lock. */
 	snprintf(lock, sizeof(lock), "%s/nvswap/param/rank0/lock", swap_dir());
-	for (int i = 0; i < 3000 && stat(lock, &st) < 0; i++)
+	snprintf(want, sizeof(want), "%ld\n", (long)holder);
+	for (int i = 0; i < 3000 && !holds(lock, want); i++)
 		usleep(10000);
-	cr_assert_eq(stat(lock, &st), 0, "%s never appeared", lock);
+	cr_assert(holds(lock, want), "%s never named %ld", lock, (long)holder);
 	status = finish(start("second", 1));
 	err = output("second", "err");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0,
