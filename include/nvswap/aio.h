@@ -233,7 +233,9 @@ NVS_API int nvs_aio_create(const struct nvs_aio_opts *opts,
  * Ops still in flight complete first; nothing is abandoned, nothing aborts.
  * Return: 0, or the -errno of the first failed op that no wait collected
  * (so a failed write-behind is never silent). The handle is freed either
- * way. No other thread may use @h during or after this call.
+ * way, except in a child forked after it was made: there -ECHILD and
+ * nothing is freed (see nvs_aio_create()). No other thread may use @h
+ * during or after this call.
  */
 NVS_API int nvs_aio_destroy(struct nvs_aio *h);
 

@@ -211,7 +211,9 @@ NVS_API int nvs_swapper_create(const struct nvs_swapper_opts *opts,
  *
  * Pointers from nvs_swapper_acquire() are invalid afterwards, released or
  * not. Dirty resident tensors are not written (the files are scratch).
- * Return: 0, or the -errno of an I/O failure no call reported yet.
+ * Return: 0, or the -errno of an I/O failure no call reported yet;
+ * -ECHILD in a child forked after the swapper was made (nothing is freed
+ * or removed: see nvs_swapper_create()).
  * No other thread may use @s during or after this call.
  */
 NVS_API int nvs_swapper_destroy(struct nvs_swapper *s);

@@ -192,8 +192,9 @@ static const struct row rows[] = {
 
 /*
  * Public functions that cannot fail, or fail only on an I/O error no
- * argument can provoke (destroy reports a failed write-back): void, bool,
- * getters, string lookups.
+ * argument can provoke (destroy reports a failed write-back) or in a
+ * forked child (-ECHILD, test_hostile.c): void, bool, getters, string
+ * lookups.
  */
 static const char *const cannot_fail[] = {
 	"nvs_aio_opts_init",
