@@ -207,10 +207,11 @@ NVS_API void nvs_aio_opts_init(struct nvs_aio_opts *opts);
  *                NVS_AIO_MAX_PARALLELISM; an unknown enum; a bad
  *                NVSWAP_BACKEND value when the backend is AUTO), or
  *                @out is NULL;
- *   -EOPNOTSUPP  the backend asked for is not available here (the
- *                message says why: kernel.io_uring_disabled, a seccomp
- *                filter, ENOSYS...); AUTO never fails this way, it falls
- *                through io_uring -> libaio -> psync;
+ *   -EOPNOTSUPP  the backend asked for (in @opts, or by NVSWAP_BACKEND
+ *                for AUTO) is not available here (the message says why:
+ *                kernel.io_uring_disabled, a seccomp filter, ENOSYS...);
+ *                AUTO without NVSWAP_BACKEND never fails this way, it
+ *                falls through io_uring -> libaio -> psync;
  *   -ENOMEM      out of memory; -EAGAIN  threads or kernel AIO contexts
  *                could not be created.
  * Threading: any thread. The handle belongs to the process that made it:
