@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nvswap/swapper.h"
 #include "testutil.h"
@@ -173,6 +174,7 @@ Test(swapper, default_opts_never_hang_without_auto_evict_it_times_out)
 	struct timespec t0;
 	void *p = &p;
 
+	alarm(30); /* a wait that ignores wait_ms fails, not hangs */
 	for (unsigned i = 0; i < 3; i++)
 		cr_assert_eq(nvs_swapper_register(s, i, 100, NULL), 0);
 	cr_assert_eq(nvs_swapper_acquire(s, 0, &p), 0);
@@ -181,6 +183,8 @@ Test(swapper, default_opts_never_hang_without_auto_evict_it_times_out)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), -ETIMEDOUT);
 	cr_assert_geq(ms_since(&t0), 45.0);
+	cr_assert_lt(ms_since(&t0), 10000.0, "wait_ms 50 took %.0f ms",
+		     ms_since(&t0));
 	cr_assert_null(p);
 	cr_assert(strstr(nvs_last_error(),
 			 "nvs_swapper_acquire: no free pool buffer for tensor "
