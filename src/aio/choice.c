@@ -3,7 +3,8 @@
  * The backend a handle tries (see choice.h). An explicit choice in the
  * options is the caller's decision and an environment variable set for a
  * whole test run or job must not silently replace it; NVSWAP_BACKEND only
- * steers the probe of a caller who left the choice to nvswap.
+ * steers the probe of a caller who left the choice to nvswap. The names of
+ * backends and of reasons live here too.
  */
 #include "aio/choice.h"
 #include "internal/errors.h"
@@ -36,6 +37,20 @@ int nvs__backend_choose(enum nvs_backend *b, enum nvs_backend_reason *why)
 				v);
 	*why = NVS_BACKEND_BY_ENV;
 	return 0;
+}
+
+const char *nvs_backend_name(enum nvs_backend b)
+{
+	switch (b) {
+	case NVS_BACKEND_IO_URING:
+		return "io_uring";
+	case NVS_BACKEND_LIBAIO:
+		return "libaio";
+	case NVS_BACKEND_PSYNC:
+		return "psync";
+	default:
+		return "auto";
+	}
 }
 
 const char *nvs_backend_reason_name(enum nvs_backend_reason why)

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The handle's read-only side: the option getters, the backend name and
+ * nvs_aio_get_stats, gathered from the handle's counters and from every
+ * worker's engine.
+ */
+#include "aio/stats.h"
+#include "aio/align.h"
+#include "aio/handle_types.h"
+#include "internal/errors.h"
+#include "internal/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+uint32_t nvs_aio_get_block_size(const struct nvs_aio *h)
+{
+	return h ? h->opts.block_size : 0;
+}
+
+uint32_t nvs_aio_get_queue_depth(const struct nvs_aio *h)
+{
+	return h ? h->opts.queue_depth : 0;
+}
+
+bool nvs_aio_get_single_submit(const struct nvs_aio *h)
+{
+	return h ? h->opts.single_submit : 0;
+}
+
+bool nvs_aio_get_overlap_events(const struct nvs_aio *h)
+{
+	return h ? h->opts.overlap_events : 0;
+}
+
+uint32_t nvs_aio_get_intra_op_parallelism(const struct nvs_aio *h)
+{
+	return h ? h->opts.intra_op_parallelism : 0;
+}
+
+uint32_t nvs_aio_get_alignment(const struct nvs_aio *h)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (!h)
+		return 0;
+	return (uint32_t)NVS_MAX(page, (long)NVS_DEFAULT_DIO_ALIGN);
+}
+
+const char *nvs_aio_backend_name(const struct nvs_aio *h)
+{
+	return h ? h->backend_name : "";
+}
+
+static uint64_t load(const atomic_uint_fast64_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
+{
+	if (!h || !st)
+		return nvs__err(-EINVAL, "nvs_aio_get_stats: NULL argument");
+	memset(st, 0, sizeof(*st));
+	st->ops_completed = load(&h->c.ops_completed);
+	st->ops_failed = load(&h->c.ops_failed);
+	st->bytes_read = load(&h->c.bytes_read);
+	st->bytes_written = load(&h->c.bytes_written);
+	st->requests = load(&h->c.requests);
+	st->bounced_requests = load(&h->c.bounced);
+	st->edge_bytes = load(&h->c.edge_bytes);
+	st->retries = load(&h->c.retries);
+	st->direct_fallbacks = load(&h->c.fallbacks);
+	st->files_opened = load(&h->c.opened);
+	st->files_reused = load(&h->c.reused);
+	st->bounce_locked = true;
+	st->backend = h->backend;
+	st->backend_reason = h->backend_reason;
+	snprintf(st->backend_notes, sizeof(st->backend_notes), "%s",
+		 h->backend_notes);
+	for (unsigned i = 0; i < h->nworkers; i++) {
+		const struct nvs_worker *w = &h->workers[i];
+		struct nvs_engine_stats es;
+
+		st->bounce_bytes_total += (uint64_t)w->nslots * w->slot_size;
+		st->bounce_locked = st->bounce_locked && w->bounce_locked;
+		nvs__engine_stats(w->eng, &es);
+		st->uring_setup_flags = es.setup_flags;
+		st->fixed_buffer_requests += es.fixed_bufs;
+		st->fixed_file_requests += es.fixed_files;
+		st->registered_bytes += es.registered;
+		if (!st->register_error)
+			st->register_error = es.register_error;
+	}
+	return 0;
+}
