@@ -354,7 +354,10 @@ NVS_API int nvs_aio_pread(struct nvs_aio *h, void *buf, size_t nbytes,
  * Every open, and a preallocation that finds the disk full, first closes
  * idle ones whose file was deleted, so deleting a file frees its blocks
  * (after such a close a full disk is reported by the write, from the
- * wait, rather than at submit).
+ * wait, rather than at submit). A write that still meets -ENOSPC (one
+ * through the page cache to a cached file, which neither opens nor
+ * preallocates) closes them too, and its sentence then says "a retry may
+ * find space": the retry does.
  */
 NVS_API int nvs_aio_pwrite(struct nvs_aio *h, const void *buf, size_t nbytes,
 			   const char *path, int64_t file_offset, bool async);

@@ -158,21 +158,39 @@ static void req_release(struct nvs_worker *w, struct nvs_req *r)
 	w->free_reqs = r;
 }
 
+/* A full disk may be held full by our own descriptors of files deleted
+ * since: close them, so that a retry (the caller's: this write has
+ * failed) finds their space. Says so in the sentence's @cause. */
+static void prune_if_full(struct nvs_worker *w, int err, char *cause,
+			  size_t size)
+{
+	size_t n = strlen(cause);
+
+	if ((err == -ENOSPC || err == -EDQUOT) && nvs__files_prune(w->h->files))
+		snprintf(cause + n, size - n,
+			 " (descriptors of deleted files closed: a retry "
+			 "may find space)");
+}
+
 static void req_complete(struct nvs_worker *w, struct nvs_req *r)
 {
 	struct nvs_slice *s = r->s;
 	int64_t res = r->io.res;
+	char cause[192];
 
 	s->outstanding--;
 	if (res < 0) {
-		slice_fail(w, s, (int)res, r->io.off, r->io.len,
-			   nvs_strerror((int)res));
+		snprintf(cause, sizeof(cause), "%s", nvs_strerror((int)res));
+		if (s->op->write)
+			prune_if_full(w, (int)res, cause, sizeof(cause));
+		slice_fail(w, s, (int)res, r->io.off, r->io.len, cause);
 	} else if ((size_t)res < r->io.len) {
-		char cause[128];
 		snprintf(cause, sizeof(cause),
 			 "short %s: %" PRId64 " of %zu bytes%s",
 			 nvs__aio_opname(s->op->write), res, r->io.len,
 			 s->op->write ? "" : " (file truncated meanwhile?)");
+		if (s->op->write)
+			prune_if_full(w, -ENOSPC, cause, sizeof(cause));
 		slice_fail(w, s, s->op->write ? -ENOSPC : -EIO, r->io.off,
 			   r->io.len, cause);
 	} else if (r->slot >= 0 && !s->op->write) {

@@ -292,6 +292,47 @@ Test(hostile, finding7_deleting_a_file_written_through_a_handle_frees_its_space)
 	umount2(mnt, MNT_DETACH);
 }
 
+/* The same through the page cache (no O_DIRECT, no preallocation): a
+ * cached file grows into space a deleted, cached file still holds. The
+ * write fails, closes the deleted file's descriptor, and says a retry may
+ * find space; the retry does. */
+Test(hostile, finding7_buffered_a_full_disk_closes_deleted_files_for_the_retry)
+{
+	const char *mnt = small_tmpfs("4m");
+	static char buf[3 << 20], back[3 << 20];
+	char a[4200], b[4200];
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+	int ret;
+
+	if (!mnt)
+		cr_skip_test("cannot mount a private tmpfs here (%s): needs "
+			     "root and mount namespaces",
+			     strerror(errno));
+	snprintf(a, sizeof(a), "%s/a", mnt);
+	snprintf(b, sizeof(b), "%s/b", mnt);
+	tu_fill(buf, sizeof(buf), 9);
+	nvs_aio_opts_init(&o);
+	o.direct = NVS_DIRECT_NEVER;
+	cr_assert_eq(nvs_aio_create(&o, &h), 0);
+	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, 4096, b, 0), 1); /* cached */
+	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, sizeof(buf), a, 0), 1, "%s",
+		     nvs_last_error());
+	cr_assert_eq(unlink(a), 0);
+	ret = nvs_aio_sync_pwrite(h, buf, sizeof(buf), b, 0);
+	if (ret != 1) {
+		cr_assert_eq(ret, -ENOSPC, "%s", nvs_last_error());
+		cr_assert(strstr(nvs_last_error(), "a retry may find space"),
+			  "%s", nvs_last_error());
+		ret = nvs_aio_sync_pwrite(h, buf, sizeof(buf), b, 0);
+	}
+	cr_assert_eq(ret, 1, "the retry: %s", nvs_last_error());
+	cr_assert_eq(nvs_aio_sync_pread(h, back, sizeof(back), b, 0), 1);
+	cr_assert(!memcmp(buf, back, sizeof(buf)));
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	umount2(mnt, MNT_DETACH);
+}
+
 /* ---------------------------------------------------- 8: leftovers */
 
 Test(hostile, finding8_swapper_destroy_leaves_no_empty_nvswap_directory)
