@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the swapper says and does when its pool has no free buffer and it
- * cannot make one itself: the pool's census in a sentence (-EDEADLK,
- * -ETIMEDOUT) and the bounded wait for another thread to give one back.
+ * The swapper's pool buffers: taking one and giving it back, dropping a
+ * clean tensor, and what the swapper does when the pool has none free
+ * (collect a write-back, evict automatically, or wait for another thread,
+ * bounded, saying with the pool's census why it gives up: -EDEADLK,
+ * -ETIMEDOUT).
  */
 #ifndef NVS_SWAPPER_ROOM_H
 #define NVS_SWAPPER_ROOM_H
 
 #include <pthread.h>
 #include <stdint.h>
+
+struct nvs_swapper;
+struct tensor;
 
 /* Where a swapper's pool buffers are, for the sentence. */
 struct nvs__census {
@@ -40,5 +45,21 @@ uint64_t nvs__room_deadline(uint32_t wait_ms);
  * (nvs__now_ns() clock; 0 = none) passes. */
 void nvs__room_wait(pthread_cond_t *cond, pthread_mutex_t *lock,
 		    uint64_t deadline);
+
+/* A free pool buffer (counted in use), or NULL when there is none. Lock
+ * held. */
+void *nvs__buffer_get(struct nvs_swapper *s);
+
+/* Give @t's buffer back to the pool and wake the waiters. Lock held. */
+void nvs__buffer_put(struct nvs_swapper *s, struct tensor *t);
+
+/* Evict clean, unpinned, resident @t: no I/O. Lock held. */
+void nvs__drop(struct nvs_swapper *s, struct tensor *t);
+
+/* The pool is empty: do one thing that may give a buffer back, or wait
+ * for another thread to. Lock held (dropped meanwhile). 0 to try again,
+ * -EDEADLK, -ETIMEDOUT, or a write-back that could not start. */
+int nvs__make_room(struct nvs_swapper *s, uint64_t deadline, const char *call,
+		   uint64_t id);
 
 #endif

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A tensor's I/O (see io.h): submitting its extents, collecting their
+ * tickets, the checksum check of a read, and finishing the transition
+ * READING -> RESIDENT / ON_NVME or WRITING -> ON_NVME / RESIDENT.
+ */
+#include "swapper/io.h"
+#include "internal/alloc.h"
+#include "internal/errors.h"
+#include "internal/util.h"
+#include "swapper/crc32c.h"
+#include "swapper/paths.h"
+#include "swapper/registry.h"
+#include "swapper/room.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+int nvs__submit_extents(struct nvs_swapper *s, struct tensor *t,
+			enum nvs_aio_opcode op, void *base, bool padded,
+			size_t *n)
+{
+	int ret = 0;
+
+	*n = 0;
+	for (size_t i = 0; i < t->nexts; i++) {
+		const struct nvs_extent *e = &t->ext[i];
+		struct nvs_aio_io io = {
+			.opcode = op,
+			.buf = (char *)base + e->tensor_off,
+			.nbytes = padded ? nvs__io_len(s, e) : e->len,
+			.fd = s->path[e->path].fd,
+			.offset = (int64_t)e->off,
+		};
+		ret = nvs_aio_submit(s->aio, &io, &t->tickets[i]);
+		if (ret < 0) {
+			ret = nvs__swapfile_refused(
+				io.fd, s->path[e->path].file, t->id,
+				op == NVS_AIO_WRITE, e->off, io.nbytes, ret);
+			break;
+		}
+		(*n)++;
+	}
+	s->st.io_ops += *n;
+	return ret;
+}
+
+/* Say which extent of @t failed and how; returns @err. */
+static int io_failed(const struct nvs_swapper *s, const struct tensor *t,
+		     size_t i, int err, bool write)
+{
+	const struct nvs_extent *e = &t->ext[i];
+
+	return nvs__err(err,
+			"nvswap: tensor %" PRIu64 ": %s %" PRIu64
+			" bytes %s %s at offset %" PRIu64 " failed: %s",
+			t->id, write ? "writing" : "reading", e->len,
+			write ? "to" : "from", s->path[e->path].file, e->off,
+			nvs_strerror(-err));
+}
+
+int nvs__wait_tickets(struct nvs_swapper *s, struct tensor *t, size_t from,
+		      size_t to, bool write)
+{
+	char msg[NVS_ERRMSG_MAX];
+	int err = 0;
+
+	for (size_t i = from; i < to; i++) {
+		int r = nvs_aio_wait_op(s->aio, t->tickets[i]);
+		if (r < 0 && !err) {
+			err = io_failed(s, t, i, r, write);
+			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+		}
+	}
+	if (err)
+		nvs__err_set(err, msg);
+	return err;
+}
+
+int nvs__drain_failed_submit(struct nvs_swapper *s, struct tensor *t, size_t n,
+			     bool write, int ret)
+{
+	char msg[NVS_ERRMSG_MAX];
+
+	snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+	pthread_mutex_unlock(&s->lock);
+	nvs__wait_tickets(s, t, 0, n, write);
+	pthread_mutex_lock(&s->lock);
+	return nvs__err_set(ret, msg);
+}
+
+void nvs__count_path_bytes(struct nvs_swapper *s, const struct tensor *t,
+			   bool write)
+{
+	for (size_t i = 0; i < t->nexts; i++) {
+		uint64_t *c = write ? s->st.path_bytes_written
+				    : s->st.path_bytes_read;
+		c[t->ext[i].path] += t->ext[i].len;
+	}
+}
+
+/* The in-flight read or write of @t ended with @err (its sentence in this
+ * thread's last error). Lock held. */
+static void finish(struct nvs_swapper *s, struct tensor *t, int err)
+{
+	if (!err && t->io_err)
+		err = nvs__err_set(t->io_err, t->io_msg ? t->io_msg
+							: "nvswap: I/O failed");
+	t->io_err = 0;
+	nvs__free(t->io_msg);
+	t->io_msg = NULL;
+	nvs__tlist_remove(t);
+	t->next_ticket = t->ntickets = 0;
+	if (t->state == NVS_TENSOR_READING) {
+		if (err) {
+			nvs__buffer_put(s, t);
+			t->state = NVS_TENSOR_ON_NVME;
+			s->st.io_errors++;
+			if (err == -EBADMSG)
+				s->st.checksum_errors++;
+			nvs__keep_error(t, err, nvs_last_error());
+		} else {
+			t->state = NVS_TENSOR_RESIDENT;
+			t->dirty = false;
+			if (t->on_disk) {
+				s->st.reads++;
+				s->st.bytes_read += t->nbytes;
+				nvs__count_path_bytes(s, t, false);
+			}
+			nvs__tlist_push(&s->lru, t);
+		}
+	} else {
+		if (err) {
+			/* Nothing is lost: the data stays, still dirty. */
+			t->state = NVS_TENSOR_RESIDENT;
+			s->st.io_errors++;
+			nvs__keep_error(t, err, nvs_last_error());
+			nvs__tlist_push(&s->lru, t);
+		} else {
+			t->dirty = false;
+			t->on_disk = true;
+			t->crc = t->wcrc;
+			s->st.writes++;
+			s->st.bytes_written += t->nbytes;
+			nvs__count_path_bytes(s, t, true);
+			if (t->revive) {
+				t->state = NVS_TENSOR_RESIDENT;
+				s->st.revived++;
+				nvs__tlist_push(&s->lru, t);
+			} else {
+				t->state = NVS_TENSOR_ON_NVME;
+				nvs__buffer_put(s, t);
+			}
+		}
+		t->revive = false;
+	}
+	pthread_cond_broadcast(&s->cond);
+}
+
+void nvs__collect(struct nvs_swapper *s, struct tensor *t)
+{
+	bool reading = t->state == NVS_TENSOR_READING;
+	int err;
+
+	t->busy = true;
+	pthread_mutex_unlock(&s->lock);
+	err = nvs__wait_tickets(s, t, t->next_ticket, t->ntickets, !reading);
+	if (!err && reading && !t->on_disk) {
+		memset(t->buf, 0, t->nbytes);
+	} else if (!err && reading && s->checksum) {
+		uint32_t crc = nvs__crc32c(0, t->buf, t->nbytes);
+		if (crc != t->crc)
+			err = nvs__err(-EBADMSG,
+				       "nvswap: tensor %" PRIu64
+				       ": checksum mismatch reading %s at "
+				       "offset %" PRIu64
+				       " (crc32c %08x, written %08x); the "
+				       "data was not handed out",
+				       t->id, s->path[t->ext[0].path].file,
+				       t->ext[0].off, crc, t->crc);
+	}
+	pthread_mutex_lock(&s->lock);
+	t->busy = false;
+	finish(s, t, err);
+}
+
+bool nvs__reap_writes(struct nvs_swapper *s)
+{
+	unsigned before = s->in_use;
+	struct tensor *t, *next;
+
+	for (t = s->flight.head; t; t = next) {
+		next = t->next;
+		if (t->busy || t->state != NVS_TENSOR_WRITING)
+			continue;
+		while (t->next_ticket < t->ntickets) {
+			int r = nvs_aio_poll_op(s->aio,
+						t->tickets[t->next_ticket]);
+			if (r == -EINPROGRESS)
+				break;
+			if (r < 0 && !t->io_err) {
+				/* The ticket is gone: keep its failure
+				 * until the tensor's last one is in. */
+				io_failed(s, t, t->next_ticket, r, true);
+				t->io_err = r;
+				nvs__keep_msg(&t->io_msg, nvs_last_error());
+			}
+			t->next_ticket++;
+		}
+		if (t->next_ticket == t->ntickets)
+			finish(s, t, 0);
+	}
+	return s->in_use < before;
+}
+
+int nvs__start_write(struct nvs_swapper *s, struct tensor *t)
+{
+	uint64_t padded = nvs__round_up(t->nbytes, s->align);
+	size_t n;
+	int ret;
+
+	nvs__tlist_remove(t);
+	t->state = NVS_TENSOR_WRITING;
+	nvs__tlist_push(&s->flight, t);
+	t->busy = true;
+	pthread_mutex_unlock(&s->lock);
+	/* The padding goes to disk too: make it zeros, not another
+	 * tensor's leftovers. */
+	memset((char *)t->buf + t->nbytes, 0, padded - t->nbytes);
+	t->wcrc = s->checksum ? nvs__crc32c(0, t->buf, t->nbytes) : 0;
+	pthread_mutex_lock(&s->lock);
+	ret = nvs__submit_extents(s, t, NVS_AIO_WRITE, t->buf, true, &n);
+	t->ntickets = n;
+	if (ret < 0) {
+		ret = nvs__drain_failed_submit(s, t, n, true, ret);
+		nvs__tlist_remove(t);
+		t->ntickets = 0;
+		t->state = NVS_TENSOR_RESIDENT;
+		t->revive = false;
+		nvs__tlist_push(&s->lru, t);
+		s->st.io_errors++;
+	}
+	t->busy = false;
+	pthread_cond_broadcast(&s->cond);
+	return ret;
+}
+
+int nvs__start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
+{
+	size_t n = 0;
+	int ret = 0;
+
+	t->buf = buf;
+	t->state = NVS_TENSOR_READING;
+	nvs__tlist_push(&s->flight, t);
+	if (!t->on_disk) {
+		s->st.zero_fills++;
+		return 0;
+	}
+	ret = nvs__submit_extents(s, t, NVS_AIO_READ, buf, true, &n);
+	t->ntickets = n;
+	if (ret < 0) {
+		t->busy = true;
+		ret = nvs__drain_failed_submit(s, t, n, false, ret);
+		t->busy = false;
+		nvs__tlist_remove(t);
+		t->ntickets = 0;
+		t->state = NVS_TENSOR_ON_NVME;
+		nvs__buffer_put(s, t);
+		s->st.io_errors++;
+	}
+	return ret;
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The swap manager's shared state, for the files that make it up: a
+ * swapper (its lock, paths, spaces, pool, aio handle, registry, lists and
+ * counters) and a tensor (its state, buffer, extents and tickets).
+ */
+#ifndef NVS_SWAPPER_SWAPPER_IMPL_H
+#define NVS_SWAPPER_SWAPPER_IMPL_H
+
+#include "internal/hash.h"
+#include "swapper/space.h"
+#include "swapper/swapdir.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvswap/buffers.h"
+#include "nvswap/swapper.h"
+
+struct tensor;
+
+/* A list of tensors through their prev/next links. */
+struct tlist {
+	struct tensor *head, *tail;
+	unsigned n;
+};
+
+struct tensor {
+	UT_hash_handle hh;
+	uint64_t id;
+	size_t nbytes;
+	enum nvs_tensor_state state;
+	void *buf;	  /* pool buffer: RESIDENT, READING, WRITING */
+	unsigned pins;	  /* acquires not released */
+	pthread_t holder; /* made the first of them; shared: others too */
+	bool shared;
+	bool dirty;   /* RESIDENT data differs from the disk's */
+	bool on_disk; /* written at least once; else reads as zeros */
+	bool revive;  /* WRITING: keep the buffer when the write ends */
+	/* A thread works on this tensor with the lock dropped (collects its
+	 * tickets, checksums, writes its init data); others wait on cond and
+	 * look the tensor up again. */
+	bool busy;
+	struct tlist *on; /* s->lru (RESIDENT, unpinned) or s->flight
+			     (READING, WRITING), or NULL */
+	struct tensor *prev, *next;
+	int err;	    /* a failed read or write nobody reported yet */
+	char *errmsg;	    /* its sentence (NULL when it could not be kept) */
+	uint32_t crc;	    /* CRC32C of what is on disk (checksum mode) */
+	uint32_t wcrc;	    /* of the write in flight */
+	int io_err;	    /* first failure among tickets already collected */
+	char *io_msg;	    /* its sentence */
+	size_t next_ticket; /* tickets collected so far */
+	size_t ntickets;    /* tickets of the I/O in flight */
+	size_t nexts;	    /* extents */
+	struct nvs_extent *ext;
+	uint64_t *tickets; /* one per extent */
+};
+
+struct path {
+	struct nvs_swapdir dir;
+	int fd;
+	bool direct;
+	uint64_t file_size;
+	char file[4200];
+};
+
+struct nvs_swapper {
+	unsigned long born; /* fork generation: see internal/fork.h */
+	/* Protects everything below that is not set at create. I/O waits,
+	 * checksums and zero fills run with it dropped (see tensor.busy). */
+	pthread_mutex_t lock;
+	/* Broadcast when a tensor stops being busy or in flight, is
+	 * released, evicted or removed, and when a buffer goes back. */
+	pthread_cond_t cond;
+	struct nvs_aio *aio;
+	struct nvs_pool *pool;
+	unsigned npaths;
+	struct path path[NVS_SWAPPER_MAX_PATHS];
+	struct nvs_space space[NVS_SWAPPER_MAX_PATHS]; /* one per path */
+	uint64_t align;	  /* file offsets and I/O lengths */
+	uint64_t stripe;  /* stripe unit */
+	size_t max_bytes; /* largest tensor (opts.buffer_size) */
+	size_t buf_size;  /* pool buffer: max_bytes rounded to align */
+	bool auto_evict, checksum;
+	uint32_t wait_ms;
+	struct tensor *table;
+	struct tlist lru;    /* least recently released first */
+	struct tlist flight; /* oldest submission first */
+	unsigned in_use;
+	struct nvs_swap_stats st;
+};
+
+#endif
