@@ -139,8 +139,8 @@ static void census(struct nvs_swapper *s, struct nvs__census *c)
 	HASH_ITER(hh, s->table, t, tmp)
 	if (t->pins && t->buf) {
 		c->held++;
-		c->held_mine +=
-			!t->shared && pthread_equal(t->holder, pthread_self());
+		c->held_mine += t->holder_pins == t->pins &&
+				pthread_equal(t->holder, pthread_self());
 	}
 }
 

@@ -164,6 +164,37 @@ int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id)
 	return ret;
 }
 
+/* Count the acquire just made (pins already counts it) for its thread. */
+static void pin_owner(struct tensor *t)
+{
+	unsigned others = t->pins - 1 - t->holder_pins;
+
+	if (pthread_equal(t->holder, pthread_self())) {
+		t->holder_pins++;
+	} else if (others == 0) {
+		t->other = pthread_self();
+		t->other_multi = false;
+	} else if (!pthread_equal(t->other, pthread_self())) {
+		t->other_multi = true;
+	}
+}
+
+/* Uncount a release (before pins drops). When the holder has none left
+ * and one other thread holds the rest, that thread becomes the holder. */
+static void unpin_owner(struct tensor *t)
+{
+	unsigned others = t->pins - t->holder_pins;
+
+	if (t->holder_pins &&
+	    (!others || pthread_equal(t->holder, pthread_self())))
+		t->holder_pins--;
+	if (t->holder_pins == 0 && others > 0 && !t->other_multi) {
+		unsigned left = t->pins - 1;
+		t->holder = t->other;
+		t->holder_pins = left;
+	}
+}
+
 int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 {
 	uint64_t t0 = nvs__now_ns();
@@ -186,9 +217,9 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 			if (t->pins++ == 0) {
 				nvs__tlist_remove(t);
 				t->holder = pthread_self();
-				t->shared = false;
+				t->holder_pins = 0;
 			}
-			t->shared |= !pthread_equal(t->holder, pthread_self());
+			pin_owner(t);
 			*ptr = t->buf;
 			s->st.acquires++;
 			if (!waited)
@@ -245,6 +276,7 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 				id);
 	}
 	t->dirty |= dirty;
+	unpin_owner(t);
 	if (--t->pins == 0) {
 		nvs__tlist_push(&s->lru, t);
 		pthread_cond_broadcast(&s->cond);

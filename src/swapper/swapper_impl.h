@@ -32,10 +32,14 @@ struct tensor {
 	uint64_t id;
 	size_t nbytes;
 	enum nvs_tensor_state state;
-	void *buf;	  /* pool buffer: RESIDENT, READING, WRITING */
-	unsigned pins;	  /* acquires not released */
-	pthread_t holder; /* made the first of them; shared: others too */
-	bool shared;
+	void *buf;     /* pool buffer: RESIDENT, READING, WRITING */
+	unsigned pins; /* acquires not released */
+	/* Whose acquires they are, for the census's -EDEADLK: holder_pins
+	 * of them by holder, the rest by other (other_multi: by more than
+	 * one other thread). A release counts against its own thread's. */
+	pthread_t holder, other;
+	unsigned holder_pins;
+	bool other_multi;
 	bool dirty;   /* RESIDENT data differs from the disk's */
 	bool on_disk; /* written at least once; else reads as zeros */
 	bool revive;  /* WRITING: keep the buffer when the write ends */

@@ -294,3 +294,88 @@ Test(swapper, buffers_held_by_another_threads_acquires_are_waited_for)
 	pthread_cond_destroy(&h.cond);
 	pthread_mutex_destroy(&h.lock);
 }
+
+/* Another thread's acquire of a tensor this thread holds, once released,
+ * leaves the tensor this thread's again; and when this thread releases
+ * first, the tensor is the other's. Either way the thread that then holds
+ * every buffer gets -EDEADLK at once, even with NVS_WAIT_FOREVER. */
+struct nested {
+	struct nvs_swapper *s;
+	int ret;
+};
+
+static void *nested_acquires(void *arg)
+{
+	struct nested *n = arg;
+	void *p;
+
+	n->ret = nvs_swapper_acquire(n->s, 0, &p);
+	if (n->ret == 0)
+		n->ret = nvs_swapper_release(n->s, 0, false);
+	return NULL;
+}
+
+Test(swapper, edeadlk_after_another_thread_released_its_share_of_a_tensor)
+{
+	struct nvs_swapper *s = mk(2, false, NVS_WAIT_FOREVER);
+	struct nested n = {.s = s};
+	pthread_t b;
+	void *p;
+
+	alarm(30); /* a missed -EDEADLK fails, not hangs */
+	for (unsigned i = 0; i < 3; i++)
+		cr_assert_eq(nvs_swapper_register(s, i, 100, NULL), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 0, &p), 0);
+	cr_assert_eq(pthread_create(&b, NULL, nested_acquires, &n), 0);
+	pthread_join(b, NULL);
+	cr_assert_eq(n.ret, 0, "the other thread: %s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_acquire(s, 1, &p), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), -EDEADLK);
+	cr_assert(strstr(nvs_last_error(), "2 held by acquires (2 by this "
+					   "thread)"),
+		  "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_release(s, 0, false), 0);
+	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+/* Acquires tensor 0 beside the main thread, waits while the main thread
+ * releases its share, then acquires 1 and 2: it holds every buffer. */
+static pthread_barrier_t step;
+
+static void *holds_all(void *arg)
+{
+	struct nested *n = arg;
+	void *p;
+
+	n->ret = nvs_swapper_acquire(n->s, 0, &p);
+	pthread_barrier_wait(&step); /* main releases its share of 0 */
+	pthread_barrier_wait(&step);
+	if (n->ret == 0)
+		n->ret = nvs_swapper_acquire(n->s, 1, &p);
+	if (n->ret == 0)
+		n->ret = nvs_swapper_acquire(n->s, 2, &p);
+	return NULL;
+}
+
+Test(swapper, edeadlk_for_the_thread_left_holding_a_tensor_two_acquired)
+{
+	struct nvs_swapper *s = mk(2, false, NVS_WAIT_FOREVER);
+	struct nested n = {.s = s};
+	pthread_t b;
+	void *p;
+
+	alarm(30);
+	for (unsigned i = 0; i < 3; i++)
+		cr_assert_eq(nvs_swapper_register(s, i, 100, NULL), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 0, &p), 0);
+	pthread_barrier_init(&step, NULL, 2);
+	cr_assert_eq(pthread_create(&b, NULL, holds_all, &n), 0);
+	pthread_barrier_wait(&step);
+	cr_assert_eq(nvs_swapper_release(s, 0, false), 0);
+	pthread_barrier_wait(&step);
+	pthread_join(b, NULL);
+	pthread_barrier_destroy(&step);
+	cr_assert_eq(n.ret, -EDEADLK, "%d: %s", n.ret, nvs_last_error());
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
