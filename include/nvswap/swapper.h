@@ -196,7 +196,8 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  * Threading: any thread. The swapper belongs to the process that made it
  * (its handle's workers exist only there): in a child forked afterwards
  * every call that takes the swapper (register, unregister, prefetch,
- * try_prefetch, acquire, release, evict, wait, wait_all, destroy) fails
+ * try_prefetch, acquire, release, evict, wait, wait_all, stats, info,
+ * destroy) fails
  * at once with -ECHILD and a sentence saying so, instead of blocking
  * forever; destroy then frees and removes nothing, the parent's files
  * stay the parent's. A child makes its own swapper.
@@ -330,11 +331,13 @@ NVS_API int nvs_swapper_wait(struct nvs_swapper *s, uint64_t id);
  */
 NVS_API int nvs_swapper_wait_all(struct nvs_swapper *s);
 
-/** nvs_swapper_stats() - copy the counters. 0, or -EINVAL for NULLs. */
+/** nvs_swapper_stats() - copy the counters. 0, -EINVAL for NULLs, or
+ *  -ECHILD in a forked child (see nvs_swapper_create()). */
 NVS_API int nvs_swapper_stats(const struct nvs_swapper *s,
 			      struct nvs_swap_stats *st);
 
-/** nvs_swapper_info() - tensor @id's state. 0, -ENOENT, -EINVAL. */
+/** nvs_swapper_info() - tensor @id's state. 0, -ENOENT, -EINVAL, or
+ *  -ECHILD in a forked child. */
 NVS_API int nvs_swapper_info(const struct nvs_swapper *s, uint64_t id,
 			     struct nvs_tensor_info *info);
 

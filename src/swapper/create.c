@@ -133,7 +133,13 @@ static int create(const struct nvs_swapper_opts *o,
 	if (!s)
 		return nvs__err(-ENOMEM, "nvs_swapper_create: out of memory");
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->cond, NULL);
+	/* Timed waits for room run on the monotonic clock: a step of the
+	 * wall clock neither lengthens nor cuts them. */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	s->born = nvs__fork_gen();
 	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++) {
 		s->path[i].fd = -1;
@@ -145,7 +151,7 @@ static int create(const struct nvs_swapper_opts *o,
 	s->max_bytes = o->buffer_size;
 	s->auto_evict = o->auto_evict;
 	s->checksum = o->checksum;
-	s->wait_ms = o->wait_ms;
+	s->wait_ms = o->wait_ms ? o->wait_ms : NVS_SWAPPER_WAIT_MS_DEFAULT;
 	for (unsigned i = 0; i < o->npaths; i++) {
 		ret = open_path(s, i, o->nvme_paths[i], o);
 		if (ret < 0)

@@ -62,20 +62,17 @@ void nvs__room_wait(pthread_cond_t *cond, pthread_mutex_t *lock,
 		    uint64_t deadline)
 {
 	struct timespec ts;
-	uint64_t now, wake;
 
 	if (!deadline) {
 		pthread_cond_wait(cond, lock);
 		return;
 	}
-	now = nvs__now_ns();
-	if (now >= deadline)
+	if (nvs__now_ns() >= deadline)
 		return;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	wake = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
-	       (deadline - now);
-	ts.tv_sec = (time_t)(wake / 1000000000ull);
-	ts.tv_nsec = (long)(wake % 1000000000ull);
+	/* @cond waits on CLOCK_MONOTONIC (see create.c), the clock of
+	 * nvs__now_ns() and so of @deadline. */
+	ts.tv_sec = (time_t)(deadline / 1000000000ull);
+	ts.tv_nsec = (long)(deadline % 1000000000ull);
 	pthread_cond_timedwait(cond, lock, &ts);
 }
 

@@ -41,8 +41,8 @@ int nvs__room_err(int err, const char *call, uint64_t id, uint32_t wait_ms,
 /* The deadline of a wait that starts now (0: none, NVS_WAIT_FOREVER). */
 uint64_t nvs__room_deadline(uint32_t wait_ms);
 
-/* Wait on @cond (with @lock held) until it is signalled or @deadline
- * (nvs__now_ns() clock; 0 = none) passes. */
+/* Wait on @cond (with @lock held; a CLOCK_MONOTONIC condition) until it
+ * is signalled or @deadline (nvs__now_ns() clock; 0 = none) passes. */
 void nvs__room_wait(pthread_cond_t *cond, pthread_mutex_t *lock,
 		    uint64_t deadline);
 

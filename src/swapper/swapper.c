@@ -351,6 +351,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 
 	if (!s || !st)
 		return nvs__err(-EINVAL, "nvs_swapper_stats: NULL argument");
+	NVS__PARENT_ONLY(s, "nvs_swapper_stats", "swapper");
 	pthread_mutex_lock(&s->lock);
 	*st = s->st;
 	st->buffer_count = nvs_pool_buffer_count(s->pool);
@@ -375,6 +376,7 @@ int nvs_swapper_info(const struct nvs_swapper *cs, uint64_t id,
 
 	if (!s || !info)
 		return nvs__err(-EINVAL, "nvs_swapper_info: NULL argument");
+	NVS__PARENT_ONLY(s, "nvs_swapper_info", "swapper");
 	pthread_mutex_lock(&s->lock);
 	t = nvs__tensor_find(s, id);
 	if (t) {

@@ -138,8 +138,10 @@ Test(hostile, finding4_config_load_of_a_fifo_fails_at_once)
  * did not (or a signal: alarm, when one blocked). */
 static int child_calls(struct nvs_aio *h, struct nvs_swapper *s, void *buf)
 {
+	struct nvs_swap_stats st;
+	struct nvs_tensor_info ti;
 	void *p;
-	int r[8];
+	int r[10];
 
 	alarm(10);
 	r[0] = nvs_aio_sync_pwrite(h, buf, BUF, tu_path("child.dat"), 0);
@@ -153,9 +155,11 @@ static int child_calls(struct nvs_aio *h, struct nvs_swapper *s, void *buf)
 		return 101;
 	r[4] = nvs_swapper_evict(s, 1);
 	r[5] = nvs_swapper_wait_all(s);
-	r[6] = nvs_swapper_destroy(s);
-	r[7] = nvs_aio_destroy(h);
-	for (int i = 0; i < 8; i++)
+	r[6] = nvs_swapper_stats(s, &st);
+	r[7] = nvs_swapper_info(s, 1, &ti);
+	r[8] = nvs_swapper_destroy(s);
+	r[9] = nvs_aio_destroy(h);
+	for (int i = 0; i < 10; i++)
 		if (r[i] != -ECHILD)
 			return 10 + i;
 	return 0;
