@@ -43,29 +43,51 @@ int tool_cmp_double(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-size_t tool_size_arg(const char *opt, const char *v)
+int tool_parse_size(const char *v, size_t *out)
 {
 	uint64_t n;
 
-	if (nvs_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
-		tool_die(2,
-			 "%s: bad size '%s' (a number with an optional K, M "
-			 "or G suffix, e.g. 512K, 1M, 4G)",
-			 opt, v);
-	return (size_t)n;
+	if (!v || nvs_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
+		return -EINVAL;
+	*out = (size_t)n;
+	return 0;
 }
 
-unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo)
+int tool_parse_uint(const char *v, unsigned lo, unsigned *out)
 {
 	char *end;
 	unsigned long n;
 
+	if (!v)
+		return -EINVAL;
 	errno = 0;
 	n = strtoul(v, &end, 10);
 	if (errno || *end || end == v || n < lo || n > 1u << 20)
+		return -EINVAL;
+	*out = (unsigned)n;
+	return 0;
+}
+
+size_t tool_size_arg(const char *opt, const char *v)
+{
+	size_t n;
+
+	if (tool_parse_size(v, &n) < 0)
+		tool_die(2,
+			 "%s: bad size '%s' (a number with an optional K, M "
+			 "or G suffix, e.g. 512K, 1M, 4G)",
+			 opt, v);
+	return n;
+}
+
+unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo)
+{
+	unsigned n;
+
+	if (tool_parse_uint(v, lo, &n) < 0)
 		tool_die(2, "%s: '%s' is not a whole number from %u", opt, v,
 			 lo);
-	return (unsigned)n;
+	return n;
 }
 
 int tool_backend(const char *v)
