@@ -58,7 +58,9 @@ int tool_parse_uint(const char *v, unsigned lo, unsigned *out)
 	char *end;
 	unsigned long n;
 
-	if (!v)
+	/* strtoul would also take leading space, a sign ("-0", "+5") and
+	 * wrap negatives around: digits only. */
+	if (!v || *v < '0' || *v > '9')
 		return -EINVAL;
 	errno = 0;
 	n = strtoul(v, &end, 10);

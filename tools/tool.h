@@ -36,8 +36,8 @@ double tool_now(void);
  * rather than die so that the fuzz targets (tests/fuzz) can call them. */
 int tool_parse_size(const char *v, size_t *out);
 
-/* A whole number from @lo to 2^20 into @out: 0, or -EINVAL (@out
- * unchanged) for anything else. */
+/* A whole number from @lo to 2^20, in decimal digits only (no sign or
+ * space), into @out: 0, or -EINVAL (@out unchanged) for anything else. */
 int tool_parse_uint(const char *v, unsigned lo, unsigned *out);
 
 /* tool_parse_size(), dying (2) naming @opt on a bad size. */
