@@ -3,14 +3,17 @@
 #               model trained with everything offloaded, checked bit for bit)
 #   make test   set up, build, run every suite: plain, ASan+UBSan, TSan,
 #               plus the format and banned-call checks
+#   make fuzz   libFuzzer on the config loader and the argument parsers,
+#               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 # Everything else is for developers: build, stress, bench, format, clean.
 
 DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev \
 	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
 	libjansson-dev fio clang-format
-# Only the tests need these: nvswap-tune's plot through gnuplot, and
-# xmllint to check that its SVG is well-formed.
-TEST_PACKAGES := gnuplot-nox libxml2-utils
+# Only the tests need these: nvswap-tune's plot through gnuplot, xmllint
+# to check that its SVG is well-formed, clang and its sanitizer runtimes
+# (libFuzzer among them) for the fuzz targets.
+TEST_PACKAGES := gnuplot-nox libxml2-utils clang libclang-rt-dev
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
 	find src include tests examples bench -name '*.[ch]')
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -18,7 +21,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: all deps build demo demo-io test test-plain test-asan test-tsan \
-	check-format check-banned format bench stress clean
+	check-format check-banned format bench stress fuzz test-fuzz clean
 
 all: build
 
@@ -104,8 +107,31 @@ bench: build
 	./build/bench/nvswap-bench-copy
 	./build/bench/nvswap-bench-pinned --dir nvme_swap
 
+# libFuzzer (tests/fuzz) in its own clang tree with ASan+UBSan; gcc's
+# trees never build it. Warnings are not errors there: the rules are
+# gcc's, and clang words some differently. make fuzz: FUZZ_SECONDS per
+# target, new inputs kept in build-fuzz/corpus/; make test-fuzz: replay
+# the tree's corpus, then 10 s per target (30 s in all), fails on a crash.
+FUZZ_SECONDS ?= 600
+
+build-fuzz/build.ninja:
+	@scripts/deps.sh $(DEBIAN_PACKAGES) $(TEST_PACKAGES)
+	CC=clang meson setup build-fuzz -Dfuzz=true -Dtests=false \
+		-Dexamples=false -Dwerror=false -Db_sanitize=address,undefined \
+		-Db_lundef=false
+
+fuzz: build-fuzz/build.ninja
+	ninja -C build-fuzz tests/fuzz/fuzz_config tests/fuzz/fuzz_size \
+		tests/fuzz/fuzz_cli
+	scripts/fuzz.sh run $(FUZZ_SECONDS)
+
+test-fuzz: build-fuzz/build.ninja
+	ninja -C build-fuzz tests/fuzz/fuzz_config tests/fuzz/fuzz_size \
+		tests/fuzz/fuzz_cli
+	scripts/fuzz.sh test 10
+
 format:
 	clang-format -i $(SOURCES)
 
 clean:
-	rm -rf build build-asan build-tsan nvme_swap
+	rm -rf build build-asan build-tsan build-fuzz nvme_swap

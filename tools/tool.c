@@ -43,36 +43,62 @@ int tool_cmp_double(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-size_t tool_size_arg(const char *opt, const char *v)
+int tool_parse_size(const char *v, size_t *out)
 {
 	uint64_t n;
 
-	if (nvs_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
+	if (!v || nvs_parse_size(v, &n) < 0 || n == 0 || n > SIZE_MAX)
+		return -EINVAL;
+	*out = (size_t)n;
+	return 0;
+}
+
+int tool_parse_uint(const char *v, unsigned lo, unsigned *out)
+{
+	const unsigned hi = TOOL_UINT_MAX;
+	const char *d = v ? v + (*v == '-') : NULL;
+	char *end;
+	unsigned long n;
+
+	/* Digits only: strtoul would also take leading space and "+5", and
+	 * wrap "-1" around. A minus sign before digits names a number out
+	 * of range, not "not a number". */
+	if (!v || *d < '0' || *d > '9' || d[strspn(d, "0123456789")])
+		return -EINVAL;
+	errno = 0;
+	n = strtoul(d, &end, 10);
+	if (*v == '-' || errno || n < lo || n > hi)
+		return -ERANGE;
+	*out = (unsigned)n;
+	return 0;
+}
+
+size_t tool_size_arg(const char *opt, const char *v)
+{
+	size_t n;
+
+	if (tool_parse_size(v, &n) < 0)
 		tool_die(2,
 			 "%s: bad size '%s' (a number with an optional K, M "
 			 "or G suffix, e.g. 512K, 1M, 4G)",
 			 opt, v);
-	return (size_t)n;
+	return n;
 }
 
 unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo)
 {
-	const unsigned hi = 1u << 20;
-	const char *d = v + (*v == '-' || *v == '+');
-	char *end;
-	unsigned long n;
+	unsigned n;
+	int ret = tool_parse_uint(v, lo, &n);
 
 	/* Digits that name a number outside the range are not "not a
-	 * number": say which numbers are. */
-	if (*d < '0' || *d > '9' || d[strspn(d, "0123456789")])
-		tool_die(2, "%s: '%s' is not a whole number (from %u to %u)",
-			 opt, v, lo, hi);
-	errno = 0;
-	n = strtoul(d, &end, 10);
-	if (*v == '-' || errno || n < lo || n > hi)
+	 * whole number": say which numbers are. */
+	if (ret == -ERANGE)
 		tool_die(2, "%s: '%s' is out of range (from %u to %u)", opt, v,
-			 lo, hi);
-	return (unsigned)n;
+			 lo, TOOL_UINT_MAX);
+	if (ret < 0)
+		tool_die(2, "%s: '%s' is not a whole number (from %u to %u)",
+			 opt, v, lo, TOOL_UINT_MAX);
+	return n;
 }
 
 int tool_backend(const char *v)

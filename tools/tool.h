@@ -31,11 +31,24 @@ int tool_cmp_double(const void *x, const void *y);
 /* Seconds on CLOCK_MONOTONIC. */
 double tool_now(void);
 
-/* A size such as 512K, 1M, 4G (nvs_parse_size); dies (2) naming @opt on
- * anything else or zero. */
+/* A size such as 512K, 1M, 4G (nvs_parse_size), not zero, into @out:
+ * 0, or -EINVAL (@out unchanged) for anything else. The parsers return
+ * rather than die so that the fuzz targets (tests/fuzz) can call them. */
+int tool_parse_size(const char *v, size_t *out);
+
+/* The largest whole-number argument. */
+#define TOOL_UINT_MAX (1u << 20)
+
+/* A whole number from @lo to TOOL_UINT_MAX, in decimal digits only (no
+ * sign or space), into @out: 0, -ERANGE for a number outside the range (a
+ * minus sign before digits included), or -EINVAL for anything else (@out
+ * unchanged on failure). */
+int tool_parse_uint(const char *v, unsigned lo, unsigned *out);
+
+/* tool_parse_size(), dying (2) naming @opt on a bad size. */
 size_t tool_size_arg(const char *opt, const char *v);
 
-/* A whole number from @lo to 2^20; dies (2) naming @opt otherwise. */
+/* tool_parse_uint(), dying (2) naming @opt on a bad number. */
 unsigned tool_uint_arg(const char *opt, const char *v, unsigned lo);
 
 /* "auto", "io_uring", "libaio" or "psync"; -1 for anything else. */

@@ -88,6 +88,8 @@ struct nvs_config;
  *   -EACCES   the file is not readable, or an nvme_path not writable;
  *   -EROFS    an nvme_path is on a read-only filesystem;
  *   -ENOTDIR  an nvme_path is not a directory;
+ *   -ENAMETOOLONG, -ELOOP  an nvme_path too long or looping, as stat(2)
+ *             says;
  *   -ENOMEM.
  * The offload sections become swapper options with
  * nvs_config_swapper_opts() (nvswap/swapper.h).

@@ -8,6 +8,7 @@
  */
 #include "nvswap/config.h"
 #include "nvswap/swapper.h"
+#include "config/unescape.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/util.h"
@@ -73,17 +74,23 @@ static void skip_ws(struct scan *s)
 		adv(s);
 }
 
-/* Copy a JSON string's raw text (escapes kept; keys we check have none). */
+/* Copy a JSON string, escapes decoded as jansson decodes them, so that a
+ * key written "\u0061io" is found as "aio". */
 static void scan_string(struct scan *s, char *out, size_t n)
 {
-	size_t k = 0;
+	size_t k = 0, len, skip;
+	char u[4];
 
 	adv(s); /* opening quote */
 	while (*s->p && *s->p != '"') {
 		if (*s->p == '\\') {
-			if (k + 1 < n)
-				out[k++] = *s->p;
 			adv(s);
+			skip = nvs__json_unescape(s->p, u, &len);
+			for (size_t i = 0; i < len && k + 1 < n; i++)
+				out[k++] = u[i];
+			while (skip-- && *s->p)
+				adv(s);
+			continue;
 		}
 		if (k + 1 < n)
 			out[k++] = *s->p;

@@ -574,3 +574,19 @@ Test(config, a_published_sample_with_aio_misplaced_loads_and_says_so)
 	cr_assert_eq(a.queue_depth, 8);
 	nvs_config_free(c);
 }
+
+/* Found by fuzz_config: the position index kept escapes raw, so a key
+ * written with one ("\u0061io", "queue\u005fdepth") was never found and
+ * its error said 0:0. */
+Test(config, a_key_written_with_escapes_is_reported_at_its_line_and_column)
+{
+	fails("{\n  \"\\u0061io\": {\n    \"queue\\u005fdepth\": 0\n  }\n}",
+	      -EINVAL,
+	      "t.json:3:5: aio.queue_depth: must be a whole number of at "
+	      "least 1 (got 0)");
+	fails("{\"aio\": {\"a\\\"b\\\\c\\/\\n\": 1}}", -EINVAL,
+	      "t.json:1:10: aio.a\"b\\c/\n: unknown key");
+	/* U+00E9 and U+1F600 (a surrogate pair), as jansson names them. */
+	fails("{\"nvswap\": {\n\"caf\\u00e9\\ud83d\\ude00\": 1}}", -EINVAL,
+	      "t.json:2:1: nvswap.caf\xc3\xa9\xf0\x9f\x98\x80: unknown key");
+}
