@@ -2,7 +2,8 @@
 #   make demo   set up, build, run the main job (examples/offload_train: a
 #               model trained with everything offloaded, checked bit for bit)
 #   make test   set up, build, run every suite: plain, ASan+UBSan, TSan,
-#               plus the format and banned-call checks
+#               the fuzz corpus replayed and 30 s of fuzzing, plus the
+#               format and banned-call checks
 #   make fuzz   libFuzzer on the config loader and the argument parsers,
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 # Everything else is for developers: build, stress, bench, format, clean.
@@ -88,6 +89,7 @@ test: deps
 	$(MAKE) --no-print-directory test-plain || rc=1; \
 	$(MAKE) --no-print-directory test-asan || rc=1; \
 	$(MAKE) --no-print-directory test-tsan || rc=1; \
+	$(MAKE) --no-print-directory test-fuzz || rc=1; \
 	awk '{p+=$$2; f+=$$3; s+=$$4} END {printf "\ntotal: %d passed, %d failed, %d skipped\n", p, f, s}' build/.totals; \
 	exit $$rc
 
@@ -107,9 +109,8 @@ bench: build
 	./build/bench/nvswap-bench-copy
 	./build/bench/nvswap-bench-pinned --dir nvme_swap
 
-# libFuzzer (tests/fuzz) in its own clang tree with ASan+UBSan; gcc's
-# trees never build it. Warnings are not errors there: the rules are
-# gcc's, and clang words some differently. make fuzz: FUZZ_SECONDS per
+# libFuzzer (tests/fuzz) in its own clang tree with ASan+UBSan (warnings
+# are errors there too); gcc's trees never build it. make fuzz: FUZZ_SECONDS per
 # target, new inputs kept in build-fuzz/corpus/; make test-fuzz: replay
 # the tree's corpus, then 10 s per target (30 s in all), fails on a crash.
 FUZZ_SECONDS ?= 600
@@ -117,7 +118,7 @@ FUZZ_SECONDS ?= 600
 build-fuzz/build.ninja:
 	@scripts/deps.sh $(DEBIAN_PACKAGES) $(TEST_PACKAGES)
 	CC=clang meson setup build-fuzz -Dfuzz=true -Dtests=false \
-		-Dexamples=false -Dwerror=false -Db_sanitize=address,undefined \
+		-Dexamples=false -Db_sanitize=address,undefined \
 		-Db_lundef=false
 
 fuzz: build-fuzz/build.ninja

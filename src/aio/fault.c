@@ -125,7 +125,7 @@ static int fault_submit(void *be, struct nvs_ioreq **reqs, unsigned n)
 			break;
 		case NVS_FAULT_SHORT:
 			r->cap = short_cap(ru, r);
-			/* fall through */
+			__attribute__((fallthrough));
 		default:
 			acc = f->base->submit(f->be, &r, 1);
 			if (acc == 0)
