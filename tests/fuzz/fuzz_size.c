@@ -2,8 +2,9 @@
 /*
  * libFuzzer target: nvs_parse_size() on the input as a C string, checked
  * against a second, independent reading of its header's grammar (digits,
- * an optional K/M/G/T in either case, then "B" or "iB" after a suffix
- * only): the same result, the same value, @out untouched on failure.
+ * an optional K/M/G/T in either case, then "B" or "iB" in any case after
+ * a suffix only): the same result, the same value, @out untouched on
+ * failure.
  */
 #include <nvswap/nvswap.h>
 
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -46,7 +48,7 @@ static int model(const char *s, uint64_t *out)
 	if (*p && (u = strchr(units, *p | 0x20)) && (*p | 0x20) == *u) {
 		shift = 10 * (unsigned)(u - units + 1);
 		p++;
-		if (!strcmp(p, "B") || !strcmp(p, "iB"))
+		if (!strcasecmp(p, "B") || !strcasecmp(p, "iB"))
 			p += strlen(p);
 	}
 	if (*p)
