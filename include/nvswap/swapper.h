@@ -90,7 +90,13 @@ struct nvs_swapper_opts {
 				  nothing lost). false: they wait for the
 				  caller to evict (bounded by wait_ms) */
 	bool checksum;	       /* default false: CRC32C each tensor when
-				  written, verify when read (-EBADMSG) */
+				  written, verify when read (-EBADMSG).
+				  Off by default because it costs: the
+				  swap path ran at 0.79x with it on, at a
+				  3.5 GB/s disk's full speed
+				  (bench/RESULTS.md); turn it on where a
+				  flipped or lost byte must not reach
+				  training */
 	uint8_t reserved8[5];
 	/* How long prefetch/acquire wait at most for another thread to give
 	 * a buffer back (evict, or release when auto_evict is on) when the
