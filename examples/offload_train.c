@@ -301,6 +301,8 @@ static int setup(const char *config, struct off *o, float *init)
 	return 0;
 }
 
+static bool made_sample_dir;
+
 /* Destroy whatever setup made, first error kept: every exit path runs
  * this, so a run stopped by a full disk leaves no swap files behind. */
 static int teardown(struct off *o)
@@ -319,6 +321,9 @@ static int teardown(struct off *o)
 				nvs_last_error());
 		}
 	*o = (struct off){0};
+	if (made_sample_dir)
+		rmdir("nvme_swap"); /* only when empty: never the user's */
+	made_sample_dir = false;
 	return ret;
 }
 
@@ -369,7 +374,6 @@ int main(int argc, char **argv)
 	}
 	WN = (size_t)H * H;
 	PN = WN + H;
-	mkdir("nvme_swap", 0700); /* the sample config's nvme_path */
 	r.p = calloc(L, sizeof(float *));
 	r.m = calloc(L, sizeof(float *));
 	r.v = calloc(L, sizeof(float *));
@@ -391,6 +395,9 @@ int main(int argc, char **argv)
 	w.g = malloc(PN * sizeof(float));
 	if (!w.act || !w.y || !w.d || !w.dx || !w.g)
 		return 1;
+	/* The sample config's nvme_path; removed again, when empty, by
+	 * teardown if this run made it. */
+	made_sample_dir = mkdir("nvme_swap", 0700) == 0;
 	if (setup(config, &o, w.g) < 0) {
 		teardown(&o);
 		return 1;

@@ -170,6 +170,10 @@ Test(crash, killed_at_random_moments_the_next_run_starts_clean, .timeout = 300)
 	t0 = now();
 	complete_run("first");
 	span = now() - t0;
+	/* Its config names another nvme_path: the ./nvme_swap it makes for
+	 * the sample config is not left behind (a killed run may leave it). */
+	cr_assert_neq(access(tu_path("nvme_swap"), F_OK), 0,
+		      "a complete run left ./nvme_swap behind");
 	for (unsigned i = 0; i < runs; i++) {
 		char tag[32];
 		pid_t pid;
