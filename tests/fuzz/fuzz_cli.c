@@ -9,6 +9,8 @@
  * tools use) and picks a buffer length for the printers; the rest is
  * argv, one argument a line.
  */
+#include "fuzz.h"
+
 #include "tool.h"
 
 #include <errno.h>
@@ -17,17 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define check(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: invariant broken: %s\n",       \
-				__FILE__, __LINE__, #cond);                    \
-			abort();                                               \
-		}                                                              \
-	} while (0)
 
 static void one_arg(const char *v, unsigned lo, size_t buflen)
 {

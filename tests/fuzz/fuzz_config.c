@@ -5,6 +5,8 @@
  * accepted config holds only values in range and a refused one says why.
  * No I/O beyond the stat(2) and access(2) the loader makes of nvme paths.
  */
+#include "fuzz.h"
+
 #include <nvswap/nvswap.h>
 
 #include <errno.h>
@@ -14,18 +16,6 @@
 #include <string.h>
 
 #define NAME "<fuzz>"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* abort() is how a libFuzzer target reports a broken invariant. */
-#define check(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: invariant broken: %s\n",       \
-				__FILE__, __LINE__, #cond);                    \
-			abort();                                               \
-		}                                                              \
-	} while (0)
 
 static void check_offload(const struct nvs_config *cfg,
 			  enum nvs_offload_kind which)

@@ -6,6 +6,8 @@
  * a suffix only): the same result, the same value, @out untouched on
  * failure.
  */
+#include "fuzz.h"
+
 #include <nvswap/nvswap.h>
 
 #include <errno.h>
@@ -15,17 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define check(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: invariant broken: %s\n",       \
-				__FILE__, __LINE__, #cond);                    \
-			abort();                                               \
-		}                                                              \
-	} while (0)
 
 /* The model: 0 and *out, -EINVAL or -ERANGE. The digits are read whole
  * first (an overflow there is -ERANGE whatever follows, as the parser
