@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nvswap-tune's internals, shared by its files (nvswap_tune.c: main and
+ * the state; tune_args.c, tune_space.c, tune_measure.c, tune_results.c,
+ * tune_plot.c): the search space, settings and points, the arguments,
+ * and the functions one file calls in another. Not installed.
+ */
+#ifndef NVSWAP_TUNE_H
+#define NVSWAP_TUNE_H
+
+#include "tool.h"
+
+#include <nvswap/nvswap.h>
+
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MAXV 16	     /* values per dimension of the search space */
+#define MAXPATHS 16  /* NVS_CONFIG_MAX_PATHS */
+#define MAXLOOPS 100 /* timed ops per point and direction */
+#define FINALISTS 3  /* per criterion, into the final round */
+#define NARROW 8     /* --quick: per criterion, into the narrowing round */
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024.0 * 1024.0)
+
+enum { RD = 0, WR = 1, NDIR = 2 };
+/* Criteria: read, write, and combined (the harmonic mean of the two: the
+ * rate of a swap that reads and writes the same bytes). */
+enum { CRIT_COMBINED = 2, NCRIT = 3 };
+extern const char *const crit_name[NCRIT];
+/* Rounds: every point; (--quick) the best few dozen at a quarter size;
+ * the finalists and the defaults at full size, interleaved. */
+enum { SWEEP = 0, NARROWED = 1, FINAL = 2, NROUNDS = 3 };
+extern const char *const round_name[NROUNDS];
+enum { PLOT_AUTO, PLOT_GNUPLOT, PLOT_SVG };
+
+struct space {
+	uint32_t bs[MAXV], qd[MAXV], par[MAXV];
+	bool ov[2], ss[2];
+	enum nvs_backend be[3];
+	unsigned nbs, nqd, npar, nov, nss, nbe;
+};
+
+struct setting {
+	enum nvs_backend be; /* never AUTO */
+	uint32_t bs, qd, par;
+	bool ov, ss;
+};
+
+struct dstat {
+	double med, lo, hi;
+	unsigned n;
+};
+
+struct point {
+	struct setting s;
+	bool is_default; /* what a config without an "aio" section gives */
+	int reached;	 /* the last round it is measured in */
+	char *skip;	 /* why no handle could be made; NULL = measured */
+	double samp[NDIR][MAXLOOPS];
+	unsigned nsamp[NDIR];
+	struct dstat st[NROUNDS][NDIR];
+};
+
+struct args {
+	const char *paths[MAXPATHS];
+	unsigned npaths;
+	size_t io_size;
+	unsigned loops;
+	bool dir[NDIR]; /* measure reads, writes */
+	bool quick, json, verbose, unpinned;
+	int progress; /* -1 when stderr is a terminal, 0 off, 1 on */
+	const char *sweep, *plot, *write_config;
+	int engine;
+	unsigned seed;
+};
+
+/* The progress line's state (tune_measure.c draws it). */
+struct progress {
+	double t0, total, done, last;
+	const char *what;
+	unsigned pts, npts;
+};
+
+/* nvswap_tune.c: the state every step shares. */
+extern struct args A;
+extern struct space S;
+extern struct point *P;
+extern unsigned np;
+extern enum nvs_backend auto_be;      /* what NVS_BACKEND_AUTO picks here */
+extern struct setting dflt;	      /* nvs_config_aio_opts() of "{}" */
+extern char real[MAXPATHS][PATH_MAX]; /* the paths, resolved */
+extern int fds[MAXPATHS];
+extern struct nvs_aio *checker; /* default settings: reads written data back */
+extern unsigned char *wbuf[MAXPATHS], *rbuf[MAXPATHS];
+extern const char *backend_env; /* NVSWAP_BACKEND, when it was set */
+extern bool progress_shown;
+/* The sweep config's text and parsed tree while tune_load_sweep() judges
+ * them: a refusal exits from deep inside, and cleanup() frees them then. */
+extern json_t *sweep_root;
+extern char *sweep_text;
+
+/* tune_space.c: the backends probed here. */
+extern bool be_ok[4];	    /* probed: this backend makes a handle */
+extern char be_why[4][256]; /* else why not */
+
+/* tune_measure.c */
+extern struct progress prog;
+extern unsigned rnd_state;
+
+/* nvswap_tune.c: temporary files and text. */
+const char *tune_tmp_add(const char *base, const char *mid, const char *ext);
+void tune_tmp_forget(const char *path);
+const char *tune_bname(enum nvs_backend b);
+const char *tune_setting_str(const struct setting *s, char *buf, size_t len);
+
+/* tune_args.c: command line and checks. */
+void tune_parse(int argc, char **argv);
+void tune_check_args(void);
+
+/* tune_space.c: the search space. */
+void tune_load_sweep(void);
+void tune_default_space(void);
+void tune_probe(void);
+void tune_make_points(void);
+
+/* tune_measure.c: measuring. */
+void tune_prepare(void);
+double tune_round_bytes(struct point **set, unsigned n, int round,
+			unsigned loops);
+void tune_run_round(struct point **set, unsigned n, int round, unsigned loops);
+
+/* tune_results.c: results. */
+bool tune_crit_on(int c);
+double tune_score(const struct point *p, int round, int c);
+void tune_sort_points(struct point **set, unsigned n, int round, int c);
+struct point **tune_all_points(void);
+unsigned tune_promote(int from, int to, unsigned k, struct point **next);
+json_t *tune_setting_json(const struct setting *s);
+json_t *tune_num(double v);
+json_t *tune_round_json(const struct point *p, int round);
+json_t *tune_snippet(const struct setting *s);
+char *tune_merged_config_or_die(const struct setting *best);
+bool tune_write_config(const struct setting *best);
+void tune_print_row(const struct point *p, int round, const char *mark);
+void tune_print_header(void);
+void tune_print_space(void);
+
+/* tune_plot.c: the plot. */
+const char *tune_plot(void);
+
+#endif /* NVSWAP_TUNE_H */
