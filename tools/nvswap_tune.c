@@ -70,8 +70,8 @@ static void progress_end(void)
 	progress_shown = false;
 }
 
-/* The sweep config's text and parsed tree while load_sweep judges them:
- * a refusal exits from deep inside, and cleanup() frees them then. */
+/* The sweep config's text and parsed tree while tune_load_sweep() judges
+ * them: a refusal exits from deep inside, and cleanup() frees them then. */
 json_t *sweep_root;
 /* main()'s point lists and config snippet, for cleanup() when a later
  * step (a failing gnuplot, the config write) dies. */
