@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One JSON string escape decoded as jansson decodes it, so that the config
- * loader's position index (config.c) names a key written with escapes
+ * loader's position index (positions.c) names a key written with escapes
  * ("\u0061io") the way jansson's tree does ("aio").
  */
 #ifndef NVS_CONFIG_UNESCAPE_H
