@@ -213,7 +213,7 @@ int io_compare_fio(const struct args *a)
 	unsigned reps = a->repeats > 256 ? 256 : a->repeats;
 	char why[512] = "";
 	bool huge;
-	json_t *j = a->json ? json_object() : NULL;
+	json_t *j = NULL; /* made after the runs: a fatal one holds none */
 	const char *path = io_file_for(a, 0);
 	enum nvs_backend eng;
 	struct run r;
@@ -295,6 +295,8 @@ int io_compare_fio(const struct args *a)
 	if (!io_quiet)
 		printf("summary over %u repeats (GB/s; GB = 2^30 bytes):\n",
 		       reps);
+	if (a->json)
+		j = json_object();
 	io_summarize("nvswap", nv, reps, j, "nvswap_gbs");
 	io_summarize(huge ? "fio huge-page buffers" : "fio default buffers", fh,
 		     reps, j, "fio_gbs");
