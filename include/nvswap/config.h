@@ -64,6 +64,11 @@ struct nvs_nvswap_config {
 	bool auto_evict;	  /* default true (nvs_swapper_opts) */
 	unsigned npaths;	  /* entries of "nvme_paths", 0 = none */
 	const char *nvme_paths[NVS_CONFIG_MAX_PATHS]; /* borrowed */
+	uint32_t wait_ms; /* "wait_ms": how long an acquire waits for a
+			     buffer with auto_evict off, 1 ms up to
+			     NVS_WAIT_FOREVER - 1; default
+			     NVS_SWAPPER_WAIT_MS_DEFAULT (60 s). No config
+			     value waits forever. */
 };
 
 struct nvs_config;

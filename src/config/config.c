@@ -44,6 +44,7 @@ static void defaults(struct nvs_config *c)
 	c->aio.overlap_events = true;
 	c->nv.stripe_size = 1u << 20;
 	c->nv.auto_evict = true; /* no default that can hang */
+	c->nv.wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
 }
 
 static int load_text(struct nvs_config *c, const char *text, size_t len)
@@ -254,6 +255,7 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 	opts->stripe_size = cfg->nv.stripe_size;
 	opts->checksum = cfg->nv.checksum;
 	opts->auto_evict = cfg->nv.auto_evict;
+	opts->wait_ms = cfg->nv.wait_ms;
 	opts->aio = cfg->aio;
 	return 0;
 }

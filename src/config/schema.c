@@ -8,6 +8,7 @@
 #include "config/config_impl.h"
 #include "config/positions.h"
 #include "internal/errors.h"
+#include "nvswap/swapper.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -87,6 +88,7 @@ static const struct keydef nvswap_keys[] = {
 	{"checksum", V_BOOL, OFF(checksum), 0, 0, NULL},
 	{"nvme_paths", V_PATHS, 0, 0, 0, NULL}, /* the whole struct */
 	{"auto_evict", V_BOOL, OFF(auto_evict), 0, 0, NULL},
+	{"wait_ms", V_U32, OFF(wait_ms), NVS_WAIT_FOREVER - 1, 0, NULL},
 	{NULL, 0, 0, 0, 0, NULL},
 };
 #undef OFF

@@ -440,6 +440,32 @@ Test(config, auto_evict_is_on_unless_the_config_turns_it_off)
 	nvs_config_free(c);
 }
 
+Test(config, wait_ms_is_read_and_judged_at_its_position)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_swapper_opts o;
+
+	mkdir(tu_path("p"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}, \"nvswap\": "
+		 "{\"auto_evict\": false, \"wait_ms\": 250}}",
+		 tu_path("p"));
+	c = load(json);
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o), 0,
+		     "%s", nvs_last_error());
+	cr_assert_eq(o.wait_ms, 250);
+	nvs_config_free(c);
+	/* 0 would mean the default; a config says what it means. */
+	fails("{\"nvswap\": {\"wait_ms\": 0}}", -EINVAL,
+	      "t.json:1:13: nvswap.wait_ms");
+	fails("{\"nvswap\": {\"wait_ms\": 4294967295}}", -EINVAL,
+	      "at most 4294967294");
+	fails("{\"nvswap\": {\"wait_ms\": -5}}", -EINVAL, "nvswap.wait_ms");
+}
+
 Test(config, offload_sections_become_swapper_options)
 {
 	char json[4096];
