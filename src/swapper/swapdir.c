@@ -11,12 +11,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PREFIX "swap."
@@ -113,6 +115,11 @@ static struct {
 	dev_t dev[64];
 	ino_t ino[64];
 	unsigned n;
+	/* The swap directories open in this process: a forked child closes
+	 * their descriptors (made_child), so that it holds no parent's lock
+	 * beyond the parent's life. */
+	struct nvs_swapdir *open[256];
+	unsigned nopen;
 } made = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* made.lock across fork(): held around it, so a child never inherits it
@@ -127,11 +134,43 @@ static void made_unlock(void)
 	pthread_mutex_unlock(&made.lock);
 }
 
+/* In a forked child: the parent's swap directories are the parent's.
+ * Their lock's open file description is shared with the parent; closing
+ * the child's descriptor leaves the parent's flock in place, but a child
+ * that outlives the parent no longer keeps the swap set locked. */
+static void made_child(void)
+{
+	for (unsigned i = 0; i < made.nopen; i++) {
+		struct nvs_swapdir *d = made.open[i];
+		if (d->lockfd >= 0)
+			close(d->lockfd);
+		if (d->dirfd >= 0)
+			close(d->dirfd);
+		d->lockfd = d->dirfd = -1;
+	}
+	made.nopen = 0;
+	pthread_mutex_unlock(&made.lock);
+}
+
 static pthread_once_t made_once = PTHREAD_ONCE_INIT;
 
 static void made_atfork(void)
 {
-	pthread_atfork(made_lock, made_unlock, made_unlock);
+	pthread_atfork(made_lock, made_unlock, made_child);
+}
+
+static void track(struct nvs_swapdir *d, bool open)
+{
+	pthread_once(&made_once, made_atfork);
+	pthread_mutex_lock(&made.lock);
+	for (unsigned i = 0; i < made.nopen; i++)
+		if (made.open[i] == d) {
+			made.open[i] = made.open[--made.nopen];
+			break;
+		}
+	if (open && made.nopen < sizeof(made.open) / sizeof(*made.open))
+		made.open[made.nopen++] = d;
+	pthread_mutex_unlock(&made.lock);
 }
 
 static int made_find(dev_t dev, ino_t ino)
@@ -183,6 +222,30 @@ static long holder_pid(int lockfd)
 	ssize_t n = pread(lockfd, buf, sizeof(buf) - 1, 0);
 
 	return n > 0 ? strtol(buf, NULL, 10) : 0;
+}
+
+/*
+ * The lock is held, but by a process that no longer exists: the kernel
+ * may drop a dead process's lock a little after it is reaped (an
+ * io_uring's workers let go of its files last). Wait up to a second for
+ * that, and take the lock; false when it stays held.
+ */
+static bool holder_gone(int lockfd)
+{
+	long pid = holder_pid(lockfd);
+
+	if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+		errno = EWOULDBLOCK;
+		return false;
+	}
+	for (int i = 0; i < 100; i++) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		if (flock(lockfd, LOCK_EX | LOCK_NB) == 0)
+			return true;
+	}
+	errno = EWOULDBLOCK;
+	return false;
 }
 
 /* A subdirectory name: one component, not "." or "..", printable. */
@@ -265,7 +328,8 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 				ret == -EINVAL ? "not a regular file of ours"
 					       : nvs_strerror(-ret));
 	}
-	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0) {
+	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0 &&
+	    (errno != EWOULDBLOCK || !holder_gone(d->lockfd))) {
 		long holder = holder_pid(d->lockfd);
 		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		nvs__swapdir_close(d, false);
@@ -285,6 +349,7 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 				nvs_strerror(-ret));
 	}
 	d->stale = remove_swap_files(d->dirfd);
+	track(d, true);
 	return 0;
 }
 
@@ -328,6 +393,9 @@ int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags)
 void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 {
 	bool owned = d->dirfd >= 0 && d->lockfd >= 0;
+
+	if (owned)
+		track(d, false);
 
 	if (remove && owned) {
 		remove_swap_files(d->dirfd);

@@ -32,7 +32,9 @@ struct nvs_swapdir {
  * <@nvme_path>/nvswap/<@name>/rank<@rank>/, so that several swappers of
  * one process may share a path. Returns 0, or
  * -errno with nvs_last_error() set: -EBUSY (a live process holds it; the
- * message has its pid), -ELOOP (a symlink where a directory should be),
+ * message has its pid; a lock whose recorded holder is dead is waited
+ * for up to a second, as the kernel may drop it a little after the
+ * process is reaped), -ELOOP (a symlink where a directory should be),
  * -EPERM (a level owned by another user, or writable by group or others
  * without the sticky bit: the message names owner and mode),
  * -EINVAL (a bad @name, a negative @rank, "lock" not a regular file of

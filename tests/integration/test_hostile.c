@@ -204,6 +204,53 @@ Test(hostile,
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
+/* A child forked after the swapper was made, that outlives the process
+ * that made it (a data-loader worker, say), holds no lock on the swap
+ * set: the next process reclaims it at once. */
+Test(hostile, finding5_a_forked_child_outliving_its_parent_keeps_no_lock)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s;
+	pid_t parent, child = 0;
+	int fds[2], status, ret;
+
+	alarm(30);
+	(void)tu_dir();
+	cr_assert_eq(pipe(fds), 0);
+	parent = fork();
+	cr_assert_geq(parent, 0);
+	if (parent == 0) {
+		struct nvs_swapper *mine;
+		char buf[BUF] = {1};
+		pid_t c;
+
+		opts_at(&o, tu_dir());
+		if (nvs_swapper_create(&o, &mine) < 0 ||
+		    nvs_swapper_register(mine, 1, BUF, buf) < 0)
+			_exit(1);
+		c = fork();
+		if (c == 0) {
+			sleep(20); /* outlives its parent */
+			_exit(0);
+		}
+		if (write(fds[1], &c, sizeof(c)) != sizeof(c))
+			_exit(2);
+		_exit(0); /* dies holding the swapper, as if killed */
+	}
+	close(fds[1]);
+	cr_assert_eq(read(fds[0], &child, sizeof(child)), sizeof(child));
+	close(fds[0]);
+	cr_assert_eq(waitpid(parent, &status, 0), parent);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The grandchild lives on; the swap set must be free. */
+	cr_assert_eq(kill(child, 0), 0, "the child still runs");
+	opts_at(&o, tu_dir());
+	ret = nvs_swapper_create(&o, &s);
+	kill(child, SIGKILL);
+	cr_assert_eq(ret, 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
 /* --------------------------------------------- 6: descriptor limit 16 */
 
 Test(hostile, finding6_path_writes_to_100_files_under_a_descriptor_limit_of_16)
