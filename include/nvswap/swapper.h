@@ -192,7 +192,9 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *            path or more than NVS_SWAPPER_MAX_PATHS, a zero buffer size
  *            or count, a stripe size not a multiple of 4096, a bad name;
  *   -EBUSY   a live process (or another swapper here) holds a rank
- *            directory; the message has its pid;
+ *            directory; the message has its pid. A lock whose recorded
+ *            holder has died is waited for up to 1 s (the kernel may
+ *            release it a little after the process is reaped);
  *   -ENOENT/-EACCES/-EROFS/-ENOTDIR  an nvme_path;
  *   -ENOMEM/-EPERM  the pool (memlock limit) or memory;
  *   -EPERM   also: a swap directory (nvswap/, a <name> level or rank<R>)
