@@ -14,6 +14,7 @@
 
 #include "nvswap/aio.h"
 #include "nvswap/common.h"
+#include "nvswap/swapper.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,7 +98,7 @@ struct nvs_config;
  *             says;
  *   -ENOMEM.
  * The offload sections become swapper options with
- * nvs_config_swapper_opts() (nvswap/swapper.h).
+ * nvs_config_swapper_opts() (below).
  * Threading: any thread; a loaded config is read-only and may be shared.
  */
 NVS_API int nvs_config_load(const char *path, struct nvs_config **out);
@@ -151,6 +152,25 @@ NVS_API int nvs_config_nvswap(const struct nvs_config *cfg,
  */
 NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
 				       unsigned i);
+
+/**
+ * nvs_config_swapper_opts() - swapper options from a loaded config.
+ * @which: NVS_OFFLOAD_PARAM or NVS_OFFLOAD_OPTIMIZER.
+ * @opts:  from nvs_swapper_opts_init(); set elem_size first to override
+ *         the element size (0: 2 bytes for parameters, fp16/bf16; 4 for
+ *         optimizer state, fp32).
+ *
+ * Fills: nvme_paths (nvswap.nvme_paths when given, else the section's
+ * nvme_path), name ("param" or "optimizer"), rank, buffer_count,
+ * buffer_size (the section's buffer_size elements x elem_size),
+ * pin_memory, stripe_size, checksum, auto_evict and the aio options.
+ * Return: 0, or -EINVAL: a NULL argument, an unknown @which, a negative
+ * @rank, or a section whose device is not "nvme" or that has no path (the
+ * message says which).
+ */
+NVS_API int nvs_config_swapper_opts(const struct nvs_config *cfg,
+				    enum nvs_offload_kind which, int rank,
+				    struct nvs_swapper_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,6 @@
 
 #include "nvswap/aio.h"
 #include "nvswap/common.h"
-#include "nvswap/config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,7 +56,8 @@ enum nvs_tensor_state {
 
 /**
  * struct nvs_swapper_opts - settings of a swapper.
- * Fill it with nvs_swapper_opts_init() (or nvs_config_swapper_opts()),
+ * Fill it with nvs_swapper_opts_init() (or nvs_config_swapper_opts(),
+ * in the config header),
  * then set at least nvme_paths/npaths, buffer_size and buffer_count.
  */
 struct nvs_swapper_opts {
@@ -351,25 +351,6 @@ NVS_API int nvs_swapper_info(const struct nvs_swapper *s, uint64_t id,
 
 /** nvs_swapper_dir() - the rank directory on path @i, NULL past the end. */
 NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
-
-/**
- * nvs_config_swapper_opts() - swapper options from a loaded config.
- * @which: NVS_OFFLOAD_PARAM or NVS_OFFLOAD_OPTIMIZER.
- * @opts:  from nvs_swapper_opts_init(); set elem_size first to override
- *         the element size (0: 2 bytes for parameters, fp16/bf16; 4 for
- *         optimizer state, fp32).
- *
- * Fills: nvme_paths (nvswap.nvme_paths when given, else the section's
- * nvme_path), name ("param" or "optimizer"), rank, buffer_count,
- * buffer_size (the section's buffer_size elements x elem_size),
- * pin_memory, stripe_size, checksum, auto_evict and the aio options.
- * Return: 0, or -EINVAL: a NULL argument, an unknown @which, a negative
- * @rank, or a section whose device is not "nvme" or that has no path (the
- * message says which).
- */
-NVS_API int nvs_config_swapper_opts(const struct nvs_config *cfg,
-				    enum nvs_offload_kind which, int rank,
-				    struct nvs_swapper_opts *opts);
 
 #ifdef __cplusplus
 }
