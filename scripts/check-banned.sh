@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The library never exits, aborts or prints, uses the thread-safe
+# The library (and the Python extension) never exits, aborts or prints, uses the thread-safe
 # nvs_strerror rather than strerror, and includes uthash only through
 # src/internal/hash.h.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bad=0
-hits=$(grep -rnE '(^|[^_a-zA-Z])(exit|_exit|abort|printf|puts|putchar|perror)\(' src \
+hits=$(grep -rnE '(^|[^_a-zA-Z])(exit|_exit|abort|printf|puts|putchar|perror)\(' src python/_nvswap \
 	--include='*.c' --include='*.h' | grep -vE 'snprintf|vsnprintf|nvs__errfmt')
 if [ -n "$hits" ]; then
 	echo "banned call in src/ (the library must not exit, abort or print):"
@@ -18,7 +18,7 @@ if [ -n "$hits" ]; then
 	echo "$hits"
 	bad=1
 fi
-hits=$(grep -rnE '(^|[^_a-zA-Z])strerror\(' src --include='*.c' --include='*.h')
+hits=$(grep -rnE '(^|[^_a-zA-Z])strerror\(' src python/_nvswap --include='*.c' --include='*.h')
 if [ -n "$hits" ]; then
 	echo "strerror in src/ (not thread-safe; use nvs_strerror):"
 	echo "$hits"

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Turning a Python object into memory an op can use: a CPU torch tensor
+ * (through its Python attributes: no torch headers, any torch >= 1.13) or
+ * any object with the buffer protocol. Contiguous only.
+ */
+#include "ext.h"
+
+#include <string.h>
+
+/* Interned attribute names, made at first use. */
+static PyObject *s_device, *s_type, *s_layout, *s_is_contiguous, *s_data_ptr,
+	*s_nbytes, *s_numel, *s_element_size, *s_strided, *s_cpu, *s_torch;
+/* torch.Tensor and torch.strided once torch is imported; strong refs. */
+static PyObject *tensor_type, *strided;
+
+static int intern_names(void)
+{
+	if (s_device)
+		return 0;
+#define IN(var, text)                                                          \
+	do {                                                                   \
+		var = PyUnicode_InternFromString(text);                        \
+		if (!var)                                                      \
+			return -1;                                             \
+	} while (0)
+	IN(s_type, "type");
+	IN(s_layout, "layout");
+	IN(s_is_contiguous, "is_contiguous");
+	IN(s_data_ptr, "data_ptr");
+	IN(s_nbytes, "nbytes");
+	IN(s_numel, "numel");
+	IN(s_element_size, "element_size");
+	IN(s_strided, "strided");
+	IN(s_cpu, "cpu");
+	IN(s_torch, "torch");
+	IN(s_device, "device"); /* last: it marks the set as complete */
+#undef IN
+	return 0;
+}
+
+PyObject *ext_torch(void)
+{
+	PyObject *modules = PyImport_GetModuleDict();
+
+	if (intern_names())
+		return NULL;
+	return PyDict_GetItemWithError(modules, s_torch);
+}
+
+/* Cache torch.Tensor and torch.strided; 1 when torch is imported. */
+static int load_torch(void)
+{
+	PyObject *torch;
+
+	if (tensor_type)
+		return 1;
+	torch = ext_torch();
+	if (!torch)
+		return PyErr_Occurred() ? -1 : 0;
+	tensor_type = PyObject_GetAttrString(torch, "Tensor");
+	if (!tensor_type)
+		return -1;
+	strided = PyObject_GetAttr(torch, s_strided);
+	if (!strided) {
+		Py_CLEAR(tensor_type);
+		return -1;
+	}
+	return 1;
+}
+
+bool ext_is_tensor(PyObject *obj)
+{
+	int rc = load_torch();
+
+	if (rc <= 0) {
+		PyErr_Clear();
+		return false;
+	}
+	return PyObject_TypeCheck(obj, (PyTypeObject *)tensor_type);
+}
+
+static size_t as_size(PyObject *v, bool *bad)
+{
+	size_t n;
+
+	if (!v) {
+		*bad = true;
+		return 0;
+	}
+	n = PyLong_AsSize_t(v);
+	Py_DECREF(v);
+	if (n == (size_t)-1 && PyErr_Occurred())
+		*bad = true;
+	return n;
+}
+
+static int tensor_get(PyObject *t, struct ext_buf *b)
+{
+	PyObject *device, *dtype_name, *layout, *v;
+	bool bad = false;
+	size_t ptr;
+	int cmp;
+
+	device = PyObject_GetAttr(t, s_device);
+	if (!device)
+		return -1;
+	dtype_name = PyObject_GetAttr(device, s_type);
+	Py_DECREF(device);
+	if (!dtype_name)
+		return -1;
+	cmp = PyUnicode_Compare(dtype_name, s_cpu);
+	if (cmp) {
+		if (!PyErr_Occurred())
+			PyErr_Format(PyExc_TypeError,
+				     "nvswap: the tensor is on device '%U'; "
+				     "nvswap reads and writes CPU memory "
+				     "(copy it with .cpu(), or use a "
+				     "pinned CPU tensor)",
+				     dtype_name);
+		Py_DECREF(dtype_name);
+		return -1;
+	}
+	Py_DECREF(dtype_name);
+	layout = PyObject_GetAttr(t, s_layout);
+	if (!layout)
+		return -1;
+	cmp = layout != strided;
+	if (cmp) {
+		PyErr_Format(PyExc_TypeError,
+			     "nvswap: the tensor's layout is %R; only dense "
+			     "(torch.strided) tensors have one block of "
+			     "memory to read or write",
+			     layout);
+		Py_DECREF(layout);
+		return -1;
+	}
+	Py_DECREF(layout);
+	v = PyObject_CallMethodNoArgs(t, s_is_contiguous);
+	if (!v)
+		return -1;
+	cmp = PyObject_IsTrue(v);
+	Py_DECREF(v);
+	if (cmp < 0)
+		return -1;
+	if (!cmp) {
+		PyErr_SetString(PyExc_ValueError,
+				"nvswap: the tensor is not contiguous; "
+				"nvswap moves one block of memory (call "
+				".contiguous() first)");
+		return -1;
+	}
+	ptr = as_size(PyObject_CallMethodNoArgs(t, s_data_ptr), &bad);
+	/* Tensor.nbytes is newer than torch 1.13 on some builds. */
+	v = PyObject_GetAttr(t, s_nbytes);
+	if (v) {
+		b->nbytes = as_size(v, &bad);
+	} else {
+		size_t numel, esize;
+
+		PyErr_Clear();
+		numel = as_size(PyObject_CallMethodNoArgs(t, s_numel), &bad);
+		esize = as_size(PyObject_CallMethodNoArgs(t, s_element_size),
+				&bad);
+		b->nbytes = numel * esize;
+	}
+	if (bad)
+		return -1;
+	b->ptr = (void *)ptr;
+	b->obj = Py_NewRef(t);
+	b->has_view = false;
+	return 0;
+}
+
+static int buffer_get(PyObject *obj, bool writable, struct ext_buf *b)
+{
+	if (PyObject_GetBuffer(obj, &b->view, PyBUF_FULL_RO) < 0) {
+		/* Exporters without strides/format support (rare). */
+		PyErr_Clear();
+		if (PyObject_GetBuffer(obj, &b->view, PyBUF_SIMPLE) < 0) {
+			PyErr_Format(PyExc_ValueError,
+				     "nvswap: the %.100s object cannot "
+				     "export its memory as one contiguous "
+				     "block",
+				     Py_TYPE(obj)->tp_name);
+			return -1;
+		}
+	}
+	if (!PyBuffer_IsContiguous(&b->view, 'A')) {
+		PyBuffer_Release(&b->view);
+		PyErr_Format(PyExc_ValueError,
+			     "nvswap: the %.100s buffer is not contiguous; "
+			     "nvswap moves one block of memory (make a "
+			     "contiguous copy first)",
+			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	if (writable && b->view.readonly) {
+		PyBuffer_Release(&b->view);
+		PyErr_Format(PyExc_ValueError,
+			     "nvswap: cannot read into a read-only %.100s "
+			     "buffer",
+			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	b->ptr = b->view.buf;
+	b->nbytes = (size_t)b->view.len;
+	b->obj = Py_NewRef(obj);
+	b->has_view = true;
+	return 0;
+}
+
+int ext_buf_get(PyObject *obj, bool writable, struct ext_buf *b)
+{
+	int rc;
+
+	memset(b, 0, sizeof(*b));
+	if (intern_names())
+		return -1;
+	if (PyObject_CheckBuffer(obj))
+		return buffer_get(obj, writable, b);
+	rc = load_torch();
+	if (rc < 0)
+		return -1;
+	if (rc > 0 && PyObject_TypeCheck(obj, (PyTypeObject *)tensor_type))
+		return tensor_get(obj, b);
+	PyErr_Format(PyExc_TypeError,
+		     "nvswap: a buffer must be a CPU torch.Tensor, a numpy "
+		     "array or an object with the buffer protocol, not "
+		     "%.100s",
+		     Py_TYPE(obj)->tp_name);
+	return -1;
+}
+
+void ext_buf_release(struct ext_buf *b)
+{
+	if (b->has_view)
+		PyBuffer_Release(&b->view);
+	b->has_view = false;
+	Py_CLEAR(b->obj);
+	b->ptr = NULL;
+	b->nbytes = 0;
+}

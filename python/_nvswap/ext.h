@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CPython extension nvswap._nvswap: what its files share. It is built
+ * on the public C API (include/nvswap/) only, and on the CPython C API; no
+ * torch headers: tensors are reached through their Python attributes.
+ */
+#ifndef NVSWAP_PY_EXT_H
+#define NVSWAP_PY_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nvswap/nvswap.h"
+
+/* ---- errors (errors.c) ------------------------------------------------ */
+
+/* nvswap.Error (OSError), nvswap.ConfigError (Error, ValueError). */
+extern PyObject *ext_Error;
+extern PyObject *ext_ConfigError;
+
+int ext_errors_init(PyObject *module);
+
+/*
+ * Raise nvswap.Error (or its subclass for @err: FileNotFoundError...) for
+ * the -errno @err with the sentence @msg (nvs_last_error() of the failing
+ * thread, copied right after the call). Returns NULL for `return`.
+ */
+PyObject *ext_raise(int err, const char *msg);
+/* ext_raise(err, nvs_last_error()): for calls made on this thread. */
+PyObject *ext_raise_last(int err);
+/* ConfigError from a config loader's -errno and sentence. */
+PyObject *ext_raise_config(int err, const char *msg);
+
+/* ---- buffers (buffer.c) ----------------------------------------------- */
+
+/*
+ * What an op reads into or writes from: the memory of a contiguous CPU
+ * torch tensor, or of an object with the buffer protocol (numpy arrays,
+ * bytearray, memoryview, mmap...). Holds a reference to @obj, and for the
+ * buffer protocol the exported view, until ext_buf_release(): an async op
+ * keeps it until it completes, so the memory cannot be freed or resized
+ * under the kernel.
+ */
+struct ext_buf {
+	void *ptr;
+	size_t nbytes;
+	PyObject *obj; /* strong reference; NULL when empty */
+	bool has_view;
+	Py_buffer view;
+};
+
+/*
+ * Fill @b from @obj. @writable: the op writes into it (a read), so a
+ * read-only buffer is refused. Raises TypeError (not a buffer, a CUDA or
+ * other non-CPU tensor, a sparse tensor) or ValueError (not contiguous,
+ * read-only) naming the problem and returns -1; 0 on success.
+ */
+int ext_buf_get(PyObject *obj, bool writable, struct ext_buf *b);
+void ext_buf_release(struct ext_buf *b);
+
+/* The torch module if it is imported (borrowed), else NULL; no import. */
+PyObject *ext_torch(void);
+/* Is @obj a torch.Tensor (torch imported and isinstance)? */
+bool ext_is_tensor(PyObject *obj);
+
+/* ---- pinned memory (pinned.c) ----------------------------------------- */
+
+/*
+ * nvswap._nvswap.PinnedBuffer: page-locked memory from the process's
+ * pinned registry, exported with the buffer protocol (writable bytes).
+ * Freed (nvs_pinned_free) when the object dies: torch.frombuffer() keeps a
+ * reference for as long as a tensor uses its storage.
+ */
+extern PyTypeObject ext_PinnedBufferType;
+int ext_pinned_init(PyObject *module);
+PyObject *ext_pinned_new(size_t nbytes);
+
+/*
+ * nvswap._nvswap.View: borrowed memory exported with the buffer protocol
+ * (a swapper's pool buffer while a tensor is acquired). Holds @owner.
+ */
+extern PyTypeObject ext_ViewType;
+PyObject *ext_view_new(PyObject *owner, void *ptr, size_t nbytes,
+		       bool readonly);
+/* Refuse new exports from now on (the memory is no longer the caller's). */
+void ext_view_invalidate(PyObject *view);
+
+/* DeepNVMe's locked tensors on nvswap's pinned pool (pinned.c). */
+PyObject *ext_locked_tensor_new(struct nvs_aio *h, PyObject *num_elem,
+				PyObject *example);
+PyObject *ext_locked_tensor_free(PyObject *tensor);
+PyObject *ext_is_pinned(PyObject *buffer);
+/* torch.frombuffer(@exporter, dtype=@dtype), shaped by @shape or NULL. */
+PyObject *ext_tensor_from(PyObject *exporter, PyObject *dtype, PyObject *shape);
+
+/* ---- the aio handle and its ops (handle.c, op.c) ---------------------- */
+
+struct ext_op;
+
+struct ext_handle {
+	PyObject ob_base;
+	struct nvs_aio *h;
+	PyObject *weakrefs;
+	/*
+	 * Ops submitted and not yet collected, oldest first; each holds a
+	 * strong reference from this list. Changed only with the GIL held.
+	 */
+	struct ext_op *head, *tail;
+	unsigned npending;
+	/* Pairs with ext_op.state: waiters for an op another thread is
+	 * collecting sleep on @cv (GIL released); @mu protects state
+	 * changes to DONE. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+enum ext_op_state {
+	EXT_OP_PENDING = 0, /* in flight or finished, not collected */
+	EXT_OP_CLAIMED,	    /* a thread is collecting it (GIL released) */
+	EXT_OP_DONE,	    /* collected: result and error are final (it may
+			       still be on the list, reaped early, until a
+			       wait counts it) */
+};
+
+struct ext_op {
+	PyObject ob_base;
+	struct ext_handle *handle;  /* borrowed; NULL once done */
+	struct ext_op *prev, *next; /* the handle's pending list */
+	uint64_t ticket;
+	int opcode; /* NVS_AIO_READ / NVS_AIO_WRITE */
+	int state;  /* enum ext_op_state; written under handle->mu */
+	int result; /* 0 or -errno, once DONE */
+	size_t nbytes;
+	int64_t offset;
+	struct ext_buf buf;
+	PyObject *path; /* str/bytes of the file, or NULL for an fd op */
+	int fd;		/* the fd for an fd op, else -1 */
+	bool validate;	/* compare with a buffered re-read on completion */
+	bool on_list;	/* on handle's pending list (holding a reference) */
+	char *errmsg;	/* the failure's sentence (malloc), once DONE */
+};
+
+extern PyTypeObject ext_HandleType;
+extern PyTypeObject ext_OpType;
+int ext_handle_init(PyObject *module);
+int ext_op_init(PyObject *module);
+
+/*
+ * Submit one op on @self (GIL held on entry and exit; released around the
+ * submit). @path: a str or bytes (filesystem encoding), or NULL with @fd.
+ * Steals nothing: on success the new op holds @buf's references (moved out
+ * of @buf). Returns the new op (a new reference, also on the pending
+ * list), or NULL with an exception set and @buf untouched.
+ */
+struct ext_op *ext_op_submit(struct ext_handle *self, int opcode,
+			     struct ext_buf *buf, PyObject *path, int fd,
+			     int64_t offset, bool validate);
+/*
+ * Collect every pending op of @self, oldest first, until none is left
+ * (ops other threads submit meanwhile included). Returns how many were
+ * collected, or -1 with nvswap.Error raised for the first that failed
+ * (all of them are collected even then).
+ */
+Py_ssize_t ext_handle_wait_all(struct ext_handle *self);
+/* Wait for @op alone (it stays on no list); 0 or -1 with Error raised. */
+int ext_op_wait(struct ext_op *op);
+
+#endif

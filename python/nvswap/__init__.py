@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""nvswap: tensors between host memory and NVMe, from Python.
+
+The storage layer of ZeRO-Infinity-style offload, as a C library with
+this thin binding (no torch headers: any torch >= 1.13 works, and numpy
+arrays or any buffer work without torch).
+
+DeepNVMe compatibility
+    aio_handle            DeepSpeed's aio_handle: same methods, argument
+                          names, defaults and return values; failures
+                          raise nvswap.Error instead of returning -1.
+    aio_read, aio_write   DeepSpeed's one-shot module functions.
+    nvswap.deepspeed      install() makes DeepSpeed's AsyncIOBuilder
+                          load nvswap.
+
+Beyond DeepNVMe
+    aio_handle.submit_read/submit_write -> Op, a future per op.
+    pinned_empty(shape, dtype)  a torch tensor in page-locked memory.
+    Config, Swapper             the swap manager (when built).
+
+Errors
+    Error         an OSError: .errno, and .strerror = the C library's
+                  sentence (call, path, offset, cause).
+    ConfigError   Error and ValueError, with .file .line .column .key.
+
+Buffers are contiguous CPU torch tensors, numpy arrays, or any object
+with the buffer protocol. A non-contiguous or read-only (for a read)
+buffer raises ValueError; a CUDA tensor raises TypeError; nothing is
+submitted then. Every blocking call releases the GIL, and an async op
+keeps its buffer alive until it completes.
+"""
+
+from . import _nvswap
+from ._nvswap import (
+    ChildProcessError,
+    BlockingIOError,
+    ConfigError,
+    Error,
+    FileExistsError,
+    FileNotFoundError,
+    InterruptedError,
+    IsADirectoryError,
+    NotADirectoryError,
+    Op,
+    PermissionError,
+    PinnedBuffer,
+    TimeoutError,
+    aio_handle,
+    aio_read,
+    aio_write,
+    build_features,
+    deepspeed_memcpy,
+    pinned_buffer,
+    pinned_stats,
+    version,
+)
+
+__version__ = _nvswap.version()
+
+__all__ = [
+    "ConfigError",
+    "Error",
+    "Op",
+    "PinnedBuffer",
+    "aio_handle",
+    "aio_read",
+    "aio_write",
+    "build_features",
+    "deepspeed_memcpy",
+    "pinned_buffer",
+    "pinned_empty",
+    "pinned_stats",
+    "version",
+]
+
+
+def pinned_empty(shape, dtype=None):
+    """A torch tensor of ``shape`` and ``dtype`` in page-locked memory.
+
+    The memory comes from nvswap's pinned pool (aligned for O_DIRECT, so
+    reads and writes on it never bounce) and returns to it when the last
+    tensor using it dies. ``dtype`` defaults to torch's default dtype.
+    Contents are unspecified, as with torch.empty.
+    """
+    import torch
+
+    if dtype is None:
+        dtype = torch.get_default_dtype()
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    numel = 1
+    for d in shape:
+        if d < 0:
+            raise ValueError(f"nvswap.pinned_empty: negative dimension in {shape}")
+        numel *= d
+    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    return _nvswap._tensor_from(_nvswap.pinned_buffer(nbytes), dtype, shape)
