@@ -14,7 +14,17 @@ DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev
 # Only the tests need these: nvswap-tune's plot through gnuplot, xmllint
 # to check that its SVG is well-formed, clang and its sanitizer runtimes
 # (libFuzzer among them) for the fuzz targets.
-TEST_PACKAGES := gnuplot-nox libxml2-utils clang libclang-rt-dev
+TEST_PACKAGES := gnuplot-nox libxml2-utils clang libclang-rt-dev \
+	$(PYTHON_PACKAGES)
+# The Python package is tested on two interpreters, each named here:
+# Debian's, with Debian's torch (python3-torch, 1.13 on Debian 12), and
+# the PyPI one (pyenv's CPython 3.11 here), with torch==2.13.0 from PyPI.
+# Each gets a venv under build/ (scripts/python-tests.sh).
+DEBIAN_PYTHON := /usr/bin/python3
+PYPI_PYTHON ?= $(lastword $(sort $(wildcard \
+	$(HOME)/.pyenv/versions/3.11*/bin/python3.11)))
+PYTHON_PACKAGES := python3-dev python3-venv python3-pip python3-torch \
+	python3-numpy python3-pytest python3-mesonpy
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
 	find src include tests examples bench -name '*.[ch]')
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -22,6 +32,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: all deps build demo demo-io test test-plain test-asan test-tsan \
+	test-python \
 	check-format check-banned format bench stress fuzz test-fuzz clean
 
 all: build
@@ -74,6 +85,17 @@ test-tsan: deps build-tsan/build.ninja
 	$(TSAN_ENV) scripts/run-tests.sh build-tsan tsan-canary canary
 	$(TSAN_ENV) scripts/run-tests.sh build-tsan tsan threads
 
+# The Python package, installed with pip into a venv per interpreter the
+# way users install it, then its pytest suite (python/tests).
+test-python: deps
+	@scripts/deps.sh $(PYTHON_PACKAGES)
+	@rc=0; mkdir -p build; \
+	scripts/python-tests.sh python-debian $(DEBIAN_PYTHON) \
+		$(CURDIR)/build/venv-debian debian || rc=1; \
+	scripts/python-tests.sh python-pypi "$(PYPI_PYTHON)" \
+		$(CURDIR)/build/venv-pypi pypi || rc=1; \
+	exit $$rc
+
 check-format: deps
 	@clang-format --dry-run --Werror $(SOURCES) && echo "clang-format: clean"
 
@@ -87,6 +109,7 @@ test: deps
 	$(MAKE) --no-print-directory check-format || rc=1; \
 	$(MAKE) --no-print-directory check-banned || rc=1; \
 	$(MAKE) --no-print-directory test-plain || rc=1; \
+	$(MAKE) --no-print-directory test-python || rc=1; \
 	$(MAKE) --no-print-directory test-asan || rc=1; \
 	$(MAKE) --no-print-directory test-tsan || rc=1; \
 	$(MAKE) --no-print-directory test-fuzz || rc=1; \

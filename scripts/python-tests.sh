@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# Install the Python package into a fresh venv under the build directory,
+# the way users install it, and run its pytest suite (python/tests) there.
+#
+# Usage: python-tests.sh LABEL INTERPRETER VENV_DIR MODE
+#   MODE debian: a venv with --system-site-packages over Debian's
+#                python3-torch, -numpy, -pytest and -mesonpy, and the package
+#                installed offline (pip --no-index --no-build-isolation).
+#   MODE pypi:   a plain venv; torch==2.13.0 (always pinned: an open range
+#                downloads a multi-GB CUDA build), numpy, pytest and
+#                meson-python from PyPI, then the package, no isolation.
+# Appends "LABEL passed failed skipped" to $NVS_TOTALS when set. Extra
+# pytest arguments: $PYTEST_ARGS.
+set -uo pipefail
+label=$1 interp=$2 venv=$3 mode=$4
+cd "$(dirname "$0")/.."
+total() { [ -n "${NVS_TOTALS:-}" ] && echo "$label $1 $2 $3" >>"$NVS_TOTALS"; }
+
+echo "== $label: $interp ($mode) in $venv"
+if [ ! -x "$interp" ]; then
+	echo "   skipped: interpreter $interp not found (set it in the Makefile:" \
+		"DEBIAN_PYTHON / PYPI_PYTHON)"
+	total 0 0 1
+	exit 0
+fi
+log=$venv.log
+: >"$log"
+run() { "$@" >>"$log" 2>&1 || {
+	echo "== $label: FAILED: $*" && tail -30 "$log"
+	total 0 1 0
+	exit 1
+}; }
+if [ ! -x "$venv/bin/python" ]; then
+	rm -rf "$venv"
+	if [ "$mode" = debian ]; then
+		run "$interp" -m venv --system-site-packages "$venv"
+	else
+		run "$interp" -m venv "$venv"
+		run "$venv/bin/pip" install -q torch==2.13.0
+		run "$venv/bin/pip" install -q numpy pytest 'meson-python>=0.13' \
+			meson ninja
+	fi
+fi
+if [ "$mode" = debian ]; then
+	run "$venv/bin/pip" install -q --no-index --no-build-isolation \
+		--force-reinstall --no-deps .
+else
+	# meson and ninja from the venv, not whatever else is on PATH
+	PATH="$venv/bin:$PATH" run "$venv/bin/pip" install -q \
+		--no-build-isolation --force-reinstall --no-deps .
+fi
+"$venv/bin/python" -c 'import sys, nvswap
+try:
+    import torch; t = "torch " + torch.__version__
+except ImportError:
+    t = "no torch"
+print("   python", sys.version.split()[0], "|", t, "| nvswap", nvswap.__version__, nvswap.__file__)'
+xml=$venv.junit.xml
+# From the build directory, so that python/nvswap (sources without the
+# extension) is not on sys.path: the installed package is what is tested.
+(cd "$venv" && "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+	--junitxml="$xml" ${PYTEST_ARGS:-} "$OLDPWD/python/tests")
+rc=$?
+read -r pass fail skip < <("$venv/bin/python" - "$xml" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+try:
+    r = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print(0, 1, 0); sys.exit()
+s = r if r.tag == "testsuite" else r.find("testsuite")
+t, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+print(t - f - e - k, f + e, k)
+EOF
+)
+[ $rc -ne 0 ] && [ "$fail" -eq 0 ] && fail=1
+echo "== $label: $pass passed, $fail failed, $skip skipped"
+total "$pass" "$fail" "$skip"
+exit $rc
