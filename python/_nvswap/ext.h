@@ -116,6 +116,14 @@ struct ext_handle {
 	 * changes to DONE. */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	/*
+	 * Calls that use the C handle, or @mu and @cv, with the GIL released
+	 * (changed under @mu with the GIL held); close and dealloc wait for
+	 * 0 before freeing anything. @closing: close has begun, new calls
+	 * are refused.
+	 */
+	unsigned busy;
+	bool closing;
 };
 
 enum ext_op_state {
@@ -166,6 +174,18 @@ struct ext_op *ext_op_submit(struct ext_handle *self, int opcode,
  * (all of them are collected even then).
  */
 Py_ssize_t ext_handle_wait_all(struct ext_handle *self);
+/*
+ * Mark a call that will release the GIL while using @h: refused with
+ * ValueError (returns -1) when the handle is closed or closing.
+ * ext_handle_hold() never refuses (for an op whose handle is closing: the
+ * closer collects it). Each is paired with ext_handle_leave().
+ */
+int ext_handle_enter(struct ext_handle *h);
+void ext_handle_hold(struct ext_handle *h);
+void ext_handle_leave(struct ext_handle *h);
+/* Wait without the GIL until no call holds @h (close, dealloc). */
+void ext_handle_quiesce(struct ext_handle *h);
+
 /* Wait for @op alone (it stays on no list); 0 or -1 with Error raised. */
 int ext_op_wait(struct ext_op *op);
 

@@ -16,7 +16,7 @@
 
 static int check_open(struct ext_handle *self)
 {
-	if (self->h)
+	if (self->h && !self->closing)
 		return 0;
 	PyErr_SetString(PyExc_ValueError, "nvswap: I/O on a closed aio_handle");
 	return -1;
@@ -145,8 +145,9 @@ static int handle_shutdown(struct ext_handle *self, bool report)
 	PyObject *exc = NULL, *tb = NULL, *type = NULL;
 	int rc;
 
-	if (!self->h)
+	if (!self->h || self->closing)
 		return 0;
+	self->closing = true;
 	if (ext_handle_wait_all(self) < 0) {
 		if (report)
 			PyErr_Fetch(&type, &exc, &tb);
@@ -174,9 +175,14 @@ static void handle_dealloc(PyObject *o)
 {
 	struct ext_handle *self = HANDLE(o);
 
+	PyObject *type, *value, *tb;
+
+	/* Freed perhaps while an exception propagates: keep it. */
+	PyErr_Fetch(&type, &value, &tb);
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs(o);
 	handle_shutdown(self, false);
+	PyErr_Restore(type, value, tb);
 	pthread_cond_destroy(&self->cv);
 	pthread_mutex_destroy(&self->mu);
 	Py_TYPE(o)->tp_free(o);
@@ -233,18 +239,28 @@ static PyObject *do_op(struct ext_handle *self, int opcode, PyObject *bufobj,
 		Py_XDECREF(path);
 		return NULL;
 	}
+	if (ext_handle_enter(self)) {
+		ext_buf_release(&buf);
+		Py_XDECREF(path);
+		return NULL;
+	}
 	op = ext_op_submit(self, opcode, &buf, path, fd, off, validate);
 	Py_XDECREF(path);
 	if (!op) {
 		ext_buf_release(&buf);
+		ext_handle_leave(self);
 		return NULL;
 	}
-	if (want_op)
-		return (PyObject *)op;
-	Py_DECREF(op); /* the pending list keeps it */
-	if (async_)
+	if (want_op || async_) {
+		ext_handle_leave(self);
+		if (want_op)
+			return (PyObject *)op;
+		Py_DECREF(op); /* the pending list keeps it */
 		return PyLong_FromLong(0);
+	}
+	Py_DECREF(op);
 	n = ext_handle_wait_all(self);
+	ext_handle_leave(self);
 	return n < 0 ? NULL : PyLong_FromSsize_t(n);
 }
 
@@ -273,6 +289,11 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 	if (ext_arg_file(file, &path, &fd))
 		return NULL;
 	if (ext_buf_get(bufobj, opcode == NVS_AIO_READ, &buf)) {
+		Py_XDECREF(path);
+		return NULL;
+	}
+	if (ext_handle_enter(self)) {
+		ext_buf_release(&buf);
 		Py_XDECREF(path);
 		return NULL;
 	}
@@ -414,9 +435,10 @@ static PyObject *handle_wait(PyObject *o, PyObject *Py_UNUSED(ignored))
 {
 	Py_ssize_t n;
 
-	if (check_open(HANDLE(o)))
+	if (ext_handle_enter(HANDLE(o)))
 		return NULL;
 	n = ext_handle_wait_all(HANDLE(o));
+	ext_handle_leave(HANDLE(o));
 	return n < 0 ? NULL : PyLong_FromSsize_t(n);
 }
 
@@ -448,10 +470,15 @@ static PyObject *handle_new_cpu_locked_tensor(PyObject *o,
 		"num_elem", "example_tenosr|example_tensor", NULL};
 	PyObject *a[2];
 
-	if (check_open(HANDLE(o)) ||
-	    ext_bind("new_cpu_locked_tensor", args, nargs, kw, names, 2, 2, a))
+	PyObject *t;
+
+	if (ext_bind("new_cpu_locked_tensor", args, nargs, kw, names, 2, 2,
+		     a) ||
+	    ext_handle_enter(HANDLE(o)))
 		return NULL;
-	return ext_locked_tensor_new(HANDLE(o)->h, a[0], a[1]);
+	t = ext_locked_tensor_new(HANDLE(o)->h, a[0], a[1]);
+	ext_handle_leave(HANDLE(o));
+	return t;
 }
 
 static PyObject *handle_free_cpu_locked_tensor(PyObject *o, PyObject *t)
