@@ -13,8 +13,23 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nvswap/nvswap.h"
+
+/*
+ * Run the int-valued nvswap call @expr with the GIL released, storing
+ * its result in @rc and, on failure, the thread's nvs_last_error() in
+ * the char array @msg, copied right after the call on the same thread.
+ */
+#define EXT_NOGIL(rc, msg, expr)                                               \
+	do {                                                                   \
+		PyThreadState *ts_ = PyEval_SaveThread();                      \
+		(rc) = (expr);                                                 \
+		if ((rc) < 0)                                                  \
+			snprintf((msg), sizeof(msg), "%s", nvs_last_error());  \
+		PyEval_RestoreThread(ts_);                                     \
+	} while (0)
 
 /* ---- errors (errors.c) ------------------------------------------------ */
 
@@ -168,5 +183,27 @@ struct ext_op *ext_op_submit(struct ext_handle *self, int opcode,
 Py_ssize_t ext_handle_wait_all(struct ext_handle *self);
 /* Wait for @op alone (it stays on no list); 0 or -1 with Error raised. */
 int ext_op_wait(struct ext_op *op);
+
+/*
+ * A new nvswap.aio_handle over a C handle made from @opts (borrowed for
+ * the call; GIL released around the create). NULL with Error raised.
+ */
+PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts);
+/* A backend name ('auto', 'io_uring', 'libaio', 'psync'); NULL and None
+ * leave @out alone. ValueError otherwise. */
+int ext_parse_backend(PyObject *v, enum nvs_backend *out);
+
+/* ---- the config (config.c) -------------------------------------------- */
+
+struct ext_config {
+	PyObject ob_base;
+	struct nvs_config *cfg; /* never NULL once made; read-only */
+	PyObject *source;	/* the path or the name given, or None */
+};
+
+extern PyTypeObject ext_ConfigType;
+int ext_config_init(PyObject *module);
+/* "param" or "optimizer"; ValueError otherwise. */
+int ext_offload_kind(PyObject *v, enum nvs_offload_kind *out);
 
 #endif

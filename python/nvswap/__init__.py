@@ -16,7 +16,8 @@ DeepNVMe compatibility
 Beyond DeepNVMe
     aio_handle.submit_read/submit_write -> Op, a future per op.
     pinned_empty(shape, dtype)  a torch tensor in page-locked memory.
-    Config, Swapper             the swap manager (when built).
+    Config                      a checked DeepSpeed-style JSON config.
+    Swapper                     the swap manager (when built).
 
 Errors
     Error         an OSError: .errno, and .strerror = the C library's
@@ -34,6 +35,7 @@ from . import _nvswap
 from ._nvswap import (
     ChildProcessError,
     BlockingIOError,
+    Config,
     ConfigError,
     Error,
     FileExistsError,
@@ -58,6 +60,7 @@ from ._nvswap import (
 __version__ = _nvswap.version()
 
 __all__ = [
+    "Config",
     "ConfigError",
     "Error",
     "Op",
