@@ -206,4 +206,74 @@ int ext_config_init(PyObject *module);
 /* "param" or "optimizer"; ValueError otherwise. */
 int ext_offload_kind(PyObject *v, enum nvs_offload_kind *out);
 
+/* ---- lent memory (lend.c) --------------------------------------------- */
+
+/*
+ * What an acquire hands out for @nbytes at @ptr, memory @owner lends
+ * until a release: a torch tensor (torch.frombuffer() of a View, of
+ * @dtype or torch.uint8, viewed as @shape) or, when @want_mv or torch
+ * cannot be imported, a memoryview (cast to the struct format @dtype and
+ * @shape when given). The View holds @owner. A record to revoke it is
+ * appended to the list @records. New reference, or NULL with an error.
+ */
+PyObject *ext_lend(PyObject *owner, void *ptr, size_t nbytes, bool readonly,
+		   PyObject *dtype, PyObject *shape, bool want_mv,
+		   PyObject *records);
+/*
+ * Revoke every record of the list @records and empty it: the View
+ * refuses new exports, a tensor still alive is set_() to an empty one, a
+ * memoryview is released. Never raises (a failure is reported as
+ * unraisable); keeps any exception already set.
+ */
+void ext_revoke_all(PyObject *records);
+/* ext_revoke_all() on every list of records in the dict @held, which is
+ * emptied first. */
+void ext_revoke_held(PyObject *held);
+
+/* ---- the swapper (swapper.c) ----------------------------------------- */
+
+/*
+ * Calls in progress with the GIL released on an object that close() must
+ * not destroy under them. Fields under @mu (entered and left with the
+ * GIL held; drained with it released).
+ */
+struct ext_gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* signalled when users drops to 0 */
+	unsigned users;
+	bool closing; /* close() started: enter() refuses */
+	bool closed;  /* drained: nothing may enter any more */
+};
+
+void ext_gate_init(struct ext_gate *g);
+void ext_gate_fini(struct ext_gate *g);
+/*
+ * Count a call in (GIL held). 0, or -1 (no exception set) when the
+ * object is closing or closed; @force: also while it is closing (still
+ * refused once closed).
+ */
+int ext_gate_enter(struct ext_gate *g, bool force);
+void ext_gate_leave(struct ext_gate *g);
+/* Refuse new calls and wait (GIL released) until none is in progress;
+ * false when it was already closing or closed (another close). */
+bool ext_gate_drain(struct ext_gate *g);
+
+struct ext_swapper {
+	PyObject ob_base;
+	struct nvs_swapper *s; /* NULL once destroyed */
+	PyObject *weakrefs;
+	/* id -> [count, record...]: what acquire() lent, revoked by the
+	 * release that brings count to 0, by close and dealloc. GIL. */
+	PyObject *held;
+	struct ext_gate gate;
+};
+
+extern PyTypeObject ext_SwapperType;
+int ext_swapper_init(PyObject *module);
+/* nvs_swap_stats and nvs_tensor_info as dicts (swapinfo.c). */
+PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st);
+PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti);
+/* ValueError for a closed swapper; "nvswap: <what> is closed". */
+PyObject *ext_raise_closed(const char *what);
+
 #endif

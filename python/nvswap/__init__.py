@@ -17,7 +17,9 @@ Beyond DeepNVMe
     aio_handle.submit_read/submit_write -> Op, a future per op.
     pinned_empty(shape, dtype)  a torch tensor in page-locked memory.
     Config                      a checked DeepSpeed-style JSON config.
-    Swapper                     the swap manager (when built).
+    Swapper                     the swap manager: register, prefetch,
+                                acquire -> a tensor on the pinned pool
+                                buffer, release, evict, stats.
 
 Errors
     Error         an OSError: .errno, and .strerror = the C library's
@@ -33,6 +35,7 @@ keeps its buffer alive until it completes.
 
 from . import _nvswap
 from ._nvswap import (
+    WAIT_FOREVER,
     ChildProcessError,
     BlockingIOError,
     Config,
@@ -46,6 +49,7 @@ from ._nvswap import (
     Op,
     PermissionError,
     PinnedBuffer,
+    Swapper,
     TimeoutError,
     aio_handle,
     aio_read,
@@ -60,11 +64,13 @@ from ._nvswap import (
 __version__ = _nvswap.version()
 
 __all__ = [
+    "WAIT_FOREVER",
     "Config",
     "ConfigError",
     "Error",
     "Op",
     "PinnedBuffer",
+    "Swapper",
     "aio_handle",
     "aio_read",
     "aio_write",

@@ -242,3 +242,32 @@ def test_a_config_outlives_nothing_it_lends(swapdir):
     section = c.offload("param")
     del c
     assert section["nvme_path"] == swapdir
+
+
+def test_a_config_makes_the_swapper_it_describes(swapdir):
+    cfg = nvme_config(swapdir, buffer_count=3, buffer_size=3000)
+    cfg["nvswap"] = {"backend": "psync"}
+    c = nvswap.Config.from_str(json.dumps(cfg))
+    with nvswap.Swapper(c, "param", rank=2) as s:
+        assert s.dirs == [os.path.join(swapdir, "nvswap", "param", "rank2")]
+        st = s.stats()
+        # 3000 fp16 elements = 6000 bytes, rounded up to the alignment
+        assert st["buffer_size"] == 8192
+        assert st["buffer_count"] == 3
+        assert st["backend"] == "psync"
+    # elem_size overrides the default element size
+    with nvswap.Swapper(c, elem_size=4, buffer_count=2) as s:
+        st = s.stats()
+        assert (st["buffer_size"], st["buffer_count"]) == (12288, 2)
+
+
+def test_a_section_that_is_not_nvme_cannot_make_a_swapper(swapdir):
+    c = nvswap.Config.from_str(json.dumps(nvme_config(swapdir)))
+    with pytest.raises(nvswap.ConfigError) as ei:
+        nvswap.Swapper(c, "optimizer")
+    assert ei.value.errno == errno.EINVAL
+    assert 'offload_optimizer.device is "none"' in ei.value.strerror
+    with pytest.raises(ValueError, match="'param' or 'optimizer'"):
+        nvswap.Swapper(c, "gradient")
+    with pytest.raises(TypeError, match="nvswap.Config"):
+        nvswap.Swapper({"zero_optimization": {}})
