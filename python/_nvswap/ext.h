@@ -230,7 +230,7 @@ void ext_revoke_all(PyObject *records);
  * emptied first. */
 void ext_revoke_held(PyObject *held);
 
-/* ---- the swapper (swapper.c) ----------------------------------------- */
+/* ---- the swapper (swapper.c) and its roles (offload.c) ----------------- */
 
 /*
  * Calls in progress with the GIL released on an object that close() must
@@ -258,6 +258,8 @@ void ext_gate_leave(struct ext_gate *g);
  * false when it was already closing or closed (another close). */
 bool ext_gate_drain(struct ext_gate *g);
 
+struct ext_role;
+
 struct ext_swapper {
 	PyObject ob_base;
 	struct nvs_swapper *s; /* NULL once destroyed */
@@ -265,6 +267,8 @@ struct ext_swapper {
 	/* id -> [count, record...]: what acquire() lent, revoked by the
 	 * release that brings count to 0, by close and dealloc. GIL. */
 	PyObject *held;
+	struct ext_role *roles; /* role swappers over this one, each
+				   unlinked by its own dealloc. GIL. */
 	struct ext_gate gate;
 };
 
@@ -275,5 +279,34 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st);
 PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti);
 /* ValueError for a closed swapper; "nvswap: <what> is closed". */
 PyObject *ext_raise_closed(const char *what);
+
+/* A parameter, optimizer or gradient swapper (offload.c, role.c). */
+struct ext_role {
+	PyObject ob_base;
+	struct ext_swapper *core;     /* strong */
+	struct ext_role *prev, *next; /* core->roles */
+	int kind;		      /* enum role_kind (role.h) */
+	void *p;		      /* the C role swapper; NULL once
+					 destroyed (under @mu) */
+	PyObject *specs; /* group -> tuple of (nbytes, dtype, shape) */
+	PyObject *held;	 /* group -> list of records (GIL) */
+	PyObject *weakrefs;
+	/* Calls in progress: close() waits for them (a call lends memory
+	 * after its C call returned), then destroys. Each call is also in
+	 * the core's gate. */
+	struct ext_gate gate;
+	/* offload.h: a role swapper is used by one thread at a time: held
+	 * for a whole method (role_enter..role_leave). Always taken with
+	 * the GIL released; may be held while taking the GIL back. */
+	pthread_mutex_t mu;
+};
+
+int ext_offload_init(PyObject *module);
+/*
+ * Destroy @r's C swapper (the core is drained: nobody else is in it).
+ * Revokes what it lent. Returns 0 or the -errno of the destroy with @msg
+ * (NVS_ERRMSG_MAX bytes) written.
+ */
+int ext_role_destroy(struct ext_role *r, char *msg);
 
 #endif

@@ -198,8 +198,8 @@ out:
 /* ---- destruction ------------------------------------------------------ */
 
 /*
- * Drained already: revoke, then destroy the swapper. Returns 0 or the
- * -errno, its sentence in @msg.
+ * Drained already: revoke, destroy the roles over the swapper, then the
+ * swapper. Returns 0 or the first -errno, its sentence in @msg.
  */
 static int shutdown(struct ext_swapper *self, char *msg)
 {
@@ -207,6 +207,21 @@ static int shutdown(struct ext_swapper *self, char *msg)
 	int first = 0, rc;
 
 	ext_revoke_held(self->held);
+	for (;;) {
+		struct ext_role *r = self->roles;
+
+		while (r && !r->p)
+			r = r->next;
+		if (!r)
+			break;
+		Py_INCREF(r);
+		rc = ext_role_destroy(r, m);
+		if (rc < 0 && !first) {
+			first = rc;
+			memcpy(msg, m, NVS_ERRMSG_MAX);
+		}
+		Py_DECREF(r);
+	}
 	EXT_NOGIL(rc, m, nvs_swapper_destroy(self->s));
 	self->s = NULL;
 	if (rc < 0 && !first) {
@@ -237,7 +252,7 @@ static void swapper_finalize(PyObject *o)
 	PyObject *type, *value, *tb;
 	int rc;
 
-	/* Nobody is inside: calls hold references. */
+	/* Nobody is inside: calls and roles hold references. */
 	if (!self->s || !ext_gate_drain(&self->gate))
 		return;
 	PyErr_Fetch(&type, &value, &tb);
@@ -696,7 +711,8 @@ static PyMethodDef swapper_methods[] = {
 	  "close() -> None\n--\n\n"
 	  "Destroy the swapper: wait for calls other threads are making\n"
 	  "on it, revoke everything acquire() lent (released or not, as\n"
-	  "release() does), finish the I/O in flight, then remove the\n"
+	  "release() does), close the role swappers made over it\n"
+	  "(ParamSwapper...), finish the I/O in flight, then remove the\n"
 	  "swap files and directories. Dirty resident tensors are not\n"
 	  "written. Raises nvswap.Error for an I/O failure no call\n"
 	  "reported yet (a failed write-behind is never silent). A second\n"

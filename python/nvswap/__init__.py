@@ -20,6 +20,10 @@ Beyond DeepNVMe
     Swapper                     the swap manager: register, prefetch,
                                 acquire -> a tensor on the pinned pool
                                 buffer, release, evict, stats.
+    ParamSwapper, OptimizerSwapper, GradSwapper
+                                the layer-wise parameter, sub-group
+                                optimizer-state and write-behind gradient
+                                swappers over a Swapper.
 
 Errors
     Error         an OSError: .errno, and .strerror = the C library's
@@ -43,10 +47,13 @@ from ._nvswap import (
     Error,
     FileExistsError,
     FileNotFoundError,
+    GradSwapper,
     InterruptedError,
     IsADirectoryError,
     NotADirectoryError,
     Op,
+    OptimizerSwapper,
+    ParamSwapper,
     PermissionError,
     PinnedBuffer,
     Swapper,
@@ -68,7 +75,10 @@ __all__ = [
     "Config",
     "ConfigError",
     "Error",
+    "GradSwapper",
     "Op",
+    "OptimizerSwapper",
+    "ParamSwapper",
     "PinnedBuffer",
     "Swapper",
     "aio_handle",
