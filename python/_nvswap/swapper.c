@@ -126,7 +126,7 @@ static int swapper_init(PyObject *o, PyObject *args, PyObject *kwds)
 					 &bsize, &bcount, &esize, &ssize, &pin,
 					 &autoev, &csum, &wait, &backend))
 		return -1;
-	if (self->s) {
+	if (self->s || self->gate.closing) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"nvswap: Swapper.__init__ called twice");
 		return -1;

@@ -436,6 +436,8 @@ def test_close_twice_and_use_after_close(swapdir):
         with pytest.raises(ValueError, match="closed"):
             call()
     assert repr(s) == "<nvswap.Swapper closed>"
+    with pytest.raises(RuntimeError, match="twice"):
+        s.__init__(nvme_path=swapdir, buffer_size=4096, buffer_count=1)
 
 
 def test_the_context_manager_destroys_on_exit(swapdir):
@@ -571,7 +573,7 @@ def test_a_second_thread_runs_while_acquire_waits(swapdir):
 
 def test_close_waits_for_a_call_in_another_thread(swapdir):
     s = nvswap.Swapper(nvme_path=swapdir, buffer_size=4096, buffer_count=1,
-                       wait_ms=500)
+                       wait_ms=1500)
     d = s.dirs[0]
     s.register(1, 10)
     s.register(2, 10)
