@@ -499,6 +499,34 @@ def test_a_failed_write_behind_is_raised_by_close(swapdir):
     assert r.stdout == "close EFBIG\nagain ok\n"
 
 
+def test_a_failed_write_behind_at_dealloc_is_reported_unraisable(swapdir):
+    code = textwrap.dedent(
+        f"""
+        import gc, resource, signal, sys
+        import nvswap
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        seen = []
+        sys.unraisablehook = lambda u: seen.append(
+            (type(u.exc_value).__name__, u.exc_value.errno, repr(u.object)))
+        s = nvswap.Swapper(nvme_path={swapdir!r}, buffer_size=1 << 20,
+                           buffer_count=1, backend="psync")
+        s.register(1, 1 << 20)
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, hard))
+        mv = s.acquire(1, memoryview=True)
+        mv[:] = b"\\x03" * (1 << 20)
+        s.release(1, True)
+        s.evict(1)
+        del s, mv
+        gc.collect()
+        print(seen)
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[('Error', 27, '<nvswap.Swapper closed>')]\n"
+
+
 def test_wait_reports_a_failed_write_once_and_evict_retries(swapdir):
     code = textwrap.dedent(
         f"""
