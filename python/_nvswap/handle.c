@@ -22,7 +22,7 @@ static int check_open(struct ext_handle *self)
 	return -1;
 }
 
-static int parse_backend(PyObject *v, enum nvs_backend *out)
+int ext_parse_backend(PyObject *v, enum nvs_backend *out)
 {
 	static const enum nvs_backend all[] = {
 		NVS_BACKEND_AUTO, NVS_BACKEND_IO_URING, NVS_BACKEND_LIBAIO,
@@ -110,7 +110,7 @@ static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    ext_arg_bool(ss, false, &opts.single_submit) ||
 	    ext_arg_bool(oe, false, &opts.overlap_events) ||
 	    u32_arg(par, "intra_op_parallelism", &opts.intra_op_parallelism) ||
-	    parse_backend(backend, &opts.backend) ||
+	    ext_parse_backend(backend, &opts.backend) ||
 	    parse_direct(direct, &opts.direct) ||
 	    u32_arg(max_ops, "max_ops", &opts.max_ops))
 		return -1;
@@ -133,6 +133,30 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *Py_UNUSED(a),
 		return NULL;
 	pthread_mutex_init(&self->mu, NULL);
 	pthread_cond_init(&self->cv, NULL);
+	return (PyObject *)self;
+}
+
+PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts)
+{
+	char msg[NVS_ERRMSG_MAX] = "";
+	struct ext_handle *self;
+	PyThreadState *ts;
+	struct nvs_aio *h;
+	int rc;
+
+	self = (struct ext_handle *)handle_new(&ext_HandleType, NULL, NULL);
+	if (!self)
+		return NULL;
+	ts = PyEval_SaveThread();
+	rc = nvs_aio_create(opts, &h);
+	if (rc < 0)
+		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+	PyEval_RestoreThread(ts);
+	if (rc < 0) {
+		Py_DECREF(self);
+		return ext_raise(rc, msg);
+	}
+	self->h = h;
 	return (PyObject *)self;
 }
 

@@ -217,7 +217,8 @@ PyMODINIT_FUNC PyInit__nvswap(void)
 	if (!m)
 		return NULL;
 	if (ext_errors_init(m) || ext_pinned_init(m) || ext_op_init(m) ||
-	    ext_handle_init(m)) {
+	    ext_handle_init(m) || ext_config_init(m) || ext_swapper_init(m) ||
+	    ext_offload_init(m)) {
 		Py_DECREF(m);
 		return NULL;
 	}
