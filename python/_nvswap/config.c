@@ -285,7 +285,7 @@ static PyObject *config_repr(PyObject *o)
 
 static PyMethodDef config_methods[] = {
 	{"load", (PyCFunction)config_load, METH_O | METH_CLASS,
-	 "load(path) -> Config\n--\n\n"
+	 "load(path) -> Config\n\n"
 	 "Read and check a DeepSpeed-style JSON file (nvs_config_load):\n"
 	 "zero_optimization.offload_param / offload_optimizer, the aio\n"
 	 "section and the nvswap section. Keys elsewhere are ignored;\n"
@@ -298,11 +298,11 @@ static PyMethodDef config_methods[] = {
 	 "the paths with the GIL released."},
 	{"from_str", (PyCFunction)(void (*)(void))config_from_str,
 	 METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
-	 "from_str(text, name=None) -> Config\n--\n\n"
+	 "from_str(text, name=None) -> Config\n\n"
 	 "As load(), from the JSON text. name is what error messages (and\n"
 	 "ConfigError.file) call the text; None: '<string>'."},
 	{"offload", (PyCFunction)config_offload, METH_O,
-	 "offload(kind) -> dict\n--\n\n"
+	 "offload(kind) -> dict\n\n"
 	 "The section zero_optimization.offload_<kind> (kind 'param' or\n"
 	 "'optimizer'; ValueError otherwise), DeepSpeed's defaults where a\n"
 	 "key is absent: present, device ('none', 'cpu', 'nvme'),\n"
@@ -310,18 +310,18 @@ static PyMethodDef config_methods[] = {
 	 "max_in_cpu (elements, as in DeepSpeed), pin_memory,\n"
 	 "pipeline_read, pipeline_write."},
 	{"aio_options", config_aio_options, METH_NOARGS,
-	 "aio_options() -> dict\n--\n\n"
+	 "aio_options() -> dict\n\n"
 	 "The aio handle settings of the aio section (and\n"
 	 "nvswap.backend), DeepSpeed's defaults where absent: block_size,\n"
 	 "queue_depth, single_submit, overlap_events,\n"
 	 "intra_op_parallelism, backend (a name)."},
 	{"nvswap_options", config_nvswap_options, METH_NOARGS,
-	 "nvswap_options() -> dict\n--\n\n"
+	 "nvswap_options() -> dict\n\n"
 	 "The nvswap section, defaults filled in: backend, stripe_size\n"
 	 "(bytes), checksum, auto_evict, nvme_paths (a list, empty when\n"
 	 "absent), wait_ms."},
 	{"aio_handle", config_aio_handle, METH_NOARGS,
-	 "aio_handle() -> aio_handle\n--\n\n"
+	 "aio_handle() -> aio_handle\n\n"
 	 "A new nvswap.aio_handle with aio_options(). Raises nvswap.Error\n"
 	 "when the handle cannot be made (nvs_aio_create's errors)."},
 	{NULL, NULL, 0, NULL},

@@ -343,7 +343,7 @@ static PyObject *param_layer_in_cpu(PyObject *o, PyObject *arg)
 	}
 #define COMMON(cls)                                                            \
 	{"close", role_close, METH_NOARGS,                                     \
-	 "close() -> None\n--\n\n"                                             \
+	 "close() -> None\n\n"                                                 \
 	 "Destroy the " cls ": what its acquires lent is revoked (as\n"        \
 	 "by a release), every one of its tensors is unregistered from\n"      \
 	 "the Swapper and freed. Waits for a call another thread is\n"         \
@@ -359,7 +359,7 @@ static PyObject *param_layer_in_cpu(PyObject *o, PyObject *arg)
 
 static PyMethodDef param_methods[] = {
 	M(param, add_layer, FAST,
-	  "add_layer(layer, tensors) -> None\n--\n\n"
+	  "add_layer(layer, tensors) -> None\n\n"
 	  "Add layer number layer (0 to 2**20-1) holding tensors: a list\n"
 	  "of up to 64 items, each an int (a byte count; reads as zeros)\n"
 	  "or a CPU torch tensor or buffer (its bytes are the initial\n"
@@ -373,12 +373,12 @@ static PyMethodDef param_methods[] = {
 	  "than the Swapper's buffer_size), ENOSPC/EIO. Nothing is added\n"
 	  "on failure."),
 	M(param, prefetch_layer, METH_O,
-	  "prefetch_layer(layer) -> None\n--\n\n"
+	  "prefetch_layer(layer) -> None\n\n"
 	  "Start reading layer into free pool buffers and return; never\n"
 	  "waits for a buffer (a short pool is not an error). Raises\n"
 	  "nvswap.Error ENOENT (no such layer) or a submit error."),
 	M(param, acquire_layer, FAST,
-	  "acquire_layer(layer, *, memoryview=False) -> list\n--\n\n"
+	  "acquire_layer(layer, *, memoryview=False) -> list\n\n"
 	  "The layer's tensors, resident: a list in add order of torch\n"
 	  "tensors on the pool buffer (or memoryviews of their bytes when\n"
 	  "torch cannot be imported or memoryview=True). Reads the layer\n"
@@ -388,7 +388,7 @@ static PyMethodDef param_methods[] = {
 	  "acquired), and Swapper.acquire()'s errors (EDEADLK, ETIMEDOUT,\n"
 	  "EIO, EBADMSG); nothing stays acquired then."),
 	M(param, release_layer, FAST,
-	  "release_layer(layer, dirty) -> None\n--\n\n"
+	  "release_layer(layer, dirty) -> None\n\n"
 	  "End the acquire. dirty: the parameters changed (written back\n"
 	  "at eviction; clean layers are dropped without I/O). Revokes\n"
 	  "what acquire_layer() returned first, as Swapper.release() does\n"
@@ -396,12 +396,12 @@ static PyMethodDef param_methods[] = {
 	  "from them are not covered). Raises nvswap.Error ENOENT or EBUSY\n"
 	  "(not acquired)."),
 	M(param, evict_layer, METH_O,
-	  "evict_layer(layer) -> None\n--\n\n"
+	  "evict_layer(layer) -> None\n\n"
 	  "Give the layer's buffer back; the write-back of a changed layer\n"
 	  "starts now. Nothing for a layer kept in CPU memory. Raises\n"
 	  "nvswap.Error ENOENT, EBUSY (acquired) or a submit error."),
 	M(param, layer_in_cpu, METH_O,
-	  "layer_in_cpu(layer) -> bool\n--\n\n"
+	  "layer_in_cpu(layer) -> bool\n\n"
 	  "Whether layer is kept in CPU memory (max_in_cpu), never\n"
 	  "swapped. False for an unknown layer."),
 	COMMON("ParamSwapper"),
@@ -430,20 +430,20 @@ static PyObject *optim_swap_out(PyObject *o, PyObject *const *args,
 
 static PyMethodDef optim_methods[] = {
 	M(optim, add_group, FAST,
-	  "add_group(group, tensors) -> None\n--\n\n"
+	  "add_group(group, tensors) -> None\n\n"
 	  "Add sub-group group with its state tensors (fp32 master\n"
 	  "weights, exp_avg, exp_avg_sq...), given as in\n"
 	  "ParamSwapper.add_layer(). Groups are stepped in the order they\n"
 	  "are added. Blocks for the write (GIL released). Raises\n"
 	  "nvswap.Error as add_layer()."),
 	M(optim, swap_in, FAST,
-	  "swap_in(group, *, memoryview=False) -> list\n--\n\n"
+	  "swap_in(group, *, memoryview=False) -> list\n\n"
 	  "The group's state tensors, resident, as\n"
 	  "ParamSwapper.acquire_layer() returns them. With pipeline_read\n"
 	  "the next group is then read ahead into free buffers. Blocks\n"
 	  "(GIL released). Raises nvswap.Error as acquire_layer()."),
 	M(optim, swap_out, FAST,
-	  "swap_out(group) -> None\n--\n\n"
+	  "swap_out(group) -> None\n\n"
 	  "The step of group is done: revoke what swap_in() returned,\n"
 	  "then write the state back. Without pipeline_write this blocks\n"
 	  "until the write ends (GIL released); with it, the write\n"
@@ -616,12 +616,12 @@ static PyObject *grad_zero(PyObject *o, PyObject *arg)
 
 static PyMethodDef grad_methods[] = {
 	M(grad, add_group, FAST,
-	  "add_group(group, nbytes) -> None\n--\n\n"
+	  "add_group(group, nbytes) -> None\n\n"
 	  "A gradient region of nbytes for group, reading as zeros until\n"
 	  "written (no I/O). Raises nvswap.Error EEXIST, EINVAL (0 bytes,\n"
 	  "group too large) or EFBIG (larger than buffer_size)."),
 	M(grad, write, FAST,
-	  "write(group, offset, data, mode='assign') -> None\n--\n\n"
+	  "write(group, offset, data, mode='assign') -> None\n\n"
 	  "Put data (a CPU torch tensor or buffer, any size and offset in\n"
 	  "the region) at byte offset of group's region: mode 'assign'\n"
 	  "copies, 'accumulate_f32' adds as float32 (offset and size\n"
@@ -632,14 +632,14 @@ static PyMethodDef grad_methods[] = {
 	  "(acquired for reading), Swapper.acquire()'s errors (EDEADLK:\n"
 	  "every buffer is held, e.g. by other open regions)."),
 	M(grad, flush, METH_O,
-	  "flush(group) -> None\n--\n\n"
+	  "flush(group) -> None\n\n"
 	  "Write group's region behind (returns at once; the write\n"
 	  "overlaps what comes next). Nothing when nothing was written\n"
 	  "since the last flush. Raises nvswap.Error ENOENT or a submit\n"
 	  "error."),
 	{"acquire", (PyCFunction)(void (*)(void))grad_acquire, FAST,
 	 "acquire(group, dtype=None, shape=None, *, memoryview=False)\n"
-	 "    -> torch.Tensor | memoryview\n--\n\n"
+	 "    -> torch.Tensor | memoryview\n\n"
 	 "group's region for the optimizer step (pending writes flushed\n"
 	 "first; blocks for its I/O, GIL released), as Swapper.acquire()\n"
 	 "returns it. Read it only: the region is evicted clean at\n"
@@ -647,11 +647,11 @@ static PyMethodDef grad_methods[] = {
 	 "tensor cannot be). Raises nvswap.Error as Swapper.acquire()\n"
 	 "and EBUSY (already acquired)."},
 	{"release", (PyCFunction)(void (*)(void))grad_release_m, FAST,
-	 "release(group) -> None\n--\n\n"
+	 "release(group) -> None\n\n"
 	 "End acquire(): revokes what it returned, then evicts the region.\n"
 	 "Raises nvswap.Error ENOENT or EBUSY (not acquired)."},
 	M(grad, zero, METH_O,
-	  "zero(group) -> None\n--\n\n"
+	  "zero(group) -> None\n\n"
 	  "group's region reads as zeros again (a new step): no I/O, the\n"
 	  "old contents are dropped. Raises nvswap.Error ENOENT or EBUSY\n"
 	  "(open for writes or acquired)."),

@@ -421,16 +421,16 @@ static PyObject *op_get_kind(struct ext_op *op, void *Py_UNUSED(c))
 
 static PyMethodDef op_methods[] = {
 	{"wait", (PyCFunction)op_wait, METH_NOARGS,
-	 "wait() -> int\n--\n\n"
+	 "wait() -> int\n\n"
 	 "Block (without the GIL) until the op is complete; return the\n"
 	 "bytes it moved. Raises nvswap.Error with the errno and sentence\n"
 	 "of the failure (also when another call collected it first: the\n"
 	 "outcome is kept). Calling it again returns the same outcome."},
 	{"result", (PyCFunction)op_wait, METH_NOARGS,
-	 "result() -> int\n--\n\n"
+	 "result() -> int\n\n"
 	 "The same as wait(), named as concurrent.futures names it."},
 	{"done", (PyCFunction)op_done, METH_NOARGS,
-	 "done() -> bool\n--\n\n"
+	 "done() -> bool\n\n"
 	 "True once the op has finished (successfully or not); never\n"
 	 "blocks. A finished op is collected: its buffer is released."},
 	{NULL, NULL, 0, NULL},

@@ -609,7 +609,7 @@ static PyObject *swapper_repr(PyObject *o)
 
 static PyMethodDef swapper_methods[] = {
 	M(register, FAST,
-	  "register(id, tensor_or_nbytes) -> None\n--\n\n"
+	  "register(id, tensor_or_nbytes) -> None\n\n"
 	  "Add tensor id (an int, 0 to 2**64-1, chosen by the caller).\n"
 	  "An int is a byte count: the tensor reads as zeros and costs no\n"
 	  "I/O until it is first written back. A CPU torch tensor or a\n"
@@ -621,12 +621,12 @@ static PyMethodDef swapper_methods[] = {
 	  "registered), EINVAL (0 bytes), EFBIG (larger than buffer_size),\n"
 	  "ENOSPC or EIO (the write failed; nothing is registered)."),
 	M(unregister, METH_O,
-	  "unregister(id) -> None\n--\n\n"
+	  "unregister(id) -> None\n\n"
 	  "Forget tensor id, its space and buffer; waits for its I/O in\n"
 	  "flight (GIL released); unwritten changes are dropped. Raises\n"
 	  "nvswap.Error ENOENT (unknown id) or EBUSY (acquired)."),
 	M(prefetch, METH_O,
-	  "prefetch(id) -> None\n--\n\n"
+	  "prefetch(id) -> None\n\n"
 	  "Start reading tensor id into a pool buffer and return; nothing\n"
 	  "when it is resident or being read. When the pool is empty it\n"
 	  "may block (GIL released) until a buffer is free: a write-back\n"
@@ -637,14 +637,14 @@ static PyMethodDef swapper_methods[] = {
 	  "buffer), or the submit error. A read that fails later is raised\n"
 	  "by the next acquire() or wait() of id."),
 	M(try_prefetch, METH_O,
-	  "try_prefetch(id) -> bool\n--\n\n"
+	  "try_prefetch(id) -> bool\n\n"
 	  "prefetch() that never waits for a buffer: True when the read\n"
 	  "started (or id is resident or being read), False when no buffer\n"
 	  "was free (nothing changed). Raises nvswap.Error ENOENT or a\n"
 	  "submit error."),
 	M(acquire, FAST,
 	  "acquire(id, dtype=None, shape=None, *, memoryview=False)\n"
-	  "    -> torch.Tensor | memoryview\n--\n\n"
+	  "    -> torch.Tensor | memoryview\n\n"
 	  "Tensor id's data in its pinned pool buffer, the caller's until\n"
 	  "release(id, dirty). Reads it first when it is on NVMe and waits\n"
 	  "for what is in flight for it (GIL released; a buffer is waited\n"
@@ -661,7 +661,7 @@ static PyMethodDef swapper_methods[] = {
 	  "dtype or shape raises torch's error (or TypeError/ValueError)\n"
 	  "and nothing stays acquired."),
 	M(release, FAST,
-	  "release(id, dirty) -> None\n--\n\n"
+	  "release(id, dirty) -> None\n\n"
 	  "End one acquire of id. dirty: the data was changed; it is\n"
 	  "written back at eviction. The release that ends the last\n"
 	  "acquire() of id made through this object revokes what those\n"
@@ -672,7 +672,7 @@ static PyMethodDef swapper_methods[] = {
 	  "are not covered: drop them first. Raises nvswap.Error ENOENT\n"
 	  "or EBUSY (id is not acquired)."),
 	M(evict, METH_O,
-	  "evict(id) -> None\n--\n\n"
+	  "evict(id) -> None\n\n"
 	  "Free tensor id's buffer: start its write-back when it is dirty\n"
 	  "(the buffer returns when the write ends; wait(id) for it), else\n"
 	  "give it back at once. Nothing for tensors on NVMe or being\n"
@@ -680,18 +680,18 @@ static PyMethodDef swapper_methods[] = {
 	  "nvswap.Error ENOENT, EBUSY (acquired), or the write's submit\n"
 	  "error (the tensor stays resident and dirty)."),
 	M(wait, METH_O,
-	  "wait(id) -> None\n--\n\n"
+	  "wait(id) -> None\n\n"
 	  "Block (GIL released) until tensor id has no I/O in flight.\n"
 	  "Raises nvswap.Error ENOENT, or the error of its last read or\n"
 	  "write if that failed and was not reported yet (once). After a\n"
 	  "failed write the tensor is resident and dirty: evict again."),
 	M(wait_all, METH_NOARGS,
-	  "wait_all() -> None\n--\n\n"
+	  "wait_all() -> None\n\n"
 	  "Block (GIL released) until no I/O is in flight; raises\n"
 	  "nvswap.Error for the first unreported failure of any tensor\n"
 	  "(all are reported by this call)."),
 	M(stats, METH_NOARGS,
-	  "stats() -> dict\n--\n\n"
+	  "stats() -> dict\n\n"
 	  "The counters since creation (nvs_swap_stats): bytes_read,\n"
 	  "bytes_written, reads, writes, io_ops, io_errors,\n"
 	  "checksum_errors, prefetches, acquires, acquire_hits,\n"
@@ -702,13 +702,13 @@ static PyMethodDef swapper_methods[] = {
 	  "path_bytes_read, path_bytes_written, path_space_used,\n"
 	  "path_file_size."),
 	M(info, METH_O,
-	  "info(id) -> dict\n--\n\n"
+	  "info(id) -> dict\n\n"
 	  "Tensor id's state: state ('on_nvme', 'reading', 'resident',\n"
 	  "'writing'), nbytes, acquired (acquires not released), dirty,\n"
 	  "on_disk (written at least once), extents. Raises nvswap.Error\n"
 	  "ENOENT for an unknown id."),
 	M(close, METH_NOARGS,
-	  "close() -> None\n--\n\n"
+	  "close() -> None\n\n"
 	  "Destroy the swapper: wait for calls other threads are making\n"
 	  "on it, revoke everything acquire() lent (released or not, as\n"
 	  "release() does), close the role swappers made over it\n"
