@@ -20,3 +20,13 @@ def test_deepnvme_rw_round_trips(diskdir):
     assert r.returncode == 0, r.stderr
     assert "bit-exact" in r.stdout
     assert list(pathlib.Path(diskdir).iterdir()) == []
+
+
+def test_swapper_example_matches_memory(diskdir):
+    pytest.importorskip("torch")
+    r = run("swapper.py", diskdir)
+    assert r.returncode == 0, r.stderr
+    assert "bit for bit" in r.stdout
+    # the swapper removed its files and directories on close
+    assert sorted(p.name for p in pathlib.Path(diskdir).rglob("*")
+                  if p.is_file()) == []
