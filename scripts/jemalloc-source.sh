@@ -95,7 +95,7 @@ conf+=(--disable-initial-exec-tls --disable-cxx)
 key=$(printf '%s\n' "recipe $recipe" "$src_pkg $src_ver $arch" \
 	"${conf[*]}" "$cflags" "$cppflags" "$ldflags" \
 	"$(gcc -dumpfullversion) $(gcc -dumpmachine)" | sha256sum)
-cache=${NVSWAP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nvswap}
+cache=${NVSWAP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:?set NVSWAP_CACHE_DIR}/.cache}/nvswap}
 final="$cache/jemalloc-${src_ver//:/_}-$arch-${key:0:12}"
 lib="$final/lib/libjemalloc_pic.a"
 
@@ -107,8 +107,10 @@ if [ -d "$final" ]; then
 	exit 0
 fi
 
-mkdir -p "$cache"
-work=$(mktemp -d "$cache/.build-jemalloc-XXXXXX")
+if ! mkdir -p "$cache" || ! work=$(mktemp -d "$cache/.build-jemalloc-XXXXXX")
+then
+	die "cannot write to $cache: set NVSWAP_CACHE_DIR to a writable directory"
+fi
 trap 'rm -rf "$work"' EXIT
 say "building $src_pkg $src_ver ($arch) in $work"
 
@@ -162,8 +164,11 @@ mkdir "$work/dl"
 (cd "$work/dl" && apt-get "${aptopts[@]}" -q source --download-only \
 	"$src_pkg=$src_ver") >&2 || {
 	sed 's/^/  update: /' "$work/update.log" >&2
-	die "apt-get source $src_pkg=$src_ver failed (its deb-src entries:" \
-		"$apt/sources.list, $apt/parts)"
+	cat "$apt/sources.list" "$apt/parts/"*.sources 2>/dev/null |
+		sed 's/^/  deb-src: /' >&2
+	die "apt-get source $src_pkg=$src_ver failed with the deb-src" \
+		"entries above (derived from $sl and $sp); a version no" \
+		"longer in the archive is on snapshot.debian.org"
 }
 
 # ---- unpack with Debian's patches
