@@ -87,6 +87,7 @@ i386 | amd64 | x32) conf+=(--with-lg-page=12) ;;
 esac
 case $arch in
 i386 | amd64) conf+=(--enable-prof) ;;
+powerpc) cppflags+=" -maltivec" ;;
 esac
 # The reason for this build; and the C++ operators, which
 # jemalloc-private.sh drops anyway (no g++ needed).
@@ -201,6 +202,18 @@ else
 fi
 [ -x "$srcdir/configure" ] ||
 	die "$srcdir has no configure script (autoconf would be needed)"
+# The options above are debian/rules' as of 5.3.0-1 and 5.3.0-3: stop on
+# a revision whose rules name one this script does not know.
+known=" --with-version=VERSION --with-lg-page=12 --with-lg-page=16"
+known+=" --with-lg-hugepage=21 --enable-prof --disable-doc "
+grep -oE -- '--(with|enable|disable)-[a-z0-9-]+(=[^ )]+)?' \
+	"$srcdir/debian/rules" | sort -u | while read -r o; do
+	case $known in
+	*" $o "*) ;;
+	*) die "debian/rules of $src_ver passes $o to configure, which" \
+		"scripts/jemalloc-source.sh does not know: add it there" ;;
+	esac
+done
 
 # ---- configure and build the static PIC library only. The shipped
 # configure is used as is: Debian regenerates it, but its configure.ac
