@@ -8,8 +8,11 @@
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 # Everything else is for developers: build, stress, bench, format, clean.
 
+# dpkg-dev: scripts/jemalloc-source.sh unpacks and configures jemalloc
+# from Debian's source package of libjemalloc-dev's version (it needs
+# dpkg-source, dpkg-buildflags and dpkg-architecture).
 DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev \
-	liburing-dev libjemalloc-dev uthash-dev libcriterion-dev \
+	liburing-dev libjemalloc-dev dpkg-dev uthash-dev libcriterion-dev \
 	libjansson-dev fio clang-format
 # Only the tests need these: nvswap-tune's plot through gnuplot, xmllint
 # to check that its SVG is well-formed, clang and its sanitizer runtimes
@@ -37,8 +40,11 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 all: build
 
+# Then the private jemalloc's libjemalloc_pic.a, built once and cached
+# (meson setup runs the same script and finds it there).
 deps:
 	@scripts/deps.sh $(DEBIAN_PACKAGES)
+	@scripts/jemalloc-source.sh >/dev/null
 
 build/build.ninja: | deps
 	meson setup build

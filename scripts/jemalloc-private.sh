@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 #
 # Make the private jemalloc that libnvswap links: one relocatable object
-# built from Debian's libjemalloc_pic.a (package libjemalloc-dev) in which
-# every global symbol X is renamed nvs__je_X.
+# built from a libjemalloc_pic.a (scripts/jemalloc-source.sh builds it from
+# Debian's source, without initial-exec TLS) in which every global symbol
+# X is renamed nvs__je_X.
 #
 # Why: Debian builds jemalloc without a symbol prefix, so linking it the
 # usual way exports malloc, free and operator new from our library and can

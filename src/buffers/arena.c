@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Where pinned memory comes from. Allocations below NVS__ARENA_BIG come from two
- * arenas of nvswap's private jemalloc (nvs__je_*, made from Debian's
- * libjemalloc_pic.a by scripts/jemalloc-private.sh) running on our extent
+ * arenas of nvswap's private jemalloc (nvs__je_*, Debian's jemalloc built
+ * without initial-exec TLS by scripts/jemalloc-source.sh, renamed by
+ * scripts/jemalloc-private.sh) running on our extent
  * hooks: LOCKED maps, huge-page hints and mlocks; PAGEABLE only maps.
  * Neither gives memory back: dalloc and decommit opt out and no purge is
  * offered, so freed memory stays mapped and locked for the next allocation.

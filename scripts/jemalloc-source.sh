@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# Build the libjemalloc_pic.a that scripts/jemalloc-private.sh turns into
+# nvswap's private jemalloc, from Debian's own source package of the
+# installed libjemalloc-dev, with Debian's configure options plus
+# --disable-initial-exec-tls. Prints the path of the .a on stdout (its
+# header is in ../include/jemalloc/jemalloc.h, the Debian version in
+# ../debian-version); progress goes to stderr.
+#
+# Why: Debian's libjemalloc_pic.a uses initial-exec TLS (about 2.6 KB),
+# which marks libnvswap.so STATIC_TLS: a dlopen after the process started
+# (ctypes, a Python extension) then fails with "cannot allocate memory in
+# static TLS block" once glibc's small surplus is used up. Built with the
+# default TLS model, jemalloc's thread data is allocated on first use in
+# each thread instead.
+#
+# Built once per Debian version, architecture and flags, then cached in
+#   ${NVSWAP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nvswap}/jemalloc-VER-ARCH-HASH/
+# (rm -rf that directory to force a rebuild). The source comes through
+# apt-get source with deb-src entries derived from this machine's deb
+# entries, in a private directory: the system's apt setup is not touched,
+# and root is not needed. Two builds at once are safe: each works in its
+# own temporary directory and the first complete one is renamed into
+# place.
+#
+# Usage: jemalloc-source.sh
+set -euo pipefail
+
+# Bump when the recipe below changes what gets built.
+recipe=1
+
+say() { echo "jemalloc-source: $*" >&2; }
+die() {
+	say "$*"
+	exit 1
+}
+need() { # COMMAND PACKAGE
+	command -v "$1" >/dev/null ||
+		die "needs $1: apt-get install -y --no-install-recommends $2"
+}
+
+need dpkg-query dpkg
+need apt-get apt
+need apt-config apt
+need gcc gcc
+need make make
+need ar binutils
+need readelf binutils
+need sha256sum coreutils
+
+src_pkg=$(dpkg-query -W -f='${source:Package}' libjemalloc-dev 2>/dev/null) ||
+	die "libjemalloc-dev is not installed: apt-get install -y libjemalloc-dev"
+src_ver=$(dpkg-query -W -f='${source:Version}' libjemalloc-dev)
+[[ -n $src_pkg && -n $src_ver ]] ||
+	die "libjemalloc-dev is not installed: apt-get install -y libjemalloc-dev"
+
+# What debian/rules and dh_auto_configure would use on this host.
+if command -v dpkg-architecture >/dev/null; then
+	arch=$(dpkg-architecture -qDEB_HOST_ARCH)
+	gnu_type=$(dpkg-architecture -qDEB_HOST_GNU_TYPE)
+	multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+else
+	arch=$(dpkg --print-architecture)
+	gnu_type=$(gcc -dumpmachine)
+	multiarch=$gnu_type
+fi
+if command -v dpkg-buildflags >/dev/null; then
+	# The path maps name the current directory; the build adds its own.
+	flags() {
+		dpkg-buildflags --get "$1" |
+			sed -E 's/ ?-f(file|debug)-prefix-map=[^ ]*//g'
+	}
+	cflags=$(flags CFLAGS)
+	cppflags=$(flags CPPFLAGS)
+	ldflags=$(flags LDFLAGS)
+else
+	say "dpkg-buildflags missing (package dpkg-dev): building with -g -O2"
+	cflags="-g -O2" cppflags="" ldflags=""
+fi
+# debian/rules (5.3.0-1 and 5.3.0-3 alike), then ours.
+conf=(--build="$gnu_type" --prefix=/usr --libdir="/usr/lib/$multiarch"
+	--with-version=VERSION --with-lg-hugepage=21)
+case $arch in
+i386 | amd64 | x32) conf+=(--with-lg-page=12) ;;
+*) conf+=(--with-lg-page=16) ;;
+esac
+case $arch in
+i386 | amd64) conf+=(--enable-prof) ;;
+powerpc) cppflags+=" -maltivec" ;;
+esac
+# The reason for this build; and the C++ operators, which
+# jemalloc-private.sh drops anyway (no g++ needed).
+conf+=(--disable-initial-exec-tls --disable-cxx)
+
+key=$(printf '%s\n' "recipe $recipe" "$src_pkg $src_ver $arch" \
+	"${conf[*]}" "$cflags" "$cppflags" "$ldflags" \
+	"$(gcc -dumpfullversion) $(gcc -dumpmachine)" | sha256sum)
+cache=${NVSWAP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:?set NVSWAP_CACHE_DIR}/.cache}/nvswap}
+final="$cache/jemalloc-${src_ver//:/_}-$arch-${key:0:12}"
+lib="$final/lib/libjemalloc_pic.a"
+
+if [ -d "$final" ]; then
+	[[ -f $lib && -f $final/include/jemalloc/jemalloc.h ]] ||
+		die "$final is incomplete: rm -rf it and run again"
+	say "cached: $final"
+	echo "$lib"
+	exit 0
+fi
+
+if ! mkdir -p "$cache" || ! work=$(mktemp -d "$cache/.build-jemalloc-XXXXXX")
+then
+	die "cannot write to $cache: set NVSWAP_CACHE_DIR to a writable directory"
+fi
+trap 'rm -rf "$work"' EXIT
+say "building $src_pkg $src_ver ($arch) in $work"
+
+# ---- deb-src entries from the deb entries apt uses here
+sl=/etc/apt/sources.list sp=/etc/apt/sources.list.d/
+eval "$(apt-config shell sl Dir::Etc::SourceList/f sp Dir::Etc::SourceParts/d)"
+apt="$work/apt"
+mkdir -p "$apt/parts" "$apt/lists/partial" "$apt/cache/archives/partial"
+# One-line format: each "deb" line again as "deb-src".
+for f in "$sl" "$sp"*.list; do
+	[ -f "$f" ] || continue
+	sed -nE 's/^[[:space:]]*deb(-src)?([[:space:]])/deb-src\2/p' "$f"
+done | sort -u >"$apt/sources.list"
+# deb822: each enabled stanza whose Types has deb, with Types: deb-src.
+n=0
+for f in "$sp"*.sources; do
+	[ -f "$f" ] || continue
+	n=$((n + 1))
+	awk '
+		function flush() {
+			if (types ~ /(^|[ \t])deb([ \t]|$)/ && !off)
+				printf "%s\n", stanza
+			stanza = ""; types = ""; off = 0
+		}
+		/^[ \t]*$/ { flush(); next }
+		/^[Tt]ypes:/ {
+			types = $0; sub(/^[^:]*:/, "", types)
+			$0 = "Types: deb-src"
+		}
+		/^[Ee]nabled:[ \t]*[Nn]o/ { off = 1 }
+		{ stanza = stanza $0 "\n" }
+		END { flush() }
+	' "$f" >"$apt/parts/$n.sources"
+done
+[ -s "$apt/sources.list" ] || grep -qs . "$apt/parts/"*.sources ||
+	die "no deb entries in $sl or $sp to derive deb-src entries from"
+
+aptopts=(-o "Dir::Etc::SourceList=$apt/sources.list"
+	-o "Dir::Etc::SourceParts=$apt/parts"
+	-o "Dir::State::Lists=$apt/lists"
+	-o "Dir::Cache=$apt/cache")
+# As root, apt downloads as user _apt, who cannot enter our directory.
+[ "$(id -u)" -eq 0 ] && aptopts+=(-o APT::Sandbox::User=root)
+say "apt-get update (source indexes, private lists in $apt)"
+# A repository without sources, or out of reach, fails the update but not
+# necessarily the download below, which says what is missing.
+apt-get "${aptopts[@]}" -q update >"$work/update.log" 2>&1 ||
+	say "apt-get update reported errors (continuing):" \
+		"$(grep -E '^(E|W):' "$work/update.log" | head -5)"
+mkdir "$work/dl"
+(cd "$work/dl" && apt-get "${aptopts[@]}" -q source --download-only \
+	"$src_pkg=$src_ver") >&2 || {
+	sed 's/^/  update: /' "$work/update.log" >&2
+	cat "$apt/sources.list" "$apt/parts/"*.sources 2>/dev/null |
+		sed 's/^/  deb-src: /' >&2
+	die "apt-get source $src_pkg=$src_ver failed with the deb-src" \
+		"entries above (derived from $sl and $sp); a version no" \
+		"longer in the archive is on snapshot.debian.org"
+}
+
+# ---- unpack with Debian's patches
+srcdir="$work/src"
+dsc=$(echo "$work/dl/"*.dsc)
+if command -v dpkg-source >/dev/null && [ -f "$dsc" ]; then
+	# No signature check: apt-get source checked every file against the
+	# archive's signed index.
+	dpkg-source --no-check -x "$dsc" "$srcdir" >&2
+else
+	say "dpkg-source missing (package dpkg-dev): tar and patch"
+	need patch patch
+	orig=$(echo "$work/dl/"*.orig.tar.*)
+	deb=$(echo "$work/dl/"*.debian.tar.*)
+	[[ -f $orig && -f $deb ]] ||
+		die "expected one .orig.tar and one .debian.tar in $work/dl"
+	case "$orig $deb" in *.bz2*) need bzip2 bzip2 ;; esac
+	case "$orig $deb" in *.xz*) need xz xz-utils ;; esac
+	mkdir "$srcdir"
+	tar -xf "$orig" -C "$srcdir" --strip-components=1
+	tar -xf "$deb" -C "$srcdir"
+	if [ -f "$srcdir/debian/patches/series" ]; then
+		sed -e 's/#.*//' -e '/^[[:space:]]*$/d' \
+			"$srcdir/debian/patches/series" | while read -r p _; do
+			say "applying $p"
+			patch -d "$srcdir" -p1 -s -N --no-backup-if-mismatch \
+				<"$srcdir/debian/patches/$p"
+		done
+	fi
+fi
+[ -x "$srcdir/configure" ] ||
+	die "$srcdir has no configure script (autoconf would be needed)"
+# The options above are debian/rules' as of 5.3.0-1 and 5.3.0-3: stop on
+# a revision whose rules name one this script does not know.
+known=" --with-version=VERSION --with-lg-page=12 --with-lg-page=16"
+known+=" --with-lg-hugepage=21 --enable-prof --disable-doc "
+grep -oE -- '--(with|enable|disable)-[a-z0-9-]+(=[^ )]+)?' \
+	"$srcdir/debian/rules" | sort -u | while read -r o; do
+	case $known in
+	*" $o "*) ;;
+	*) die "debian/rules of $src_ver passes $o to configure, which" \
+		"scripts/jemalloc-source.sh does not know: add it there" ;;
+	esac
+done
+
+# ---- configure and build the static PIC library only. The shipped
+# configure is used as is: Debian regenerates it, but its configure.ac
+# patch (hurd.patch) concerns GNU/Hurd only.
+say "configure ${conf[*]}"
+(cd "$srcdir" && env -u CC -u CFLAGS -u CPPFLAGS -u LDFLAGS -u EXTRA_CFLAGS \
+	CC=gcc CFLAGS="$cflags -ffile-prefix-map=$srcdir=." \
+	CPPFLAGS="$cppflags" LDFLAGS="$ldflags" \
+	./configure "${conf[@]}") >"$work/configure.log" 2>&1 || {
+	tail -30 "$work/configure.log" >&2
+	die "configure failed (log above)"
+}
+say "make -j2 lib/libjemalloc_pic.a"
+make -C "$srcdir" -j2 lib/libjemalloc_pic.a >"$work/make.log" 2>&1 || {
+	tail -30 "$work/make.log" >&2
+	die "make failed (log above)"
+}
+
+# Initial-exec or local-exec TLS access left would defeat the purpose.
+ie=$(readelf -rW "$srcdir/lib/libjemalloc_pic.a" |
+	grep -E '(^|[^D])TP(OFF|REL)|TLS_?IE|TLS_?LE|GOTIE' | head -3 || true)
+[ -z "$ie" ] || die "static TLS relocations left in the build: $ie"
+
+out="$work/out"
+mkdir -p "$out/lib" "$out/include/jemalloc"
+cp "$srcdir/lib/libjemalloc_pic.a" "$out/lib/"
+cp "$srcdir/include/jemalloc/jemalloc.h" "$out/include/jemalloc/"
+printf '%s\n' "$src_ver" >"$out/debian-version"
+{
+	echo "$src_pkg $src_ver ($arch), recipe $recipe"
+	echo "configure ${conf[*]}"
+	echo "CFLAGS=$cflags"
+	echo "CPPFLAGS=$cppflags"
+	echo "LDFLAGS=$ldflags"
+	gcc --version | head -1
+} >"$out/build-info"
+# Atomic: a concurrent build that finished first keeps its copy.
+if mv -T "$out" "$final" 2>/dev/null; then
+	say "built: $final"
+elif [ -f "$lib" ]; then
+	say "built, but another build finished first: $final"
+else
+	die "cannot rename $out to $final"
+fi
+echo "$lib"
