@@ -3,6 +3,7 @@
 #include "args.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 static bool name_matches(const char *spec, const char *kw, size_t kwlen)
@@ -75,11 +76,15 @@ int ext_bind(const char *fname, PyObject *const *args, Py_ssize_t nargs,
 	}
 	for (int i = 0; i < nreq; i++) {
 		if (!out[i]) {
+			/* PyErr_Format has no "%.*s": cut the name here. */
+			char name[64];
+
+			snprintf(name, sizeof(name), "%.*s",
+				 first_len(names[i]), names[i]);
 			PyErr_Format(PyExc_TypeError,
-				     "%s() missing required argument '%.*s' "
+				     "%s() missing required argument '%s' "
 				     "(pos %d)",
-				     fname, first_len(names[i]), names[i],
-				     i + 1);
+				     fname, name, i + 1);
 			return -1;
 		}
 	}

@@ -516,18 +516,31 @@ static PyObject *handle_new_cpu_locked_tensor(PyObject *o,
 	return t;
 }
 
-static PyObject *handle_free_cpu_locked_tensor(PyObject *o, PyObject *t)
+/* DeepSpeed names these arguments (tensor=, buffer=): keywords too. */
+static PyObject *handle_free_cpu_locked_tensor(PyObject *o,
+					       PyObject *const *args,
+					       Py_ssize_t nargs, PyObject *kw)
 {
-	if (check_open(HANDLE(o)))
+	static const char *const names[] = {"tensor", NULL};
+	PyObject *a[1];
+
+	if (ext_bind("free_cpu_locked_tensor", args, nargs, kw, names, 1, 1,
+		     a) ||
+	    check_open(HANDLE(o)))
 		return NULL;
-	return ext_locked_tensor_free(t);
+	return ext_locked_tensor_free(a[0]);
 }
 
-static PyObject *handle_is_pinned(PyObject *o, PyObject *buffer)
+static PyObject *handle_is_pinned(PyObject *o, PyObject *const *args,
+				  Py_ssize_t nargs, PyObject *kw)
 {
-	if (check_open(HANDLE(o)))
+	static const char *const names[] = {"buffer", NULL};
+	PyObject *a[1];
+
+	if (ext_bind("is_pinned", args, nargs, kw, names, 1, 1, a) ||
+	    check_open(HANDLE(o)))
 		return NULL;
-	return ext_is_pinned(buffer);
+	return ext_is_pinned(a[0]);
 }
 
 #define SET(d, key, value)                                                     \
@@ -687,12 +700,12 @@ static PyMethodDef handle_methods[] = {
 	  "the pool when free_cpu_locked_tensor() is called or when the\n"
 	  "last tensor using it dies. (The keyword is spelled as DeepSpeed\n"
 	  "spells it; example_tensor is accepted too.)"),
-	M(free_cpu_locked_tensor, METH_O,
+	M(free_cpu_locked_tensor, FAST,
 	  "free_cpu_locked_tensor(tensor) -> bool\n\n"
 	  "Release a tensor from new_cpu_locked_tensor(): it becomes empty\n"
 	  "and its memory returns to the pool once no view of it remains.\n"
 	  "False (nothing changed) for a tensor not in pinned memory."),
-	M(is_pinned, METH_O,
+	M(is_pinned, FAST,
 	  "is_pinned(buffer) -> bool\n\n"
 	  "Whether I/O on buffer goes to the disk without a bounce copy:\n"
 	  "it lies in nvswap's pinned memory or torch pinned it."),
