@@ -10,7 +10,8 @@
 
 /* Interned attribute names, made at first use. */
 static PyObject *s_device, *s_type, *s_layout, *s_is_contiguous, *s_data_ptr,
-	*s_nbytes, *s_numel, *s_element_size, *s_strided, *s_cpu, *s_torch;
+	*s_nbytes, *s_numel, *s_element_size, *s_strided, *s_cpu, *s_torch,
+	*s_is_conj, *s_is_neg;
 /* torch.Tensor and torch.strided once torch is imported; strong refs. */
 static PyObject *tensor_type, *strided;
 
@@ -34,6 +35,8 @@ static int intern_names(void)
 	IN(s_strided, "strided");
 	IN(s_cpu, "cpu");
 	IN(s_torch, "torch");
+	IN(s_is_conj, "is_conj");
+	IN(s_is_neg, "is_neg");
 	IN(s_device, "device"); /* last: it marks the set as complete */
 #undef IN
 	return 0;
@@ -97,6 +100,35 @@ static size_t as_size(PyObject *v, bool *bad)
 	return n;
 }
 
+/*
+ * A lazily conjugated or negated view (x.conj() of a complex tensor, torch
+ * >= 1.10) shares its memory with x and only carries a flag: its memory
+ * holds x's values, not the view's. Writing it would store x, reading into
+ * it would hand the caller the conjugate of the file. Refused (ValueError,
+ * -1); 0 for a plain tensor or a torch without these flags.
+ */
+static int lazy_view(PyObject *t, PyObject *method, const char *what,
+		     const char *holds, const char *fix)
+{
+	PyObject *v = PyObject_CallMethodNoArgs(t, method);
+	int set;
+
+	if (!v) {
+		if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+			return -1;
+		PyErr_Clear();
+		return 0;
+	}
+	set = PyObject_IsTrue(v);
+	Py_DECREF(v);
+	if (set > 0)
+		PyErr_Format(PyExc_ValueError,
+			     "nvswap: the tensor is a lazily %s view: its "
+			     "memory holds the %s values (call .%s() first)",
+			     what, holds, fix);
+	return set ? -1 : 0;
+}
+
 static int tensor_get(PyObject *t, struct ext_buf *b)
 {
 	PyObject *device, *dtype_name, *layout, *v;
@@ -152,6 +184,10 @@ static int tensor_get(PyObject *t, struct ext_buf *b)
 				".contiguous() first)");
 		return -1;
 	}
+	if (lazy_view(t, s_is_conj, "conjugated", "unconjugated",
+		      "resolve_conj") ||
+	    lazy_view(t, s_is_neg, "negated", "unnegated", "resolve_neg"))
+		return -1;
 	ptr = as_size(PyObject_CallMethodNoArgs(t, s_data_ptr), &bad);
 	/* Tensor.nbytes is newer than torch 1.13 on some builds. */
 	v = PyObject_GetAttr(t, s_nbytes);

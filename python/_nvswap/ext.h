@@ -72,7 +72,8 @@ struct ext_buf {
  * Fill @b from @obj. @writable: the op writes into it (a read), so a
  * read-only buffer is refused. Raises TypeError (not a buffer, a CUDA or
  * other non-CPU tensor, a sparse tensor) or ValueError (not contiguous,
- * read-only) naming the problem and returns -1; 0 on success.
+ * read-only, a lazily conjugated or negated tensor view) naming the
+ * problem and returns -1; 0 on success.
  */
 int ext_buf_get(PyObject *obj, bool writable, struct ext_buf *b);
 void ext_buf_release(struct ext_buf *b);
