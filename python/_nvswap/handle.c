@@ -172,12 +172,17 @@ static int handle_shutdown(struct ext_handle *self, bool report)
 	if (!self->h || self->closing)
 		return 0;
 	self->closing = true;
+	/* Calls of other threads first: a sync read may be in the C handle
+	 * with the GIL released, or about to put an op on the list. */
+	ext_handle_quiesce(self);
 	if (ext_handle_wait_all(self) < 0) {
 		if (report)
 			PyErr_Fetch(&type, &exc, &tb);
 		else
 			PyErr_WriteUnraisable((PyObject *)self);
 	}
+	/* Then Op.wait() calls that were waiting for what we collected. */
+	ext_handle_quiesce(self);
 	Py_BEGIN_ALLOW_THREADS rc = nvs_aio_destroy(self->h);
 	Py_END_ALLOW_THREADS self->h = NULL;
 	if (exc) {
@@ -345,7 +350,8 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 		rc = nvs_aio_wait_op(self->h, ticket);
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-	Py_END_ALLOW_THREADS ext_buf_release(&buf);
+	Py_END_ALLOW_THREADS ext_handle_leave(self);
+	ext_buf_release(&buf);
 	Py_XDECREF(path);
 	if (rc < 0)
 		return ext_raise(rc, msg);

@@ -375,6 +375,9 @@ static PyObject *op_done(struct ext_op *op, PyObject *Py_UNUSED(ignored))
 	op->state = EXT_OP_CLAIMED;
 	pthread_mutex_unlock(&h->mu);
 	path = op->path ? PyBytes_AS_STRING(op->path) : NULL;
+	/* The op is off the list: a close on another thread while the GIL
+	 * is released must not free h (its mutex) before finish(). */
+	ext_handle_hold(h);
 	if (rc == 0 && op->validate) {
 		Py_BEGIN_ALLOW_THREADS rc =
 			validate_op(op, path, msg, sizeof(msg));
@@ -382,6 +385,7 @@ static PyObject *op_done(struct ext_op *op, PyObject *Py_UNUSED(ignored))
 	}
 	finish(h, op, rc, msg);
 	op->handle = NULL;
+	ext_handle_leave(h);
 	Py_DECREF(op); /* the list's reference */
 	Py_RETURN_TRUE;
 }
