@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: MIT
+"""A process killed with SIGKILL in the middle of nvswap I/O leaves
+nothing behind but the files it named, and they work for the next one."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import nvswap
+
+MiB = 1 << 20
+N = 64 * MiB
+
+
+def child_env():
+    env = dict(os.environ)
+    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def run_and_kill(code, *args):
+    """Start code in a fresh interpreter, read the line it prints once its
+    I/O is under way, SIGKILL it, reap it; return that line, parsed."""
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)] +
+                         list(args), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=child_env(), text=True)
+    try:
+        line = p.stdout.readline()
+        p.kill()
+    finally:
+        rc = p.wait(timeout=60)
+        err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
+    assert line, f"the child printed nothing (rc {rc}): {err}"
+    print("the child, when killed:", line.strip())
+    assert rc == -signal.SIGKILL, (rc, err)
+    # reaped: no such process any more (not even a zombie)
+    with pytest.raises(ProcessLookupError):
+        os.kill(p.pid, 0)
+    assert not os.path.exists(f"/proc/{p.pid}")
+    return json.loads(line)
+
+
+AIO_CHILD = """
+    import json, os, sys, time
+    import nvswap
+    d, n = sys.argv[1], int(sys.argv[2])
+    h = nvswap.aio_handle(intra_op_parallelism=2)
+    data = bytearray(os.urandom(1 << 20)) * (n >> 20)
+    keep = []
+    for i in range(4):
+        h.async_pwrite(data, os.path.join(d, "out%d.bin" % i))
+        buf = bytearray(n)
+        keep.append(buf)
+        h.async_pread(buf, os.path.join(d, "src.bin"))
+    st = h.stats()
+    print(json.dumps({"pending": h.pending, "done": st["ops_completed"],
+                      "fallbacks": st["direct_fallbacks"]}), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_killed_mid_io_leaves_only_its_files(diskdir):
+    src = os.urandom(N)
+    with open(os.path.join(diskdir, "src.bin"), "wb") as f:
+        f.write(src)
+    rep = run_and_kill(AIO_CHILD, diskdir, str(N))
+    assert rep["pending"] == 8
+    if rep["done"] == 8:
+        print("every op had finished before the kill: nothing was in flight")
+    named = {"src.bin"} | {f"out{i}.bin" for i in range(4)}
+    assert set(os.listdir(diskdir)) == named
+    with open(os.path.join(diskdir, "src.bin"), "rb") as f:
+        assert f.read() == src  # reads changed nothing
+    for i in range(4):
+        size = os.path.getsize(os.path.join(diskdir, f"out{i}.bin"))
+        # O_DIRECT writes preallocate at submit: the final size at once
+        assert size == N if rep["fallbacks"] == 0 else size <= N
+    # a fresh handle reads and writes the same files
+    with nvswap.aio_handle() as h:
+        buf = bytearray(N)
+        assert h.sync_pread(buf, os.path.join(diskdir, "src.bin")) == 1
+        assert buf == src
+        new = os.urandom(N)
+        for i in range(4):
+            p = os.path.join(diskdir, f"out{i}.bin")
+            assert h.async_pwrite(new, p) == 0
+        assert h.wait() == 4
+        for i in range(4):
+            buf[:] = bytes(N)
+            assert h.sync_pread(buf, os.path.join(diskdir, f"out{i}.bin")) == 1
+            assert buf == new
+    assert set(os.listdir(diskdir)) == named
+
+
+SWAP_CHILD = """
+    import json, os, sys, time
+    import nvswap
+    d = sys.argv[1]
+    s = nvswap.Swapper(nvme_path=d, buffer_size=16 << 20, buffer_count=2)
+    data = bytearray(os.urandom(16 << 20))
+    for i in range(6):
+        s.register(i, data)       # written now
+    for i in range(2):
+        mv = s.acquire(i, memoryview=True)
+        mv[:8] = b"dirtydat"
+        s.release(i, True)
+    s.evict(0)                    # write-backs start
+    s.evict(1)
+    s.prefetch(2)                 # a read starts
+    st = s.stats()
+    print(json.dumps({"dir": s.dirs[0], "files": sorted(os.listdir(s.dirs[0])),
+                      "in_use": st["buffers_in_use"]}), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_killed_mid_swap_the_next_swapper_starts_and_cleans_up(swapdir):
+    if not hasattr(nvswap, "Swapper"):
+        why = "nvswap.Swapper is not in this build"
+        print(why)
+        pytest.skip(why)
+    rep = run_and_kill(SWAP_CHILD, swapdir)
+    rank = os.path.join(swapdir, "nvswap", "rank0")
+    assert rep["dir"] == rank
+    # what the dead process left: its rank directory, with its lock and
+    # swap file and nothing else
+    assert os.listdir(swapdir) == ["nvswap"]
+    assert os.listdir(os.path.join(swapdir, "nvswap")) == ["rank0"]
+    assert sorted(os.listdir(rank)) == rep["files"] == ["lock", "swap.0"]
+    # the lock's holder is dead: a new swapper takes the directory (no
+    # EBUSY), removing the stale swap files first
+    with nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB,
+                        buffer_count=2) as s:
+        assert s.dirs == [rank]
+        assert sorted(os.listdir(rank)) == ["lock", "swap.0"]
+        assert s.stats()["tensors"] == 0
+        data = os.urandom(MiB)
+        s.register(1, data)
+        s.register(2, 100)
+        assert bytes(s.acquire(1, memoryview=True)) == data
+        s.release(1, False)
+        assert bytes(s.acquire(2, memoryview=True)) == bytes(100)
+        s.release(2, False)
+    # close removed the rank directory; <path>/nvswap stays, since this
+    # process did not create it (swapper.h, docs/internals/swapper.md)
+    assert os.listdir(swapdir) == ["nvswap"]
+    assert os.listdir(os.path.join(swapdir, "nvswap")) == []
