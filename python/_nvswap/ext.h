@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "nvswap/nvswap.h"
 
@@ -140,6 +141,8 @@ struct ext_handle {
 	 */
 	unsigned busy;
 	bool closing;
+	pid_t pid; /* the process that made @h (a forked child's copy
+		      frees nothing) */
 };
 
 enum ext_op_state {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define HANDLE(o) ((struct ext_handle *)(o))
 
@@ -121,6 +122,7 @@ static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
 		return -1;
 	}
 	self->h = h;
+	self->pid = getpid();
 	return 0;
 }
 
@@ -157,6 +159,7 @@ PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts)
 		return ext_raise(rc, msg);
 	}
 	self->h = h;
+	self->pid = getpid();
 	return (PyObject *)self;
 }
 
@@ -167,22 +170,35 @@ PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts)
 static int handle_shutdown(struct ext_handle *self, bool report)
 {
 	PyObject *exc = NULL, *tb = NULL, *type = NULL;
+	bool child;
 	int rc;
 
 	if (!self->h || self->closing)
 		return 0;
 	self->closing = true;
+	/*
+	 * In a child forked after the handle was made, the threads counted
+	 * in busy were the parent's (they never leave here), and every C
+	 * call fails with -ECHILD, freeing nothing: collecting the listed
+	 * ops just marks them failed. Only close() says so; a child that
+	 * merely drops its copy has nothing to report.
+	 */
+	child = self->pid != getpid();
 	/* Calls of other threads first: a sync read may be in the C handle
 	 * with the GIL released, or about to put an op on the list. */
-	ext_handle_quiesce(self);
+	if (!child)
+		ext_handle_quiesce(self);
 	if (ext_handle_wait_all(self) < 0) {
 		if (report)
 			PyErr_Fetch(&type, &exc, &tb);
+		else if (child)
+			PyErr_Clear();
 		else
 			PyErr_WriteUnraisable((PyObject *)self);
 	}
 	/* Then Op.wait() calls that were waiting for what we collected. */
-	ext_handle_quiesce(self);
+	if (!child)
+		ext_handle_quiesce(self);
 	Py_BEGIN_ALLOW_THREADS rc = nvs_aio_destroy(self->h);
 	Py_END_ALLOW_THREADS self->h = NULL;
 	if (exc) {
@@ -191,6 +207,10 @@ static int handle_shutdown(struct ext_handle *self, bool report)
 	}
 	if (rc < 0) {
 		ext_raise_last(rc);
+		if (!report && child) {
+			PyErr_Clear();
+			return 0;
+		}
 		if (!report) {
 			PyErr_WriteUnraisable((PyObject *)self);
 			return 0;

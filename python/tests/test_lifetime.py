@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
 """Lifetimes: an async op keeps its buffer until it is collected, a
-dropped handle drains, an Op keeps its outcome, and close() waits for
-calls on other threads."""
+dropped handle drains, an Op keeps its outcome, close() waits for calls
+on other threads, and a forked child lets go of its copy quietly."""
 import errno
 import gc
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 import weakref
@@ -255,3 +257,80 @@ def test_close_waits_for_an_op_wait_on_another_thread(src):
     t.join()
     assert out == [N] and buf == data
     assert op.wait() == N
+
+
+FORK_CHILD = """
+    import gc, os, signal, sys, threading, time
+    import nvswap
+    d = sys.argv[1]
+    p = os.path.join(d, "f")
+    N = 32 << 20
+    with open(p, "wb") as f:
+        f.write(os.urandom(N))
+    h = nvswap.aio_handle()   # a thread is always inside a call on it
+    h2 = nvswap.aio_handle()  # an op pending, nobody inside
+    stop = False
+
+    def reader():
+        buf = bytearray(N)
+        while not stop:
+            h.sync_pread(buf, p)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(0.1)
+    h2.async_pwrite(b"x" * 4096, os.path.join(d, "g"))
+
+    def child(body):
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)  # a hang ends here, not in the test run
+            seen = []
+            sys.unraisablehook = seen.append
+            try:
+                body()
+            except BaseException as e:
+                print("raised", type(e).__name__, getattr(e, "errno", None))
+            gc.collect()
+            print("unraisable", len(seen))
+            sys.stdout.flush()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("status", status)
+        sys.stdout.flush()
+
+    def drop():
+        global h2
+        del h2
+
+    def close_and_make_own():
+        try:
+            h.close()
+        finally:
+            own = nvswap.aio_handle()
+            print("own", own.sync_pread(bytearray(10), p))
+
+    child(drop)
+    child(close_and_make_own)
+    stop = True
+    t.join()
+    print("parent", h2.wait(), h.sync_pread(bytearray(10), p))
+"""
+
+
+def test_a_forked_child_gives_up_the_parents_handle(diskdir):
+    # In a child forked after the handle was made, the C handle and its
+    # threads are the parent's: dropping the copy says nothing, close()
+    # says ChildProcessError, and neither waits for the parent's calls
+    # (their threads do not exist in the child).
+    env = dict(os.environ)
+    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
+    env["PYTHONPATH"] = os.pathsep.join([pkg, env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(FORK_CHILD),
+                        diskdir], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "unraisable 0", "status 0",
+        "own 1", "raised ChildProcessError 10", "unraisable 0", "status 0",
+        "parent 1 1"], r.stdout + r.stderr
