@@ -191,6 +191,13 @@ int ext_arg_file(PyObject *v, PyObject **path, int *fd)
 {
 	*path = NULL;
 	*fd = -1;
+	if (PyBool_Check(v)) {
+		/* An int, but True as "fd 1" would write to stdout. */
+		PyErr_SetString(PyExc_TypeError,
+				"nvswap: a file is a path or a file "
+				"descriptor, not a bool");
+		return -1;
+	}
 	if (PyLong_Check(v)) {
 		long x = PyLong_AsLong(v);
 

@@ -292,6 +292,9 @@ def test_bad_fds():
     with nvswap.aio_handle() as h:
         with pytest.raises(ValueError, match="file descriptor"):
             h.sync_pread(bytearray(10), -1)
+        for flag in (True, False):  # ints, but never fds 1 and 0
+            with pytest.raises(TypeError, match="not a bool"):
+                h.sync_pwrite(b"oops", flag)
         r, w = os.pipe()
         os.close(r)
         os.close(w)
