@@ -503,6 +503,21 @@ def test_missing_file_is_file_not_found(diskdir):
         assert h.stats()["ops_completed"] == 0
 
 
+def test_paths_may_be_str_bytes_or_pathlike_and_a_directory_is_refused(diskdir):
+    import pathlib
+    p = os.path.join(diskdir, "f")
+    with nvswap.aio_handle() as h:
+        assert h.sync_pwrite(b"abc", pathlib.Path(p)) == 1
+        buf = bytearray(3)
+        assert h.sync_pread(buf, os.fsencode(p)) == 1 and buf == b"abc"
+        for call in (lambda: h.sync_pread(buf, diskdir),
+                     lambda: h.sync_pwrite(b"x", diskdir)):
+            with pytest.raises(nvswap.IsADirectoryError) as ei:
+                call()
+            assert isinstance(ei.value, IsADirectoryError)
+            assert ei.value.errno == errno.EISDIR and diskdir in str(ei.value)
+
+
 def test_read_past_the_end_is_einval_and_leaves_the_buffer(diskdir):
     p = os.path.join(diskdir, "f")
     put(p, rand(10000))
