@@ -6,7 +6,6 @@ Names, argument order, defaults and return values are DeepSpeed's
 DeepNVMe returns -1, asserts or drops them.
 """
 import errno
-import gc
 import os
 import time
 

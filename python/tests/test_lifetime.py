@@ -334,3 +334,42 @@ def test_a_forked_child_gives_up_the_parents_handle(diskdir):
         "unraisable 0", "status 0",
         "own 1", "raised ChildProcessError 10", "unraisable 0", "status 0",
         "parent 1 1"], r.stdout + r.stderr
+
+
+def test_threads_share_a_handle(diskdir):
+    p = os.path.join(diskdir, "f")
+    nthreads, rounds, per = 4, 20, 8
+    sz = 8192
+    data = os.urandom(nthreads * rounds * per * sz)
+    counts, errors = [], []
+    with nvswap.aio_handle(intra_op_parallelism=2) as h:
+        def worker(t):
+            try:
+                n = 0
+                for r in range(rounds):
+                    for k in range(per):
+                        i = (t * rounds + r) * per + k
+                        chunk = data[i * sz:(i + 1) * sz]
+                        if k % 2:
+                            assert h.async_pwrite(chunk, p, i * sz) == 0
+                        else:
+                            assert h.submit_write(chunk, p, i * sz) is not None
+                    n += h.wait()
+                counts.append(n)
+            except BaseException as e:  # noqa: B902 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(t,))
+                   for t in range(nthreads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        # each op counted by exactly one wait(), whichever thread's
+        assert sum(counts) + h.wait() == nthreads * rounds * per
+        assert h.pending == 0
+        st = h.stats()
+        assert (st["ops_completed"], st["ops_failed"]) == (len(data) // sz, 0)
+    with open(p, "rb") as f:
+        assert f.read() == data
