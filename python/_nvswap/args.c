@@ -122,6 +122,66 @@ int ext_arg_i64(PyObject *v, const char *what, int64_t dflt, int64_t *out)
 	return 0;
 }
 
+int ext_arg_u64(PyObject *v, const char *what, uint64_t max, uint64_t *out)
+{
+	unsigned long long x;
+	bool bad = false;
+	PyObject *n;
+
+	if (!PyIndex_Check(v)) {
+		PyErr_Format(PyExc_TypeError,
+			     "nvswap: %s must be an integer, not %.100s", what,
+			     Py_TYPE(v)->tp_name);
+		return -1;
+	}
+	n = PyNumber_Index(v);
+	if (!n)
+		return -1;
+	/* OverflowError for negative numbers too */
+	x = PyLong_AsUnsignedLongLong(n);
+	if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+		if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+			Py_DECREF(n);
+			return -1;
+		}
+		PyErr_Clear();
+		bad = true;
+	}
+	if (bad || x > max) {
+		PyErr_Format(PyExc_ValueError,
+			     "nvswap: %s %S is out of range (0 to %llu)", what,
+			     n, (unsigned long long)max);
+		Py_DECREF(n);
+		return -1;
+	}
+	Py_DECREF(n);
+	*out = x;
+	return 0;
+}
+
+int ext_arg_bytes(PyObject *v, const char *what, uint64_t *out)
+{
+	const char *s;
+	int rc;
+
+	if (!v || v == Py_None)
+		return 0;
+	if (!PyUnicode_Check(v))
+		return ext_arg_u64(v, what, UINT64_MAX, out);
+	s = PyUnicode_AsUTF8(v);
+	if (!s)
+		return -1;
+	rc = nvs_parse_size(s, out);
+	if (rc < 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "nvswap: %s %R is not a byte count (digits and "
+			     "an optional K, M, G or T)",
+			     what, v);
+		return -1;
+	}
+	return 0;
+}
+
 int ext_arg_file(PyObject *v, PyObject **path, int *fd)
 {
 	*path = NULL;

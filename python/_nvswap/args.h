@@ -23,6 +23,13 @@ int ext_bind(const char *fname, PyObject *const *args, Py_ssize_t nargs,
 /* Conversions of an optional slot; -1 with an exception on bad input. */
 int ext_arg_bool(PyObject *v, bool dflt, bool *out);
 int ext_arg_i64(PyObject *v, const char *what, int64_t dflt, int64_t *out);
+/* An integer in 0..@max (ValueError outside, TypeError for a non-int). */
+int ext_arg_u64(PyObject *v, const char *what, uint64_t max, uint64_t *out);
+/*
+ * A byte count: an int, or a str as nvs_parse_size() reads it ("64M",
+ * "2GiB"). Unchanged when @v is NULL or None.
+ */
+int ext_arg_bytes(PyObject *v, const char *what, uint64_t *out);
 /*
  * A file argument: an int is a file descriptor (*fd), anything else a
  * path (str, bytes, os.PathLike) made into a new bytes reference (*path).

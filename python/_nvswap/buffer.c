@@ -51,11 +51,13 @@ static int intern_names(void)
 
 PyObject *ext_torch(void)
 {
-	PyObject *modules = PyImport_GetModuleDict();
+	PyObject *modules = PyImport_GetModuleDict(), *torch;
 
 	if (intern_names())
 		return NULL;
-	return PyDict_GetItemWithError(modules, s_torch);
+	torch = PyDict_GetItemWithError(modules, s_torch);
+	/* sys.modules["torch"] = None is how an import is blocked */
+	return torch == Py_None ? NULL : torch;
 }
 
 /* Cache torch.Tensor and torch.strided; 1 when torch is imported. */

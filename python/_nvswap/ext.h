@@ -13,8 +13,23 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nvswap/nvswap.h"
+
+/*
+ * Run the int-valued nvswap call @expr with the GIL released, storing
+ * its result in @rc and, on failure, the thread's nvs_last_error() in
+ * the char array @msg, copied right after the call on the same thread.
+ */
+#define EXT_NOGIL(rc, msg, expr)                                               \
+	do {                                                                   \
+		PyThreadState *ts_ = PyEval_SaveThread();                      \
+		(rc) = (expr);                                                 \
+		if ((rc) < 0)                                                  \
+			snprintf((msg), sizeof(msg), "%s", nvs_last_error());  \
+		PyEval_RestoreThread(ts_);                                     \
+	} while (0)
 
 /* ---- errors (errors.c) ------------------------------------------------ */
 
@@ -116,6 +131,14 @@ struct ext_handle {
 	 * changes to DONE. */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	/*
+	 * Calls that use the C handle, or @mu and @cv, with the GIL released
+	 * (changed under @mu with the GIL held); close and dealloc wait for
+	 * 0 before freeing anything. @closing: close has begun, new calls
+	 * are refused.
+	 */
+	unsigned busy;
+	bool closing;
 };
 
 enum ext_op_state {
@@ -166,7 +189,144 @@ struct ext_op *ext_op_submit(struct ext_handle *self, int opcode,
  * (all of them are collected even then).
  */
 Py_ssize_t ext_handle_wait_all(struct ext_handle *self);
+/*
+ * Mark a call that will release the GIL while using @h: refused with
+ * ValueError (returns -1) when the handle is closed or closing.
+ * ext_handle_hold() never refuses (for an op whose handle is closing: the
+ * closer collects it). Each is paired with ext_handle_leave().
+ */
+int ext_handle_enter(struct ext_handle *h);
+void ext_handle_hold(struct ext_handle *h);
+void ext_handle_leave(struct ext_handle *h);
+/* Wait without the GIL until no call holds @h (close, dealloc). */
+void ext_handle_quiesce(struct ext_handle *h);
+
 /* Wait for @op alone (it stays on no list); 0 or -1 with Error raised. */
 int ext_op_wait(struct ext_op *op);
+
+/*
+ * A new nvswap.aio_handle over a C handle made from @opts (borrowed for
+ * the call; GIL released around the create). NULL with Error raised.
+ */
+PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts);
+/* A backend name ('auto', 'io_uring', 'libaio', 'psync'); NULL and None
+ * leave @out alone. ValueError otherwise. */
+int ext_parse_backend(PyObject *v, enum nvs_backend *out);
+
+/* ---- the config (config.c) -------------------------------------------- */
+
+struct ext_config {
+	PyObject ob_base;
+	struct nvs_config *cfg; /* never NULL once made; read-only */
+	PyObject *source;	/* the path or the name given, or None */
+};
+
+extern PyTypeObject ext_ConfigType;
+int ext_config_init(PyObject *module);
+/* "param" or "optimizer"; ValueError otherwise. */
+int ext_offload_kind(PyObject *v, enum nvs_offload_kind *out);
+
+/* ---- lent memory (lend.c) --------------------------------------------- */
+
+/*
+ * What an acquire hands out for @nbytes at @ptr, memory @owner lends
+ * until a release: a torch tensor (torch.frombuffer() of a View, of
+ * @dtype or torch.uint8, viewed as @shape) or, when @want_mv or torch
+ * cannot be imported, a memoryview (cast to the struct format @dtype and
+ * @shape when given). The View holds @owner. A record to revoke it is
+ * appended to the list @records. New reference, or NULL with an error.
+ */
+PyObject *ext_lend(PyObject *owner, void *ptr, size_t nbytes, bool readonly,
+		   PyObject *dtype, PyObject *shape, bool want_mv,
+		   PyObject *records);
+/*
+ * Revoke every record of the list @records and empty it: the View
+ * refuses new exports, a tensor still alive is set_() to an empty one, a
+ * memoryview is released. Never raises (a failure is reported as
+ * unraisable); keeps any exception already set.
+ */
+void ext_revoke_all(PyObject *records);
+/* ext_revoke_all() on every list of records in the dict @held, which is
+ * emptied first. */
+void ext_revoke_held(PyObject *held);
+
+/* ---- the swapper (swapper.c) and its roles (offload.c) ----------------- */
+
+/*
+ * Calls in progress with the GIL released on an object that close() must
+ * not destroy under them. Fields under @mu (entered and left with the
+ * GIL held; drained with it released).
+ */
+struct ext_gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* signalled when users drops to 0 */
+	unsigned users;
+	bool closing; /* close() started: enter() refuses */
+	bool closed;  /* drained: nothing may enter any more */
+};
+
+void ext_gate_init(struct ext_gate *g);
+void ext_gate_fini(struct ext_gate *g);
+/*
+ * Count a call in (GIL held). 0, or -1 (no exception set) when the
+ * object is closing or closed; @force: also while it is closing (still
+ * refused once closed).
+ */
+int ext_gate_enter(struct ext_gate *g, bool force);
+void ext_gate_leave(struct ext_gate *g);
+/* Refuse new calls and wait (GIL released) until none is in progress;
+ * false when it was already closing or closed (another close). */
+bool ext_gate_drain(struct ext_gate *g);
+
+struct ext_role;
+
+struct ext_swapper {
+	PyObject ob_base;
+	struct nvs_swapper *s; /* NULL once destroyed */
+	PyObject *weakrefs;
+	/* id -> [count, record...]: what acquire() lent, revoked by the
+	 * release that brings count to 0, by close and dealloc. GIL. */
+	PyObject *held;
+	struct ext_role *roles; /* role swappers over this one, each
+				   unlinked by its own dealloc. GIL. */
+	struct ext_gate gate;
+};
+
+extern PyTypeObject ext_SwapperType;
+int ext_swapper_init(PyObject *module);
+/* nvs_swap_stats and nvs_tensor_info as dicts (swapinfo.c). */
+PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st);
+PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti);
+/* ValueError for a closed swapper; "nvswap: <what> is closed". */
+PyObject *ext_raise_closed(const char *what);
+
+/* A parameter, optimizer or gradient swapper (offload.c, role.c). */
+struct ext_role {
+	PyObject ob_base;
+	struct ext_swapper *core;     /* strong */
+	struct ext_role *prev, *next; /* core->roles */
+	int kind;		      /* enum role_kind (role.h) */
+	void *p;		      /* the C role swapper; NULL once
+					 destroyed (under @mu) */
+	PyObject *specs; /* group -> tuple of (nbytes, dtype, shape) */
+	PyObject *held;	 /* group -> list of records (GIL) */
+	PyObject *weakrefs;
+	/* Calls in progress: close() waits for them (a call lends memory
+	 * after its C call returned), then destroys. Each call is also in
+	 * the core's gate. */
+	struct ext_gate gate;
+	/* offload.h: a role swapper is used by one thread at a time: held
+	 * for a whole method (role_enter..role_leave). Always taken with
+	 * the GIL released; may be held while taking the GIL back. */
+	pthread_mutex_t mu;
+};
+
+int ext_offload_init(PyObject *module);
+/*
+ * Destroy @r's C swapper (the core is drained: nobody else is in it).
+ * Revokes what it lent. Returns 0 or the -errno of the destroy with @msg
+ * (NVS_ERRMSG_MAX bytes) written.
+ */
+int ext_role_destroy(struct ext_role *r, char *msg);
 
 #endif

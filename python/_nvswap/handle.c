@@ -16,13 +16,13 @@
 
 static int check_open(struct ext_handle *self)
 {
-	if (self->h)
+	if (self->h && !self->closing)
 		return 0;
 	PyErr_SetString(PyExc_ValueError, "nvswap: I/O on a closed aio_handle");
 	return -1;
 }
 
-static int parse_backend(PyObject *v, enum nvs_backend *out)
+int ext_parse_backend(PyObject *v, enum nvs_backend *out)
 {
 	static const enum nvs_backend all[] = {
 		NVS_BACKEND_AUTO, NVS_BACKEND_IO_URING, NVS_BACKEND_LIBAIO,
@@ -110,7 +110,7 @@ static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    ext_arg_bool(ss, false, &opts.single_submit) ||
 	    ext_arg_bool(oe, false, &opts.overlap_events) ||
 	    u32_arg(par, "intra_op_parallelism", &opts.intra_op_parallelism) ||
-	    parse_backend(backend, &opts.backend) ||
+	    ext_parse_backend(backend, &opts.backend) ||
 	    parse_direct(direct, &opts.direct) ||
 	    u32_arg(max_ops, "max_ops", &opts.max_ops))
 		return -1;
@@ -136,6 +136,30 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *Py_UNUSED(a),
 	return (PyObject *)self;
 }
 
+PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts)
+{
+	char msg[NVS_ERRMSG_MAX] = "";
+	struct ext_handle *self;
+	PyThreadState *ts;
+	struct nvs_aio *h;
+	int rc;
+
+	self = (struct ext_handle *)handle_new(&ext_HandleType, NULL, NULL);
+	if (!self)
+		return NULL;
+	ts = PyEval_SaveThread();
+	rc = nvs_aio_create(opts, &h);
+	if (rc < 0)
+		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+	PyEval_RestoreThread(ts);
+	if (rc < 0) {
+		Py_DECREF(self);
+		return ext_raise(rc, msg);
+	}
+	self->h = h;
+	return (PyObject *)self;
+}
+
 /*
  * Drain and free the C handle. @report: failures of ops nobody waited for
  * become an exception (close) rather than an unraisable warning (GC).
@@ -145,8 +169,9 @@ static int handle_shutdown(struct ext_handle *self, bool report)
 	PyObject *exc = NULL, *tb = NULL, *type = NULL;
 	int rc;
 
-	if (!self->h)
+	if (!self->h || self->closing)
 		return 0;
+	self->closing = true;
 	if (ext_handle_wait_all(self) < 0) {
 		if (report)
 			PyErr_Fetch(&type, &exc, &tb);
@@ -170,13 +195,29 @@ static int handle_shutdown(struct ext_handle *self, bool report)
 	return 0;
 }
 
+/*
+ * Drain and free the C handle when the object dies. In tp_finalize, not
+ * dealloc: the object is alive here, so reporting a failure with
+ * PyErr_WriteUnraisable(self) (which takes a reference) is safe.
+ */
+static void handle_finalize(PyObject *o)
+{
+	PyObject *type, *value, *tb;
+
+	/* Freed perhaps while an exception propagates: keep it. */
+	PyErr_Fetch(&type, &value, &tb);
+	handle_shutdown(HANDLE(o), false);
+	PyErr_Restore(type, value, tb);
+}
+
 static void handle_dealloc(PyObject *o)
 {
 	struct ext_handle *self = HANDLE(o);
 
+	if (PyObject_CallFinalizerFromDealloc(o) < 0)
+		return; /* resurrected by the unraisable hook */
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs(o);
-	handle_shutdown(self, false);
 	pthread_cond_destroy(&self->cv);
 	pthread_mutex_destroy(&self->mu);
 	Py_TYPE(o)->tp_free(o);
@@ -233,18 +274,28 @@ static PyObject *do_op(struct ext_handle *self, int opcode, PyObject *bufobj,
 		Py_XDECREF(path);
 		return NULL;
 	}
+	if (ext_handle_enter(self)) {
+		ext_buf_release(&buf);
+		Py_XDECREF(path);
+		return NULL;
+	}
 	op = ext_op_submit(self, opcode, &buf, path, fd, off, validate);
 	Py_XDECREF(path);
 	if (!op) {
 		ext_buf_release(&buf);
+		ext_handle_leave(self);
 		return NULL;
 	}
-	if (want_op)
-		return (PyObject *)op;
-	Py_DECREF(op); /* the pending list keeps it */
-	if (async_)
+	if (want_op || async_) {
+		ext_handle_leave(self);
+		if (want_op)
+			return (PyObject *)op;
+		Py_DECREF(op); /* the pending list keeps it */
 		return PyLong_FromLong(0);
+	}
+	Py_DECREF(op);
 	n = ext_handle_wait_all(self);
+	ext_handle_leave(self);
 	return n < 0 ? NULL : PyLong_FromSsize_t(n);
 }
 
@@ -273,6 +324,11 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 	if (ext_arg_file(file, &path, &fd))
 		return NULL;
 	if (ext_buf_get(bufobj, opcode == NVS_AIO_READ, &buf)) {
+		Py_XDECREF(path);
+		return NULL;
+	}
+	if (ext_handle_enter(self)) {
+		ext_buf_release(&buf);
 		Py_XDECREF(path);
 		return NULL;
 	}
@@ -414,9 +470,10 @@ static PyObject *handle_wait(PyObject *o, PyObject *Py_UNUSED(ignored))
 {
 	Py_ssize_t n;
 
-	if (check_open(HANDLE(o)))
+	if (ext_handle_enter(HANDLE(o)))
 		return NULL;
 	n = ext_handle_wait_all(HANDLE(o));
+	ext_handle_leave(HANDLE(o));
 	return n < 0 ? NULL : PyLong_FromSsize_t(n);
 }
 
@@ -448,10 +505,15 @@ static PyObject *handle_new_cpu_locked_tensor(PyObject *o,
 		"num_elem", "example_tenosr|example_tensor", NULL};
 	PyObject *a[2];
 
-	if (check_open(HANDLE(o)) ||
-	    ext_bind("new_cpu_locked_tensor", args, nargs, kw, names, 2, 2, a))
+	PyObject *t;
+
+	if (ext_bind("new_cpu_locked_tensor", args, nargs, kw, names, 2, 2,
+		     a) ||
+	    ext_handle_enter(HANDLE(o)))
 		return NULL;
-	return ext_locked_tensor_new(HANDLE(o)->h, a[0], a[1]);
+	t = ext_locked_tensor_new(HANDLE(o)->h, a[0], a[1]);
+	ext_handle_leave(HANDLE(o));
+	return t;
 }
 
 static PyObject *handle_free_cpu_locked_tensor(PyObject *o, PyObject *t)
@@ -549,37 +611,37 @@ static PyObject *handle_get_closed(PyObject *o, void *Py_UNUSED(c))
 
 static PyMethodDef handle_methods[] = {
 	M(get_block_size, METH_NOARGS,
-	  "get_block_size() -> int\n--\n\nBytes per request."),
+	  "get_block_size() -> int\n\nBytes per request."),
 	M(get_queue_depth, METH_NOARGS,
-	  "get_queue_depth() -> int\n--\n\nRequests in flight per worker."),
+	  "get_queue_depth() -> int\n\nRequests in flight per worker."),
 	M(get_single_submit, METH_NOARGS,
-	  "get_single_submit() -> bool\n--\n\n"
+	  "get_single_submit() -> bool\n\n"
 	  "One submit call per request."),
 	M(get_overlap_events, METH_NOARGS,
-	  "get_overlap_events() -> bool\n--\n\n"
+	  "get_overlap_events() -> bool\n\n"
 	  "Sliding window instead of batch-and-drain."),
 	M(get_intra_op_parallelism, METH_NOARGS,
-	  "get_intra_op_parallelism() -> int\n--\n\n"
+	  "get_intra_op_parallelism() -> int\n\n"
 	  "Worker threads: each op is cut into this many slices."),
 	M(get_alignment, METH_NOARGS,
-	  "get_alignment() -> int\n--\n\n"
+	  "get_alignment() -> int\n\n"
 	  "Buffer, offset and size alignment that lets an op go to the\n"
 	  "disk without bouncing (4096, or the page size when larger).\n"
 	  "Any other value works too, through bounce memory."),
 	M(read, FAST,
-	  "read(buffer, filename, validate, file_offset=0) -> int\n--\n\n"
+	  "read(buffer, filename, validate, file_offset=0) -> int\n\n"
 	  "Read len(buffer) bytes at file_offset of filename into buffer;\n"
 	  "return 0 (DeepNVMe). validate=True re-reads the file with\n"
 	  "buffered I/O and compares (nvswap.Error EBADMSG on a mismatch).\n"
 	  "Unlike DeepNVMe, the file may be longer than the buffer; a read\n"
 	  "past its end raises nvswap.Error (EINVAL) instead of asserting."),
 	M(write, FAST,
-	  "write(buffer, filename, validate, file_offset=0) -> int\n--\n\n"
+	  "write(buffer, filename, validate, file_offset=0) -> int\n\n"
 	  "Write buffer at file_offset of filename (created 0600 when\n"
 	  "missing, never truncated); return 0. validate as read()."),
 	M(pread, FAST,
 	  "pread(buffer, filename, validate, async, file_offset=0) -> int\n"
-	  "--\n\n"
+	  "\n"
 	  "async=True: queue the read and return 0; wait() collects it.\n"
 	  "Otherwise read now and return how many ops completed, this one\n"
 	  "and every one pending before it (1 when none was).\n"
@@ -587,38 +649,38 @@ static PyMethodDef handle_methods[] = {
 	  "Failures raise nvswap.Error (DeepNVMe returns -1 or asserts)."),
 	M(pwrite, FAST,
 	  "pwrite(buffer, filename, validate, async, file_offset=0) -> int\n"
-	  "--\n\nAs pread(), writing."),
+	  "\nAs pread(), writing."),
 	M(sync_pread, FAST,
-	  "sync_pread(buffer, filename, file_offset=0) -> int\n--\n\n"
+	  "sync_pread(buffer, filename, file_offset=0) -> int\n\n"
 	  "pread(buffer, filename, False, False, file_offset): the count\n"
 	  "of completed ops (1 when nothing else was pending)."),
 	M(sync_pwrite, FAST,
-	  "sync_pwrite(buffer, filename, file_offset=0) -> int\n--\n\n"
+	  "sync_pwrite(buffer, filename, file_offset=0) -> int\n\n"
 	  "pwrite(buffer, filename, False, False, file_offset)."),
 	M(async_pread, FAST,
-	  "async_pread(buffer, filename, file_offset=0) -> int\n--\n\n"
+	  "async_pread(buffer, filename, file_offset=0) -> int\n\n"
 	  "Queue a read and return 0; wait() collects it. The op holds\n"
 	  "buffer until then, so dropping it meanwhile is safe."),
 	M(async_pwrite, FAST,
 	  "async_pwrite(buffer, filename, file_offset=0) -> int\n"
-	  "async_pwrite(buffer, fd, file_offset=0) -> int\n--\n\n"
+	  "async_pwrite(buffer, fd, file_offset=0) -> int\n\n"
 	  "Queue a write to a path or an open file descriptor; return 0."),
 	M(wait, METH_NOARGS,
-	  "wait() -> int\n--\n\n"
+	  "wait() -> int\n\n"
 	  "Block (without the GIL) until every queued op is complete;\n"
 	  "return how many completed (0 when none was pending: DeepNVMe\n"
 	  "asserts there). If any failed, all are still collected, then\n"
 	  "nvswap.Error is raised for the first failure."),
 	M(submit_read, FAST,
-	  "submit_read(buffer, file, offset=0, validate=False) -> Op\n--\n\n"
+	  "submit_read(buffer, file, offset=0, validate=False) -> Op\n\n"
 	  "Queue a read of len(buffer) bytes at offset of file (a path or\n"
 	  "an open file descriptor) and return its nvswap.Op future."),
 	M(submit_write, FAST,
-	  "submit_write(buffer, file, offset=0, validate=False) -> Op\n--\n\n"
+	  "submit_write(buffer, file, offset=0, validate=False) -> Op\n\n"
 	  "Queue a write and return its nvswap.Op future."),
 	M(new_cpu_locked_tensor, FAST,
 	  "new_cpu_locked_tensor(num_elem, example_tenosr) -> torch.Tensor\n"
-	  "--\n\n"
+	  "\n"
 	  "A 1-D tensor of num_elem elements of example_tenosr's dtype in\n"
 	  "page-locked, zero-filled memory aligned for O_DIRECT (nvswap's\n"
 	  "pinned pool), so I/O on it never bounces. The memory returns to\n"
@@ -626,20 +688,20 @@ static PyMethodDef handle_methods[] = {
 	  "last tensor using it dies. (The keyword is spelled as DeepSpeed\n"
 	  "spells it; example_tensor is accepted too.)"),
 	M(free_cpu_locked_tensor, METH_O,
-	  "free_cpu_locked_tensor(tensor) -> bool\n--\n\n"
+	  "free_cpu_locked_tensor(tensor) -> bool\n\n"
 	  "Release a tensor from new_cpu_locked_tensor(): it becomes empty\n"
 	  "and its memory returns to the pool once no view of it remains.\n"
 	  "False (nothing changed) for a tensor not in pinned memory."),
 	M(is_pinned, METH_O,
-	  "is_pinned(buffer) -> bool\n--\n\n"
+	  "is_pinned(buffer) -> bool\n\n"
 	  "Whether I/O on buffer goes to the disk without a bounce copy:\n"
 	  "it lies in nvswap's pinned memory or torch pinned it."),
 	M(stats, METH_NOARGS,
-	  "stats() -> dict\n--\n\n"
+	  "stats() -> dict\n\n"
 	  "The handle's counters since creation (nvs_aio_stats): ops,\n"
 	  "bytes, bounced requests, the backend and why it was chosen."),
 	M(close, METH_NOARGS,
-	  "close() -> None\n--\n\n"
+	  "close() -> None\n\n"
 	  "Wait for every queued op, then free the handle and its threads.\n"
 	  "Raises nvswap.Error for a failed op nobody waited for (a\n"
 	  "write-behind failure is never silent). Idempotent."),
@@ -663,6 +725,7 @@ PyTypeObject ext_HandleType = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "nvswap.aio_handle",
 	.tp_basicsize = sizeof(struct ext_handle),
 	.tp_dealloc = handle_dealloc,
+	.tp_finalize = handle_finalize,
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
 	.tp_doc =
 		"aio_handle(block_size=1048576, queue_depth=128,\n"

@@ -168,33 +168,33 @@ static PyObject *mod_build_features(PyObject *Py_UNUSED(m),
 static PyMethodDef mod_methods[] = {
 	{"aio_read", (PyCFunction)(void (*)(void))mod_aio_read, FAST,
 	 "aio_read(buffer, filename, block_size, queue_depth, single_submit,\n"
-	 "         overlap_events, validate) -> int\n--\n\n"
+	 "         overlap_events, validate) -> int\n\n"
 	 "DeepNVMe's one-shot read: len(buffer) bytes from the start of\n"
 	 "filename, with a temporary handle. Returns 0; raises\n"
 	 "nvswap.Error on failure (DeepNVMe returns -1), EBADMSG when\n"
 	 "validate finds a difference. Prints nothing."},
 	{"aio_write", (PyCFunction)(void (*)(void))mod_aio_write, FAST,
 	 "aio_write(buffer, filename, block_size, queue_depth, single_submit,\n"
-	 "          overlap_events, validate) -> int\n--\n\n"
+	 "          overlap_events, validate) -> int\n\n"
 	 "DeepNVMe's one-shot write of buffer to the start of filename."},
 	{"deepspeed_memcpy", (PyCFunction)(void (*)(void))mod_deepspeed_memcpy,
 	 FAST,
-	 "deepspeed_memcpy(dest, src) -> int\n--\n\n"
+	 "deepspeed_memcpy(dest, src) -> int\n\n"
 	 "Copy src into dest (contiguous, the same size in bytes) with\n"
 	 "nvswap's copy (the GIL released); return 0."},
 	{"pinned_buffer", mod_pinned_buffer, METH_O,
-	 "pinned_buffer(nbytes) -> PinnedBuffer\n--\n\n"
+	 "pinned_buffer(nbytes) -> PinnedBuffer\n\n"
 	 "nbytes of page-locked memory from nvswap's pinned pool."},
 	{"_tensor_from", mod_tensor_from, METH_VARARGS,
-	 "_tensor_from(exporter, dtype, shape=None) -> torch.Tensor\n--\n\n"
+	 "_tensor_from(exporter, dtype, shape=None) -> torch.Tensor\n\n"
 	 "torch.frombuffer() of exporter, viewed as shape."},
 	{"pinned_stats", mod_pinned_stats, METH_NOARGS,
-	 "pinned_stats() -> dict\n--\n\n"
+	 "pinned_stats() -> dict\n\n"
 	 "The pinned registry's counters (nvs_pinned_stats)."},
 	{"version", mod_version, METH_NOARGS,
-	 "version() -> str\n--\n\nThe C library's version."},
+	 "version() -> str\n\nThe C library's version."},
 	{"build_features", mod_build_features, METH_NOARGS,
-	 "build_features() -> str\n--\n\n"
+	 "build_features() -> str\n\n"
 	 "How the C library was built (liburing, jemalloc, sanitizers)."},
 	{NULL, NULL, 0, NULL},
 };
@@ -217,7 +217,8 @@ PyMODINIT_FUNC PyInit__nvswap(void)
 	if (!m)
 		return NULL;
 	if (ext_errors_init(m) || ext_pinned_init(m) || ext_op_init(m) ||
-	    ext_handle_init(m)) {
+	    ext_handle_init(m) || ext_config_init(m) || ext_swapper_init(m) ||
+	    ext_offload_init(m)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -14,6 +14,41 @@
 #include <string.h>
 #include <unistd.h>
 
+int ext_handle_enter(struct ext_handle *h)
+{
+	if (!h->h || h->closing) {
+		PyErr_SetString(PyExc_ValueError,
+				"nvswap: I/O on a closed aio_handle");
+		return -1;
+	}
+	ext_handle_hold(h);
+	return 0;
+}
+
+void ext_handle_hold(struct ext_handle *h)
+{
+	pthread_mutex_lock(&h->mu);
+	h->busy++;
+	pthread_mutex_unlock(&h->mu);
+}
+
+void ext_handle_leave(struct ext_handle *h)
+{
+	pthread_mutex_lock(&h->mu);
+	if (--h->busy == 0)
+		pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+void ext_handle_quiesce(struct ext_handle *h)
+{
+	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&h->mu);
+	while (h->busy)
+		pthread_cond_wait(&h->cv, &h->mu);
+	pthread_mutex_unlock(&h->mu);
+	Py_END_ALLOW_THREADS
+}
+
 static void list_append(struct ext_handle *h, struct ext_op *op)
 {
 	op->on_list = true;
@@ -153,12 +188,11 @@ static int collect(struct ext_handle *h, struct ext_op *op)
 /* Sleep until @op, claimed by another thread, is DONE (GIL held). */
 static void await_claimed(struct ext_handle *h, struct ext_op *op)
 {
-	Py_INCREF(h); /* the claimer may drop the last reference */
 	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&h->mu);
 	while (op->state != EXT_OP_DONE)
 		pthread_cond_wait(&h->cv, &h->mu);
 	pthread_mutex_unlock(&h->mu);
-	Py_END_ALLOW_THREADS Py_DECREF(h);
+	Py_END_ALLOW_THREADS
 }
 
 /*
@@ -281,6 +315,10 @@ int ext_op_wait(struct ext_op *op)
 {
 	struct ext_handle *h = op->handle;
 
+	/* Not while a wait elsewhere collects it: that frees nothing of h
+	 * before this call leaves. */
+	if (h)
+		ext_handle_hold(h);
 	if (op->on_list) {
 		list_remove(h, op);
 		if (op->state == EXT_OP_PENDING)
@@ -290,6 +328,8 @@ int ext_op_wait(struct ext_op *op)
 	} else if (op->state == EXT_OP_CLAIMED && h) {
 		await_claimed(h, op);
 	}
+	if (h)
+		ext_handle_leave(h);
 	if (op->result < 0) {
 		ext_raise(op->result, op->errmsg);
 		return -1;
@@ -381,16 +421,16 @@ static PyObject *op_get_kind(struct ext_op *op, void *Py_UNUSED(c))
 
 static PyMethodDef op_methods[] = {
 	{"wait", (PyCFunction)op_wait, METH_NOARGS,
-	 "wait() -> int\n--\n\n"
+	 "wait() -> int\n\n"
 	 "Block (without the GIL) until the op is complete; return the\n"
 	 "bytes it moved. Raises nvswap.Error with the errno and sentence\n"
 	 "of the failure (also when another call collected it first: the\n"
 	 "outcome is kept). Calling it again returns the same outcome."},
 	{"result", (PyCFunction)op_wait, METH_NOARGS,
-	 "result() -> int\n--\n\n"
+	 "result() -> int\n\n"
 	 "The same as wait(), named as concurrent.futures names it."},
 	{"done", (PyCFunction)op_done, METH_NOARGS,
-	 "done() -> bool\n--\n\n"
+	 "done() -> bool\n\n"
 	 "True once the op has finished (successfully or not); never\n"
 	 "blocks. A finished op is collected: its buffer is released."},
 	{NULL, NULL, 0, NULL},

@@ -99,6 +99,7 @@ PyObject *ext_pinned_new(size_t nbytes)
 struct view {
 	PyObject ob_base;
 	PyObject *owner;
+	PyObject *weakrefs; /* lenders keep weak references (lend.c) */
 	void *ptr;
 	size_t nbytes;
 	bool readonly;
@@ -107,6 +108,8 @@ struct view {
 
 static void view_dealloc(PyObject *o)
 {
+	if (((struct view *)o)->weakrefs)
+		PyObject_ClearWeakRefs(o);
 	Py_CLEAR(((struct view *)o)->owner);
 	Py_TYPE(o)->tp_free(o);
 }
@@ -136,6 +139,7 @@ PyTypeObject ext_ViewType = {
 	.tp_dealloc = view_dealloc,
 	.tp_as_buffer = &view_as_buffer,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_weaklistoffset = offsetof(struct view, weakrefs),
 	.tp_doc = "Memory nvswap lends (an acquired tensor's pool buffer),\n"
 		  "exported with the buffer protocol until it is released.",
 };
@@ -147,6 +151,7 @@ PyObject *ext_view_new(PyObject *owner, void *ptr, size_t nbytes, bool readonly)
 	if (!self)
 		return NULL;
 	self->owner = Py_XNewRef(owner);
+	self->weakrefs = NULL;
 	self->ptr = ptr;
 	self->nbytes = nbytes;
 	self->readonly = readonly;

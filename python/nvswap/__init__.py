@@ -16,7 +16,14 @@ DeepNVMe compatibility
 Beyond DeepNVMe
     aio_handle.submit_read/submit_write -> Op, a future per op.
     pinned_empty(shape, dtype)  a torch tensor in page-locked memory.
-    Config, Swapper             the swap manager (when built).
+    Config                      a checked DeepSpeed-style JSON config.
+    Swapper                     the swap manager: register, prefetch,
+                                acquire -> a tensor on the pinned pool
+                                buffer, release, evict, stats.
+    ParamSwapper, OptimizerSwapper, GradSwapper
+                                the layer-wise parameter, sub-group
+                                optimizer-state and write-behind gradient
+                                swappers over a Swapper.
 
 Errors
     Error         an OSError: .errno, and .strerror = the C library's
@@ -32,18 +39,24 @@ keeps its buffer alive until it completes.
 
 from . import _nvswap
 from ._nvswap import (
+    WAIT_FOREVER,
     ChildProcessError,
     BlockingIOError,
+    Config,
     ConfigError,
     Error,
     FileExistsError,
     FileNotFoundError,
+    GradSwapper,
     InterruptedError,
     IsADirectoryError,
     NotADirectoryError,
     Op,
+    OptimizerSwapper,
+    ParamSwapper,
     PermissionError,
     PinnedBuffer,
+    Swapper,
     TimeoutError,
     aio_handle,
     aio_read,
@@ -58,10 +71,16 @@ from ._nvswap import (
 __version__ = _nvswap.version()
 
 __all__ = [
+    "WAIT_FOREVER",
+    "Config",
     "ConfigError",
     "Error",
+    "GradSwapper",
     "Op",
+    "OptimizerSwapper",
+    "ParamSwapper",
     "PinnedBuffer",
+    "Swapper",
     "aio_handle",
     "aio_read",
     "aio_write",
