@@ -30,9 +30,10 @@ missed target is printed as such.
 
     PYTHONPATH=build/python python3 bench/python_aio.py [--dir nvme_swap]
         [--size 1G] [--repeats 5] [--loops 3] [--calls 20000]
-        [--batch 200] [--json bench/out/python_aio.json]
+        [--batch 100] [--json bench/out/python_aio.json]
 """
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -248,7 +249,74 @@ def transfer_report(a, raw, missed):
 
 # ---- 2. per-call overhead -----------------------------------------------
 
+class AioOpts(ctypes.Structure):
+    """struct nvs_aio_opts (include/nvswap/aio.h), for the ctypes check;
+    nvs_aio_opts_init() writes its sizeof into .size, checked below."""
+    _fields_ = [("size", ctypes.c_size_t), ("block_size", ctypes.c_uint32),
+                ("queue_depth", ctypes.c_uint32),
+                ("single_submit", ctypes.c_bool),
+                ("overlap_events", ctypes.c_bool),
+                ("intra_op_parallelism", ctypes.c_uint32),
+                ("backend", ctypes.c_int), ("direct", ctypes.c_int),
+                ("bounce_bytes", ctypes.c_uint32),
+                ("max_ops", ctypes.c_uint32), ("open_files", ctypes.c_uint32),
+                ("staging", ctypes.c_int), ("uring_flags", ctypes.c_uint32),
+                ("reserved32", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint64 * 6)]
+
+
+NVS_DIRECT_NEVER = 2
+
+
+def ctypes_reader(lib_path, path):
+    """nvs_aio_sync_pread() called through ctypes from this process, on a
+    handle of libnvswap.so's own (the options of nvswap-bench-call)."""
+    lib = ctypes.CDLL(lib_path)
+    o = AioOpts()
+    lib.nvs_aio_opts_init(ctypes.byref(o))
+    if o.size != ctypes.sizeof(o) or o.block_size != 1 << 20 or \
+            o.queue_depth != 128 or o.intra_op_parallelism != 1:
+        sys.exit("--ctypes: struct nvs_aio_opts changed; update AioOpts")
+    o.direct = NVS_DIRECT_NEVER
+    h = ctypes.c_void_p()
+    if lib.nvs_aio_create(ctypes.byref(o), ctypes.byref(h)) != 0:
+        sys.exit("--ctypes: nvs_aio_create failed")
+    lib.nvs_aio_new_cpu_locked_buffer.restype = ctypes.c_void_p
+    lib.nvs_aio_new_cpu_locked_buffer.argtypes = [ctypes.c_void_p,
+                                                  ctypes.c_size_t]
+    buf = ctypes.c_void_p(lib.nvs_aio_new_cpu_locked_buffer(h, 4096))
+    rd = lib.nvs_aio_sync_pread
+    rd.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                   ctypes.c_char_p, ctypes.c_int64]
+    bpath = os.fsencode(path)
+    if not buf.value or rd(h, buf, 4096, bpath, 0) != 1:
+        sys.exit("--ctypes: nvs_aio_sync_pread failed")
+
+    def close():
+        lib.nvs_aio_free_cpu_locked_buffer(h, buf)
+        lib.nvs_aio_destroy(h)
+    return (lambda: rd(h, buf, 4096, bpath, 0)), close
+
+
 def calls(a, files):
+    """The call loops, this process and nvswap-bench-call pinned to one
+    CPU (--calls-cpu): the caller and the handle's worker then hand over
+    on that CPU. Unpinned, where the two threads land decides the figure:
+    on this VM (cpuidle haltpoll, guest_halt_poll_ns 0) a wake-up sent to
+    an idle vCPU costs tens of microseconds, so a process whose threads sit
+    on two idle vCPUs runs ~100 us per call while one on a single vCPU,
+    or on a busy machine, runs ~15-20; that placement, not the code,
+    decided which side was slower."""
+    saved = os.sched_getaffinity(0)
+    if a.calls_cpu >= 0:
+        os.sched_setaffinity(0, {a.calls_cpu})
+    try:
+        return calls_pinned(a, files)
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def calls_pinned(a, files):
     path = files.new("calls")
     with open(path, "wb") as f:
         f.write(os.urandom(2 * 4096))
@@ -284,20 +352,37 @@ def calls(a, files):
         return ((time.perf_counter() - t0) * 1e6 / n,
                 (time.thread_time() - c0) * 1e6 / n)
 
+    runs = {"c": c_batch, "fast": fast_batch, "op": op_batch}
+    close_ctypes = None
+    if a.ctypes:
+        call, close_ctypes = ctypes_reader(a.lib, path)
+
+        def ctypes_batch():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            for _ in range(n):
+                call()
+            return ((time.perf_counter() - t0) * 1e6 / n,
+                    (time.thread_time() - c0) * 1e6 / n)
+        runs["ctypes"] = ctypes_batch
     for _ in range(1000):
         h.sync_pread(t4k, path, 0)
         h.pread(t4k, path, False, False, 0)
-    runs = {"c": c_batch, "fast": fast_batch, "op": op_batch}
+        if close_ctypes:
+            call()
     sides = list(runs)
     raw = {s: {"wall": [], "cpu": []} for s in sides}
+    raw["sides"] = sides
     rounds = max(1, a.calls // n)
     for rnd in range(rounds):
-        for s in sides[rnd % 3:] + sides[:rnd % 3]:
+        k = rnd % len(sides)
+        for s in sides[k:] + sides[:k]:
             w, cpu = runs[s]()
             raw[s]["wall"].append(w)
             raw[s]["cpu"].append(cpu)
     c.stdin.close()
     rc = c.wait()
+    if close_ctypes:
+        close_ctypes()
     stats = h.stats()
     h.free_cpu_locked_tensor(t4k)
     h.close()
@@ -307,20 +392,26 @@ def calls(a, files):
     raw["rounds"] = rounds
     raw["calls_per_batch"] = n
     raw["backend"] = stats["backend"]
+    raw["cpu"] = a.calls_cpu
     raw["direct_fallbacks"] = stats["direct_fallbacks"]
     return raw
 
 
 def calls_report(a, raw, missed):
     out = {}
+    where = (f"pinned to CPU {raw['cpu']}" if raw["cpu"] >= 0
+             else "not pinned")
     print(f"\n### 4 KiB sync_pread, page cache: microseconds per call, "
           f"{raw['rounds']} rounds x {raw['calls_per_batch']} calls per "
-          f"side, median [min-max] (interquartile)\n")
+          f"side, {where}, median [min-max] (interquartile)\n")
     print("| path | clock | C nvs_aio_sync_pread | Python | "
           "Python - C per round |")
     print("|---|---|---|---|---|")
-    for s, name in (("fast", "sync_pread (fast path)"),
-                    ("op", "pread(.., False, False) (Op path)")):
+    paths = [("fast", "sync_pread (fast path)"),
+             ("op", "pread(.., False, False) (Op path)")]
+    if "ctypes" in raw:
+        paths.append(("ctypes", "nvs_aio_sync_pread via ctypes"))
+    for s, name in paths:
         for clock in ("wall", "cpu"):
             cv, pv = raw["c"][clock], raw[s][clock]
             d = [p - c for p, c in zip(pv, cv)]
@@ -332,8 +423,13 @@ def calls_report(a, raw, missed):
                     med(d) > TARGET_OVERHEAD_US:
                 missed.append(f"sync_pread overhead {med(d):.2f} us "
                               f"> {TARGET_OVERHEAD_US} us")
+    slow = {s: sum(w > 2 * med(raw["c"]["wall"]) for w in raw[s]["wall"])
+            for s in raw["sides"]}
     print(f"\n- backend {raw['backend']}; cpu = the calling thread's CPU "
           "time (CLOCK_THREAD_CPUTIME_ID), blind to wake-up latency")
+    print("- batches slower than twice C's median (delayed wake-ups): " + ", ".join(f"{s} {n}/{raw['rounds']}"
+                                      for s, n in slow.items()))
+    out["slow_batches"] = slow
     return out
 
 
@@ -351,8 +447,16 @@ def main():
     ap.add_argument("--queue-depth", type=int, default=128)
     ap.add_argument("--calls", type=int, default=20000,
                     help="4 KiB calls per side (20000)")
-    ap.add_argument("--batch", type=int, default=200,
-                    help="calls per timed batch (200)")
+    ap.add_argument("--batch", type=int, default=100,
+                    help="calls per timed batch (100)")
+    ap.add_argument("--calls-cpu", type=int,
+                    default=max(os.sched_getaffinity(0)),
+                    help="the CPU the call loops run on, both sides "
+                    "(default: the highest; -1: not pinned)")
+    ap.add_argument("--ctypes", action="store_true",
+                    help="also time nvs_aio_sync_pread called from this "
+                    "process through ctypes (--lib)")
+    ap.add_argument("--lib", default="build/libnvswap.so")
     ap.add_argument("--only", choices=("transfer", "calls"))
     ap.add_argument("--tool", default="build/tools/nvswap-io")
     ap.add_argument("--call-tool", default="build/bench/nvswap-bench-call")
