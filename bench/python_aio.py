@@ -19,10 +19,13 @@ in one interleaved run:
    option direct=False) in a Python loop, against the same
    nvs_aio_sync_pread() loop in C (build/bench/nvswap-bench-call, kept
    running and fed one batch at a time, NVS_DIRECT_NEVER, the same
-   handle options), in alternating batches. Also aio_handle.pread(..,
-   validate=False, async=False), which always takes the Op path. Reported
-   per batch: wall and calling-thread CPU microseconds per call; the
-   overhead is Python minus C, per round of adjacent batches.
+   handle options), in alternating batches, both processes pinned to one
+   CPU (--calls-cpu; see calls()). Also aio_handle.pread(..,
+   validate=False, async=False), which always takes the Op path, and with
+   --ctypes the same C call made from this process through ctypes on
+   build/libnvswap.so. Reported per batch: wall and calling-thread CPU
+   microseconds per call; the overhead is Python minus C, per round of
+   adjacent batches.
 
 Prints Markdown tables and writes everything to --json. Targets (issue
 17): Python/C >= 0.98, unpinned/pinned >= 0.9, overhead <= 2 us; a
@@ -30,7 +33,8 @@ missed target is printed as such.
 
     PYTHONPATH=build/python python3 bench/python_aio.py [--dir nvme_swap]
         [--size 1G] [--repeats 5] [--loops 3] [--calls 20000]
-        [--batch 100] [--json bench/out/python_aio.json]
+        [--batch 100] [--calls-cpu N] [--ctypes]
+        [--only transfer|calls] [--json bench/out/python_aio.json]
 """
 import argparse
 import ctypes
