@@ -11,9 +11,17 @@
 /* Interned attribute names, made at first use. */
 static PyObject *s_device, *s_type, *s_layout, *s_is_contiguous, *s_data_ptr,
 	*s_nbytes, *s_numel, *s_element_size, *s_strided, *s_cpu, *s_torch,
-	*s_is_conj, *s_is_neg;
+	*s_is_conj, *s_is_neg, *s_is_cpu;
 /* torch.Tensor and torch.strided once torch is imported; strong refs. */
 static PyObject *tensor_type, *strided;
+/*
+ * Whether torch.Tensor has is_cpu and nbytes (Debian's torch 1.13 lacks
+ * nbytes). Looked up once: a failed attribute lookup per op would raise
+ * and clear an AttributeError every time, and t.device.type makes a
+ * device object and a string; together they were most of a 4 KiB
+ * sync_pread's cost in the binding (bench/RESULTS.md, issue 17).
+ */
+static bool has_is_cpu, has_nbytes;
 
 static int intern_names(void)
 {
@@ -37,6 +45,7 @@ static int intern_names(void)
 	IN(s_torch, "torch");
 	IN(s_is_conj, "is_conj");
 	IN(s_is_neg, "is_neg");
+	IN(s_is_cpu, "is_cpu");
 	IN(s_device, "device"); /* last: it marks the set as complete */
 #undef IN
 	return 0;
@@ -71,6 +80,8 @@ static int load_torch(void)
 		Py_CLEAR(tensor_type);
 		return -1;
 	}
+	has_is_cpu = PyObject_HasAttr(tensor_type, s_is_cpu);
+	has_nbytes = PyObject_HasAttr(tensor_type, s_nbytes);
 	return 1;
 }
 
@@ -129,33 +140,49 @@ static int lazy_view(PyObject *t, PyObject *method, const char *what,
 	return set ? -1 : 0;
 }
 
+/* 0 when @t is a CPU tensor; else -1 with TypeError naming its device. */
+static int check_cpu(PyObject *t)
+{
+	PyObject *device, *type_name, *v;
+	int cmp;
+
+	if (has_is_cpu) {
+		v = PyObject_GetAttr(t, s_is_cpu);
+		if (!v)
+			return -1;
+		cmp = PyObject_IsTrue(v);
+		Py_DECREF(v);
+		if (cmp)
+			return cmp < 0 ? -1 : 0;
+	}
+	device = PyObject_GetAttr(t, s_device);
+	if (!device)
+		return -1;
+	type_name = PyObject_GetAttr(device, s_type);
+	Py_DECREF(device);
+	if (!type_name)
+		return -1;
+	cmp = PyUnicode_Compare(type_name, s_cpu);
+	if (cmp && !PyErr_Occurred())
+		PyErr_Format(PyExc_TypeError,
+			     "nvswap: the tensor is on device '%U'; "
+			     "nvswap reads and writes CPU memory "
+			     "(copy it with .cpu(), or use a "
+			     "pinned CPU tensor)",
+			     type_name);
+	Py_DECREF(type_name);
+	return cmp ? -1 : 0;
+}
+
 static int tensor_get(PyObject *t, struct ext_buf *b)
 {
-	PyObject *device, *dtype_name, *layout, *v;
+	PyObject *layout, *v;
 	bool bad = false;
 	size_t ptr;
 	int cmp;
 
-	device = PyObject_GetAttr(t, s_device);
-	if (!device)
+	if (check_cpu(t))
 		return -1;
-	dtype_name = PyObject_GetAttr(device, s_type);
-	Py_DECREF(device);
-	if (!dtype_name)
-		return -1;
-	cmp = PyUnicode_Compare(dtype_name, s_cpu);
-	if (cmp) {
-		if (!PyErr_Occurred())
-			PyErr_Format(PyExc_TypeError,
-				     "nvswap: the tensor is on device '%U'; "
-				     "nvswap reads and writes CPU memory "
-				     "(copy it with .cpu(), or use a "
-				     "pinned CPU tensor)",
-				     dtype_name);
-		Py_DECREF(dtype_name);
-		return -1;
-	}
-	Py_DECREF(dtype_name);
 	layout = PyObject_GetAttr(t, s_layout);
 	if (!layout)
 		return -1;
@@ -190,13 +217,11 @@ static int tensor_get(PyObject *t, struct ext_buf *b)
 		return -1;
 	ptr = as_size(PyObject_CallMethodNoArgs(t, s_data_ptr), &bad);
 	/* Tensor.nbytes is newer than torch 1.13 on some builds. */
-	v = PyObject_GetAttr(t, s_nbytes);
-	if (v) {
-		b->nbytes = as_size(v, &bad);
+	if (has_nbytes) {
+		b->nbytes = as_size(PyObject_GetAttr(t, s_nbytes), &bad);
 	} else {
 		size_t numel, esize;
 
-		PyErr_Clear();
 		numel = as_size(PyObject_CallMethodNoArgs(t, s_numel), &bad);
 		esize = as_size(PyObject_CallMethodNoArgs(t, s_element_size),
 				&bad);
