@@ -115,9 +115,10 @@ static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    parse_direct(direct, &opts.direct) ||
 	    u32_arg(max_ops, "max_ops", &opts.max_ops))
 		return -1;
-	Py_BEGIN_ALLOW_THREADS rc = nvs_aio_create(&opts, &h);
-	Py_END_ALLOW_THREADS if (rc < 0)
-	{
+	Py_BEGIN_ALLOW_THREADS
+	rc = nvs_aio_create(&opts, &h);
+	Py_END_ALLOW_THREADS
+	if (rc < 0) {
 		ext_raise_last(rc);
 		return -1;
 	}
@@ -199,8 +200,10 @@ static int handle_shutdown(struct ext_handle *self, bool report)
 	/* Then Op.wait() calls that were waiting for what we collected. */
 	if (!child)
 		ext_handle_quiesce(self);
-	Py_BEGIN_ALLOW_THREADS rc = nvs_aio_destroy(self->h);
-	Py_END_ALLOW_THREADS self->h = NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = nvs_aio_destroy(self->h);
+	Py_END_ALLOW_THREADS
+	self->h = NULL;
 	if (exc) {
 		PyErr_Restore(type, exc, tb);
 		return -1;
@@ -363,14 +366,16 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 	io.path = path ? PyBytes_AS_STRING(path) : NULL;
 	io.fd = fd;
 	io.offset = off;
-	Py_BEGIN_ALLOW_THREADS uint64_t ticket;
+	Py_BEGIN_ALLOW_THREADS
+	uint64_t ticket;
 
 	rc = nvs_aio_submit(self->h, &io, &ticket);
 	if (rc == 0)
 		rc = nvs_aio_wait_op(self->h, ticket);
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-	Py_END_ALLOW_THREADS ext_handle_leave(self);
+	Py_END_ALLOW_THREADS
+	ext_handle_leave(self);
 	ext_buf_release(&buf);
 	Py_XDECREF(path);
 	if (rc < 0)

@@ -55,14 +55,17 @@ static PyObject *oneshot(int opcode, const char *fname, PyObject *const *args,
 		Py_DECREF(path);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS if (opcode == NVS_AIO_READ) rc =
-		nvs_aio_read(buf.ptr, buf.nbytes, PyBytes_AS_STRING(path),
-			     &opts, validate, NULL);
-	else rc = nvs_aio_write(buf.ptr, buf.nbytes, PyBytes_AS_STRING(path),
-				&opts, validate, NULL);
+	Py_BEGIN_ALLOW_THREADS
+	if (opcode == NVS_AIO_READ)
+		rc = nvs_aio_read(buf.ptr, buf.nbytes, PyBytes_AS_STRING(path),
+				  &opts, validate, NULL);
+	else
+		rc = nvs_aio_write(buf.ptr, buf.nbytes, PyBytes_AS_STRING(path),
+				   &opts, validate, NULL);
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-	Py_END_ALLOW_THREADS ext_buf_release(&buf);
+	Py_END_ALLOW_THREADS
+	ext_buf_release(&buf);
 	Py_DECREF(path);
 	if (rc < 0)
 		return ext_raise(rc, msg);
@@ -101,7 +104,8 @@ static PyObject *mod_deepspeed_memcpy(PyObject *Py_UNUSED(m),
 			     "deepspeed_memcpy: dest has %zu bytes, src %zu",
 			     d.nbytes, s.nbytes);
 	} else {
-		Py_BEGIN_ALLOW_THREADS nvs_copy(d.ptr, s.ptr, d.nbytes);
+		Py_BEGIN_ALLOW_THREADS
+		nvs_copy(d.ptr, s.ptr, d.nbytes);
 		Py_END_ALLOW_THREADS
 	}
 	ext_buf_release(&d);

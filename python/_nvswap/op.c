@@ -42,7 +42,8 @@ void ext_handle_leave(struct ext_handle *h)
 
 void ext_handle_quiesce(struct ext_handle *h)
 {
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&h->mu);
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&h->mu);
 	while (h->busy)
 		pthread_cond_wait(&h->cv, &h->mu);
 	pthread_mutex_unlock(&h->mu);
@@ -176,19 +177,22 @@ static int collect(struct ext_handle *h, struct ext_op *op)
 	pthread_mutex_lock(&h->mu);
 	op->state = EXT_OP_CLAIMED;
 	pthread_mutex_unlock(&h->mu);
-	Py_BEGIN_ALLOW_THREADS rc = nvs_aio_wait_op(h->h, op->ticket);
+	Py_BEGIN_ALLOW_THREADS
+	rc = nvs_aio_wait_op(h->h, op->ticket);
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 	else if (op->validate)
 		rc = validate_op(op, path, msg, sizeof(msg));
-	Py_END_ALLOW_THREADS finish(h, op, rc, msg);
+	Py_END_ALLOW_THREADS
+	finish(h, op, rc, msg);
 	return rc;
 }
 
 /* Sleep until @op, claimed by another thread, is DONE (GIL held). */
 static void await_claimed(struct ext_handle *h, struct ext_op *op)
 {
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&h->mu);
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&h->mu);
 	while (op->state != EXT_OP_DONE)
 		pthread_cond_wait(&h->cv, &h->mu);
 	pthread_mutex_unlock(&h->mu);
@@ -258,13 +262,14 @@ struct ext_op *ext_op_submit(struct ext_handle *self, int opcode,
 	io.path = path ? PyBytes_AS_STRING(path) : NULL;
 	io.fd = fd;
 	io.offset = offset;
-	Py_BEGIN_ALLOW_THREADS rc = nvs_aio_submit(self->h, &io, &op->ticket);
+	Py_BEGIN_ALLOW_THREADS
+	rc = nvs_aio_submit(self->h, &io, &op->ticket);
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-	Py_END_ALLOW_THREADS if (rc == -EAGAIN && reap_finished(self))
-	{
-		Py_BEGIN_ALLOW_THREADS rc =
-			nvs_aio_submit(self->h, &io, &op->ticket);
+	Py_END_ALLOW_THREADS
+	if (rc == -EAGAIN && reap_finished(self)) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = nvs_aio_submit(self->h, &io, &op->ticket);
 		if (rc < 0)
 			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 		Py_END_ALLOW_THREADS
@@ -379,8 +384,8 @@ static PyObject *op_done(struct ext_op *op, PyObject *Py_UNUSED(ignored))
 	 * is released must not free h (its mutex) before finish(). */
 	ext_handle_hold(h);
 	if (rc == 0 && op->validate) {
-		Py_BEGIN_ALLOW_THREADS rc =
-			validate_op(op, path, msg, sizeof(msg));
+		Py_BEGIN_ALLOW_THREADS
+		rc = validate_op(op, path, msg, sizeof(msg));
 		Py_END_ALLOW_THREADS
 	}
 	finish(h, op, rc, msg);

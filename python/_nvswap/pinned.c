@@ -88,9 +88,11 @@ PyObject *ext_pinned_new(size_t nbytes)
 	void *ptr;
 	int err = 0;
 
-	Py_BEGIN_ALLOW_THREADS ptr = nvs_pinned_alloc(nbytes, &err);
-	Py_END_ALLOW_THREADS if (!ptr) return ext_raise_last(err ? err
-								 : -ENOMEM);
+	Py_BEGIN_ALLOW_THREADS
+	ptr = nvs_pinned_alloc(nbytes, &err);
+	Py_END_ALLOW_THREADS
+	if (!ptr)
+		return ext_raise_last(err ? err : -ENOMEM);
 	return wrap(ptr, nbytes);
 }
 
@@ -261,11 +263,11 @@ PyObject *ext_locked_tensor_new(struct nvs_aio *h, PyObject *num_elem,
 	if (nbytes == 0) {
 		pb = ext_view_new(NULL, NULL, 0, false);
 	} else {
-		Py_BEGIN_ALLOW_THREADS ptr =
-			nvs_aio_new_cpu_locked_buffer(h, nbytes);
-		Py_END_ALLOW_THREADS pb =
-			ptr ? wrap(ptr, nbytes)
-			    : ext_raise_last(errno ? -errno : -ENOMEM);
+		Py_BEGIN_ALLOW_THREADS
+		ptr = nvs_aio_new_cpu_locked_buffer(h, nbytes);
+		Py_END_ALLOW_THREADS
+		pb = ptr ? wrap(ptr, nbytes)
+			 : ext_raise_last(errno ? -errno : -ENOMEM);
 	}
 	if (!pb) {
 		Py_DECREF(dtype);
