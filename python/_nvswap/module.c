@@ -138,6 +138,16 @@ static PyObject *mod_tensor_from(PyObject *Py_UNUSED(m), PyObject *args)
 	return ext_tensor_from(exporter, dtype, shape);
 }
 
+static PyObject *mod_is_pinned(PyObject *Py_UNUSED(m), PyObject *buffer)
+{
+	return ext_is_pinned(buffer);
+}
+
+static PyObject *mod_free_locked_tensor(PyObject *Py_UNUSED(m), PyObject *t)
+{
+	return ext_locked_tensor_free(t);
+}
+
 static PyObject *mod_pinned_stats(PyObject *Py_UNUSED(m),
 				  PyObject *Py_UNUSED(a))
 {
@@ -192,6 +202,16 @@ static PyMethodDef mod_methods[] = {
 	{"_tensor_from", mod_tensor_from, METH_VARARGS,
 	 "_tensor_from(exporter, dtype, shape=None) -> torch.Tensor\n\n"
 	 "torch.frombuffer() of exporter, viewed as shape."},
+	{"is_pinned", mod_is_pinned, METH_O,
+	 "is_pinned(buffer) -> bool\n\n"
+	 "Whether buffer lies in nvswap's pinned memory (or torch pinned\n"
+	 "it): I/O on it never bounces. aio_handle.is_pinned without a\n"
+	 "handle."},
+	{"free_locked_tensor", mod_free_locked_tensor, METH_O,
+	 "free_locked_tensor(tensor) -> bool\n\n"
+	 "aio_handle.free_cpu_locked_tensor without a handle: the tensor\n"
+	 "becomes empty and its pinned memory returns to the pool once no\n"
+	 "view of it remains; False for a tensor not in pinned memory."},
 	{"pinned_stats", mod_pinned_stats, METH_NOARGS,
 	 "pinned_stats() -> dict\n\n"
 	 "The pinned registry's counters (nvs_pinned_stats)."},
