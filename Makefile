@@ -1,9 +1,10 @@
 # nvswap: the two commands of the quick start, and a few helpers.
 #   make demo   set up, build, run the main job (examples/offload_train: a
 #               model trained with everything offloaded, checked bit for bit)
-#   make test   set up, build, run every suite: plain, ASan+UBSan, TSan,
-#               the fuzz corpus replayed and 30 s of fuzzing, plus the
-#               format and banned-call checks
+#   make test   set up, build, run every suite: plain, the Python package
+#               on two interpreters, ASan+UBSan, TSan, the fuzz corpus
+#               replayed and 30 s of fuzzing, plus the format and
+#               banned-call checks
 #   make fuzz   libFuzzer on the config loader and the argument parsers,
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 # Everything else is for developers: build, stress, bench, format, clean.
