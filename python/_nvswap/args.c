@@ -215,3 +215,14 @@ int ext_arg_file(PyObject *v, PyObject **path, int *fd)
 		return -1;
 	return 0;
 }
+
+int ext_dict_put(PyObject **d, const char *key, PyObject *v)
+{
+	if (*d && v && !PyDict_SetItemString(*d, key, v)) {
+		Py_DECREF(v);
+		return 0;
+	}
+	Py_XDECREF(v);
+	Py_CLEAR(*d);
+	return -1;
+}

@@ -36,4 +36,8 @@ int ext_arg_bytes(PyObject *v, const char *what, uint64_t *out);
  */
 int ext_arg_file(PyObject *v, PyObject **path, int *fd);
 
+/* d[key] = v, stealing v; -1 (and *d freed) on failure, so a dict can
+ * be filled by a chain of calls joined with ||. */
+int ext_dict_put(PyObject **d, const char *key, PyObject *v);
+
 #endif

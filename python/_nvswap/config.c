@@ -137,18 +137,6 @@ static PyObject *config_from_str(PyObject *cls, PyObject *const *args,
 	return wrap((PyTypeObject *)cls, cfg, a[1]);
 }
 
-/* d[key] = v, stealing v; -1 (and d freed) on failure. */
-static int put(PyObject **d, const char *key, PyObject *v)
-{
-	if (*d && v && !PyDict_SetItemString(*d, key, v)) {
-		Py_DECREF(v);
-		return 0;
-	}
-	Py_XDECREF(v);
-	Py_CLEAR(*d);
-	return -1;
-}
-
 static PyObject *str_or_none(const char *s)
 {
 	return s ? PyUnicode_DecodeFSDefault(s) : Py_NewRef(Py_None);
@@ -168,20 +156,23 @@ static PyObject *config_offload(PyObject *o, PyObject *arg)
 	if (rc < 0)
 		return ext_raise_last(rc);
 	d = PyDict_New();
-	if (put(&d, "present", PyBool_FromLong(oc.present)) ||
-	    put(&d, "device",
-		PyUnicode_FromString((unsigned)oc.device < 3
-					     ? devices[oc.device]
-					     : "unknown")) ||
-	    put(&d, "nvme_path", str_or_none(oc.nvme_path)) ||
-	    put(&d, "buffer_count",
-		PyLong_FromUnsignedLongLong(oc.buffer_count)) ||
-	    put(&d, "buffer_size",
-		PyLong_FromUnsignedLongLong(oc.buffer_size)) ||
-	    put(&d, "max_in_cpu", PyLong_FromUnsignedLongLong(oc.max_in_cpu)) ||
-	    put(&d, "pin_memory", PyBool_FromLong(oc.pin_memory)) ||
-	    put(&d, "pipeline_read", PyBool_FromLong(oc.pipeline_read)) ||
-	    put(&d, "pipeline_write", PyBool_FromLong(oc.pipeline_write)))
+	if (ext_dict_put(&d, "present", PyBool_FromLong(oc.present)) ||
+	    ext_dict_put(&d, "device",
+			 PyUnicode_FromString((unsigned)oc.device < 3
+						      ? devices[oc.device]
+						      : "unknown")) ||
+	    ext_dict_put(&d, "nvme_path", str_or_none(oc.nvme_path)) ||
+	    ext_dict_put(&d, "buffer_count",
+			 PyLong_FromUnsignedLongLong(oc.buffer_count)) ||
+	    ext_dict_put(&d, "buffer_size",
+			 PyLong_FromUnsignedLongLong(oc.buffer_size)) ||
+	    ext_dict_put(&d, "max_in_cpu",
+			 PyLong_FromUnsignedLongLong(oc.max_in_cpu)) ||
+	    ext_dict_put(&d, "pin_memory", PyBool_FromLong(oc.pin_memory)) ||
+	    ext_dict_put(&d, "pipeline_read",
+			 PyBool_FromLong(oc.pipeline_read)) ||
+	    ext_dict_put(&d, "pipeline_write",
+			 PyBool_FromLong(oc.pipeline_write)))
 		return NULL;
 	return d;
 }
@@ -197,14 +188,18 @@ static PyObject *config_aio_options(PyObject *o, PyObject *Py_UNUSED(a))
 	if (rc < 0)
 		return ext_raise_last(rc);
 	d = PyDict_New();
-	if (put(&d, "block_size", PyLong_FromUnsignedLong(ao.block_size)) ||
-	    put(&d, "queue_depth", PyLong_FromUnsignedLong(ao.queue_depth)) ||
-	    put(&d, "single_submit", PyBool_FromLong(ao.single_submit)) ||
-	    put(&d, "overlap_events", PyBool_FromLong(ao.overlap_events)) ||
-	    put(&d, "intra_op_parallelism",
-		PyLong_FromUnsignedLong(ao.intra_op_parallelism)) ||
-	    put(&d, "backend",
-		PyUnicode_FromString(nvs_backend_name(ao.backend))))
+	if (ext_dict_put(&d, "block_size",
+			 PyLong_FromUnsignedLong(ao.block_size)) ||
+	    ext_dict_put(&d, "queue_depth",
+			 PyLong_FromUnsignedLong(ao.queue_depth)) ||
+	    ext_dict_put(&d, "single_submit",
+			 PyBool_FromLong(ao.single_submit)) ||
+	    ext_dict_put(&d, "overlap_events",
+			 PyBool_FromLong(ao.overlap_events)) ||
+	    ext_dict_put(&d, "intra_op_parallelism",
+			 PyLong_FromUnsignedLong(ao.intra_op_parallelism)) ||
+	    ext_dict_put(&d, "backend",
+			 PyUnicode_FromString(nvs_backend_name(ao.backend))))
 		return NULL;
 	return d;
 }
@@ -227,14 +222,14 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 		Py_XDECREF(p);
 	}
 	d = PyDict_New();
-	if (put(&d, "backend",
-		PyUnicode_FromString(nvs_backend_name(nv.backend))) ||
-	    put(&d, "stripe_size",
-		PyLong_FromUnsignedLongLong(nv.stripe_size)) ||
-	    put(&d, "checksum", PyBool_FromLong(nv.checksum)) ||
-	    put(&d, "auto_evict", PyBool_FromLong(nv.auto_evict)) ||
-	    put(&d, "nvme_paths", paths) ||
-	    put(&d, "wait_ms", PyLong_FromUnsignedLong(nv.wait_ms)))
+	if (ext_dict_put(&d, "backend",
+			 PyUnicode_FromString(nvs_backend_name(nv.backend))) ||
+	    ext_dict_put(&d, "stripe_size",
+			 PyLong_FromUnsignedLongLong(nv.stripe_size)) ||
+	    ext_dict_put(&d, "checksum", PyBool_FromLong(nv.checksum)) ||
+	    ext_dict_put(&d, "auto_evict", PyBool_FromLong(nv.auto_evict)) ||
+	    ext_dict_put(&d, "nvme_paths", paths) ||
+	    ext_dict_put(&d, "wait_ms", PyLong_FromUnsignedLong(nv.wait_ms)))
 		return NULL;
 	return d;
 }

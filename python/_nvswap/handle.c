@@ -272,6 +272,38 @@ GETTER(get_alignment, PyLong_FromUnsignedLong)
 /* ---- reads and writes ------------------------------------------------- */
 
 /*
+ * The arguments every op takes, checked and converted; on success the
+ * handle is entered (ext_handle_leave() when done), @buf holds the
+ * buffer and @path a new reference (or NULL with @fd). -1 with an
+ * exception and nothing held otherwise.
+ */
+static int prepare(struct ext_handle *self, int opcode, PyObject *bufobj,
+		   PyObject *file, PyObject *offobj, struct ext_buf *buf,
+		   PyObject **path, int *fd, int64_t *off)
+{
+	if (check_open(self) || ext_arg_i64(offobj, "file_offset", 0, off))
+		return -1;
+	if (*off < 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "nvswap: file_offset %lld is negative",
+			     (long long)*off);
+		return -1;
+	}
+	if (ext_arg_file(file, path, fd))
+		return -1;
+	if (ext_buf_get(bufobj, opcode == NVS_AIO_READ, buf)) {
+		Py_CLEAR(*path);
+		return -1;
+	}
+	if (ext_handle_enter(self)) {
+		ext_buf_release(buf);
+		Py_CLEAR(*path);
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * One op from already-bound arguments. @async_: return 0 once queued (the
  * op is collected by wait()); else wait for it, with every op pending
  * before it, and return the count (DeepNVMe's sync return). @want_op:
@@ -288,25 +320,8 @@ static PyObject *do_op(struct ext_handle *self, int opcode, PyObject *bufobj,
 	int64_t off;
 	int fd;
 
-	if (check_open(self) || ext_arg_i64(offobj, "file_offset", 0, &off))
+	if (prepare(self, opcode, bufobj, file, offobj, &buf, &path, &fd, &off))
 		return NULL;
-	if (off < 0) {
-		PyErr_Format(PyExc_ValueError,
-			     "nvswap: file_offset %lld is negative",
-			     (long long)off);
-		return NULL;
-	}
-	if (ext_arg_file(file, &path, &fd))
-		return NULL;
-	if (ext_buf_get(bufobj, opcode == NVS_AIO_READ, &buf)) {
-		Py_XDECREF(path);
-		return NULL;
-	}
-	if (ext_handle_enter(self)) {
-		ext_buf_release(&buf);
-		Py_XDECREF(path);
-		return NULL;
-	}
 	op = ext_op_submit(self, opcode, &buf, path, fd, off, validate);
 	Py_XDECREF(path);
 	if (!op) {
@@ -341,25 +356,8 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 	int64_t off;
 	int fd, rc;
 
-	if (check_open(self) || ext_arg_i64(offobj, "file_offset", 0, &off))
+	if (prepare(self, opcode, bufobj, file, offobj, &buf, &path, &fd, &off))
 		return NULL;
-	if (off < 0) {
-		PyErr_Format(PyExc_ValueError,
-			     "nvswap: file_offset %lld is negative",
-			     (long long)off);
-		return NULL;
-	}
-	if (ext_arg_file(file, &path, &fd))
-		return NULL;
-	if (ext_buf_get(bufobj, opcode == NVS_AIO_READ, &buf)) {
-		Py_XDECREF(path);
-		return NULL;
-	}
-	if (ext_handle_enter(self)) {
-		ext_buf_release(&buf);
-		Py_XDECREF(path);
-		return NULL;
-	}
 	io.opcode = (enum nvs_aio_opcode)opcode;
 	io.buf = buf.ptr;
 	io.nbytes = buf.nbytes;

@@ -1,18 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* A swapper's counters and a tensor's state as Python dicts. */
+#include "args.h"
 #include "ext.h"
-
-/* d[key] = v, stealing v; -1 (and d freed) on failure. */
-static int put(PyObject **d, const char *key, PyObject *v)
-{
-	if (*d && v && !PyDict_SetItemString(*d, key, v)) {
-		Py_DECREF(v);
-		return 0;
-	}
-	Py_XDECREF(v);
-	Py_CLEAR(*d);
-	return -1;
-}
 
 static PyObject *u64_list(const uint64_t *v, unsigned n)
 {
@@ -40,38 +29,40 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	n = st->npaths < NVS_SWAPPER_MAX_PATHS ? st->npaths
 					       : NVS_SWAPPER_MAX_PATHS;
 	d = PyDict_New();
-	if (put(&d, "bytes_read", U64(st->bytes_read)) ||
-	    put(&d, "bytes_written", U64(st->bytes_written)) ||
-	    put(&d, "reads", U64(st->reads)) ||
-	    put(&d, "writes", U64(st->writes)) ||
-	    put(&d, "io_ops", U64(st->io_ops)) ||
-	    put(&d, "io_errors", U64(st->io_errors)) ||
-	    put(&d, "checksum_errors", U64(st->checksum_errors)) ||
-	    put(&d, "prefetches", U64(st->prefetches)) ||
-	    put(&d, "acquires", U64(st->acquires)) ||
-	    put(&d, "acquire_hits", U64(st->acquire_hits)) ||
-	    put(&d, "acquire_wait_ns", U64(st->acquire_wait_ns)) ||
-	    put(&d, "clean_evictions", U64(st->clean_evictions)) ||
-	    put(&d, "auto_evictions", U64(st->auto_evictions)) ||
-	    put(&d, "zero_fills", U64(st->zero_fills)) ||
-	    put(&d, "revived", U64(st->revived)) ||
-	    put(&d, "buffer_waits", U64(st->buffer_waits)) ||
-	    put(&d, "buffer_wait_ns", U64(st->buffer_wait_ns)) ||
-	    put(&d, "buffer_count", U64(st->buffer_count)) ||
-	    put(&d, "buffers_in_use", U64(st->buffers_in_use)) ||
-	    put(&d, "pool_high_water", U64(st->pool_high_water)) ||
-	    put(&d, "tensors", U64(st->tensors)) ||
-	    put(&d, "buffer_size", U64(st->buffer_size)) ||
-	    put(&d, "pinned", PyBool_FromLong(st->pinned)) ||
-	    put(&d, "backend",
-		PyUnicode_FromString(nvs_backend_name(st->backend))) ||
-	    put(&d, "tensor_bytes", U64(st->tensor_bytes)) ||
-	    put(&d, "npaths", U64(st->npaths)) ||
-	    put(&d, "path_bytes_read", u64_list(st->path_bytes_read, n)) ||
-	    put(&d, "path_bytes_written",
-		u64_list(st->path_bytes_written, n)) ||
-	    put(&d, "path_space_used", u64_list(st->path_space_used, n)) ||
-	    put(&d, "path_file_size", u64_list(st->path_file_size, n)))
+	if (ext_dict_put(&d, "bytes_read", U64(st->bytes_read)) ||
+	    ext_dict_put(&d, "bytes_written", U64(st->bytes_written)) ||
+	    ext_dict_put(&d, "reads", U64(st->reads)) ||
+	    ext_dict_put(&d, "writes", U64(st->writes)) ||
+	    ext_dict_put(&d, "io_ops", U64(st->io_ops)) ||
+	    ext_dict_put(&d, "io_errors", U64(st->io_errors)) ||
+	    ext_dict_put(&d, "checksum_errors", U64(st->checksum_errors)) ||
+	    ext_dict_put(&d, "prefetches", U64(st->prefetches)) ||
+	    ext_dict_put(&d, "acquires", U64(st->acquires)) ||
+	    ext_dict_put(&d, "acquire_hits", U64(st->acquire_hits)) ||
+	    ext_dict_put(&d, "acquire_wait_ns", U64(st->acquire_wait_ns)) ||
+	    ext_dict_put(&d, "clean_evictions", U64(st->clean_evictions)) ||
+	    ext_dict_put(&d, "auto_evictions", U64(st->auto_evictions)) ||
+	    ext_dict_put(&d, "zero_fills", U64(st->zero_fills)) ||
+	    ext_dict_put(&d, "revived", U64(st->revived)) ||
+	    ext_dict_put(&d, "buffer_waits", U64(st->buffer_waits)) ||
+	    ext_dict_put(&d, "buffer_wait_ns", U64(st->buffer_wait_ns)) ||
+	    ext_dict_put(&d, "buffer_count", U64(st->buffer_count)) ||
+	    ext_dict_put(&d, "buffers_in_use", U64(st->buffers_in_use)) ||
+	    ext_dict_put(&d, "pool_high_water", U64(st->pool_high_water)) ||
+	    ext_dict_put(&d, "tensors", U64(st->tensors)) ||
+	    ext_dict_put(&d, "buffer_size", U64(st->buffer_size)) ||
+	    ext_dict_put(&d, "pinned", PyBool_FromLong(st->pinned)) ||
+	    ext_dict_put(&d, "backend",
+			 PyUnicode_FromString(nvs_backend_name(st->backend))) ||
+	    ext_dict_put(&d, "tensor_bytes", U64(st->tensor_bytes)) ||
+	    ext_dict_put(&d, "npaths", U64(st->npaths)) ||
+	    ext_dict_put(&d, "path_bytes_read",
+			 u64_list(st->path_bytes_read, n)) ||
+	    ext_dict_put(&d, "path_bytes_written",
+			 u64_list(st->path_bytes_written, n)) ||
+	    ext_dict_put(&d, "path_space_used",
+			 u64_list(st->path_space_used, n)) ||
+	    ext_dict_put(&d, "path_file_size", u64_list(st->path_file_size, n)))
 		return NULL;
 	return d;
 }
@@ -83,14 +74,15 @@ PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti)
 	PyObject *d;
 
 	d = PyDict_New();
-	if (put(&d, "state",
-		PyUnicode_FromString((unsigned)ti->state < 4 ? states[ti->state]
-							     : "unknown")) ||
-	    put(&d, "nbytes", U64(ti->nbytes)) ||
-	    put(&d, "acquired", U64(ti->acquired)) ||
-	    put(&d, "dirty", PyBool_FromLong(ti->dirty)) ||
-	    put(&d, "on_disk", PyBool_FromLong(ti->on_disk)) ||
-	    put(&d, "extents", U64(ti->extents)))
+	if (ext_dict_put(&d, "state",
+			 PyUnicode_FromString((unsigned)ti->state < 4
+						      ? states[ti->state]
+						      : "unknown")) ||
+	    ext_dict_put(&d, "nbytes", U64(ti->nbytes)) ||
+	    ext_dict_put(&d, "acquired", U64(ti->acquired)) ||
+	    ext_dict_put(&d, "dirty", PyBool_FromLong(ti->dirty)) ||
+	    ext_dict_put(&d, "on_disk", PyBool_FromLong(ti->on_disk)) ||
+	    ext_dict_put(&d, "extents", U64(ti->extents)))
 		return NULL;
 	return d;
 }

@@ -8,22 +8,9 @@ import os
 import pytest
 
 import nvswap
+from filehelp import put, rand, slurp
 
 MiB = 1 << 20
-
-
-def rand(n):
-    return os.urandom(n)
-
-
-def slurp(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def put(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 def test_missing_file_is_file_not_found(diskdir):

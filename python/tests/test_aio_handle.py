@@ -12,23 +12,10 @@ import time
 import pytest
 
 import nvswap
+from filehelp import put, rand, slurp
 
 KiB = 1 << 10
 MiB = 1 << 20
-
-
-def rand(n):
-    return os.urandom(n)
-
-
-def slurp(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def put(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 def eventually(cond, what, timeout=30.0):
