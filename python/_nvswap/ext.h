@@ -300,6 +300,8 @@ extern PyTypeObject ext_SwapperType;
 int ext_swapper_init(PyObject *module);
 /* nvs_swap_stats and nvs_tensor_info as dicts (swapinfo.c). */
 PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st);
+/* aio_handle.stats(): nvs_aio_stats as a dict (swapinfo.c). */
+PyObject *ext_aio_stats_dict(const struct nvs_aio_stats *st);
 PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti);
 /* ValueError for a closed swapper; "nvswap: <what> is closed". */
 PyObject *ext_raise_closed(const char *what);

@@ -572,21 +572,9 @@ static PyObject *handle_is_pinned(PyObject *o, PyObject *const *args,
 	return ext_is_pinned(a[0]);
 }
 
-#define SET(d, key, value)                                                     \
-	do {                                                                   \
-		PyObject *v_ = (value);                                        \
-		if (!v_ || PyDict_SetItemString(d, key, v_)) {                 \
-			Py_XDECREF(v_);                                        \
-			Py_DECREF(d);                                          \
-			return NULL;                                           \
-		}                                                              \
-		Py_DECREF(v_);                                                 \
-	} while (0)
-
 static PyObject *handle_stats(PyObject *o, PyObject *Py_UNUSED(ignored))
 {
 	struct nvs_aio_stats st;
-	PyObject *d;
 	int rc;
 
 	if (check_open(HANDLE(o)))
@@ -594,39 +582,8 @@ static PyObject *handle_stats(PyObject *o, PyObject *Py_UNUSED(ignored))
 	rc = nvs_aio_get_stats(HANDLE(o)->h, &st);
 	if (rc < 0)
 		return ext_raise_last(rc);
-	d = PyDict_New();
-	if (!d)
-		return NULL;
-	SET(d, "ops_completed", PyLong_FromUnsignedLongLong(st.ops_completed));
-	SET(d, "ops_failed", PyLong_FromUnsignedLongLong(st.ops_failed));
-	SET(d, "bytes_read", PyLong_FromUnsignedLongLong(st.bytes_read));
-	SET(d, "bytes_written", PyLong_FromUnsignedLongLong(st.bytes_written));
-	SET(d, "requests", PyLong_FromUnsignedLongLong(st.requests));
-	SET(d, "bounced_requests",
-	    PyLong_FromUnsignedLongLong(st.bounced_requests));
-	SET(d, "edge_bytes", PyLong_FromUnsignedLongLong(st.edge_bytes));
-	SET(d, "retries", PyLong_FromUnsignedLongLong(st.retries));
-	SET(d, "direct_fallbacks",
-	    PyLong_FromUnsignedLongLong(st.direct_fallbacks));
-	SET(d, "bounce_bytes_total",
-	    PyLong_FromUnsignedLongLong(st.bounce_bytes_total));
-	SET(d, "bounce_locked", PyBool_FromLong(st.bounce_locked));
-	SET(d, "files_opened", PyLong_FromUnsignedLongLong(st.files_opened));
-	SET(d, "files_reused", PyLong_FromUnsignedLongLong(st.files_reused));
-	SET(d, "backend", PyUnicode_FromString(nvs_backend_name(st.backend)));
-	SET(d, "backend_reason",
-	    PyUnicode_FromString(nvs_backend_reason_name(st.backend_reason)));
-	SET(d, "backend_notes", PyUnicode_FromString(st.backend_notes));
-	SET(d, "fixed_buffer_requests",
-	    PyLong_FromUnsignedLongLong(st.fixed_buffer_requests));
-	SET(d, "fixed_file_requests",
-	    PyLong_FromUnsignedLongLong(st.fixed_file_requests));
-	SET(d, "registered_bytes",
-	    PyLong_FromUnsignedLongLong(st.registered_bytes));
-	SET(d, "register_error", PyLong_FromLong(st.register_error));
-	return d;
+	return ext_aio_stats_dict(&st);
 }
-#undef SET
 
 static PyObject *handle_get_backend(PyObject *o, void *Py_UNUSED(c))
 {

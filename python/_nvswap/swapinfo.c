@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A swapper's counters and a tensor's state as Python dicts. */
+/* Counters as Python dicts: an aio handle's, a swapper's, a tensor's state. */
 #include "args.h"
 #include "ext.h"
 
@@ -86,4 +86,42 @@ PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti)
 		return NULL;
 	return d;
 }
+
+PyObject *ext_aio_stats_dict(const struct nvs_aio_stats *st)
+{
+	PyObject *d = PyDict_New();
+
+	if (ext_dict_put(&d, "ops_completed", U64(st->ops_completed)) ||
+	    ext_dict_put(&d, "ops_failed", U64(st->ops_failed)) ||
+	    ext_dict_put(&d, "bytes_read", U64(st->bytes_read)) ||
+	    ext_dict_put(&d, "bytes_written", U64(st->bytes_written)) ||
+	    ext_dict_put(&d, "requests", U64(st->requests)) ||
+	    ext_dict_put(&d, "bounced_requests", U64(st->bounced_requests)) ||
+	    ext_dict_put(&d, "edge_bytes", U64(st->edge_bytes)) ||
+	    ext_dict_put(&d, "retries", U64(st->retries)) ||
+	    ext_dict_put(&d, "direct_fallbacks", U64(st->direct_fallbacks)) ||
+	    ext_dict_put(&d, "bounce_bytes_total",
+			 U64(st->bounce_bytes_total)) ||
+	    ext_dict_put(&d, "bounce_locked",
+			 PyBool_FromLong(st->bounce_locked)) ||
+	    ext_dict_put(&d, "files_opened", U64(st->files_opened)) ||
+	    ext_dict_put(&d, "files_reused", U64(st->files_reused)) ||
+	    ext_dict_put(&d, "backend",
+			 PyUnicode_FromString(nvs_backend_name(st->backend))) ||
+	    ext_dict_put(&d, "backend_reason",
+			 PyUnicode_FromString(nvs_backend_reason_name(
+				 st->backend_reason))) ||
+	    ext_dict_put(&d, "backend_notes",
+			 PyUnicode_FromString(st->backend_notes)) ||
+	    ext_dict_put(&d, "fixed_buffer_requests",
+			 U64(st->fixed_buffer_requests)) ||
+	    ext_dict_put(&d, "fixed_file_requests",
+			 U64(st->fixed_file_requests)) ||
+	    ext_dict_put(&d, "registered_bytes", U64(st->registered_bytes)) ||
+	    ext_dict_put(&d, "register_error",
+			 PyLong_FromLong(st->register_error)))
+		return NULL;
+	return d;
+}
+
 #undef U64
