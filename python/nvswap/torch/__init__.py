@@ -1,0 +1,386 @@
+# SPDX-License-Identifier: MIT
+"""Train a PyTorch model larger than memory: parameters, gradients and
+optimizer state on NVMe, from plain PyTorch.
+
+    import nvswap.torch as nvt
+    model = nvt.offload(model, config="ds_config.json", rank=0)
+    opt = nvt.Adam(model.parameters(), lr=1e-3)     # or nvt.AdamW
+    for batch in data:
+        loss = loss_fn(model(batch)); loss.backward(); opt.step(); opt.zero_grad()
+    nvt.stats(model)
+
+offload() writes every parameter to NVMe (one ParamSwapper layer per
+module, split where a module does not fit a pool buffer) and leaves in its
+place a placeholder of the right shape, dtype and device holding one
+element. A module's parameters are in memory, on a pinned pool buffer,
+while its forward runs and again while its backward needs them; the C
+library reads ahead along the walk traced on the first forward.
+Gradients go to NVMe as each parameter's gradient is complete (written
+behind); p.grad stays None. nvt.Adam / nvt.AdamW run torch's own Adam /
+AdamW on one layer at a time, with the state streamed through an
+OptimizerSwapper, so the arithmetic (and the result) is torch's, bit for
+bit. See docs/torch.md.
+"""
+import contextlib
+import inspect
+import json
+import os
+
+import torch
+
+import nvswap
+
+from . import _engine
+from ._engine import Engine, ParamDict, check_layer_fits
+from ._optim import Adam, AdamW, OffloadedOptimizer
+
+__all__ = ["offload", "stats", "gathered", "restore", "engine_of", "Adam",
+           "AdamW", "OffloadedOptimizer"]
+
+# torch >= 2.1 runs a forward hook even when the forward raises.
+_ALWAYS_CALL = "always_call" in inspect.signature(
+    torch.nn.Module.register_forward_hook).parameters
+_PLAIN_DICT = type(torch.nn.Module()._parameters)
+
+
+def _config(config):
+    """(nvswap.Config or None, the raw dict or None)"""
+    if config is None:
+        return None, None
+    if isinstance(config, nvswap.Config):
+        raw = None
+        if config.source and os.path.exists(config.source):
+            with open(config.source) as f:
+                raw = json.load(f)
+        return config, raw
+    if isinstance(config, dict):
+        return nvswap.Config.from_str(json.dumps(config)), config
+    if isinstance(config, (str, bytes, os.PathLike)):
+        cfg = nvswap.Config.load(config)
+        with open(config) as f:
+            return cfg, json.load(f)
+    raise TypeError("nvswap.torch.offload: config must be a path, a dict or "
+                    f"an nvswap.Config, not {type(config).__name__}")
+
+
+def _raw_key(raw, *path):
+    for k in path:
+        if not isinstance(raw, dict) or k not in raw:
+            return None
+        raw = raw[k]
+    return raw
+
+
+def _swappers(cfg, raw, rank, kw):
+    """The parameter Swapper and the gradient/optimizer-state Swapper."""
+    common = {k: kw[k] for k in ("backend",) if kw.get(k) is not None}
+    pkw = dict(common)
+    for k in ("nvme_path", "buffer_size", "buffer_count"):
+        if kw.get(k) is not None:
+            pkw[k] = kw[k]
+    if cfg is None:
+        if "nvme_path" not in pkw:
+            raise ValueError("nvswap.torch.offload: give config= or "
+                             "nvme_path=")
+        pswap = nvswap.Swapper(name="param", rank=rank, **pkw)
+    else:
+        pswap = nvswap.Swapper(cfg, kind="param", rank=rank, **pkw)
+    try:
+        ps = pswap.stats()
+        okw = dict(common)
+        if kw.get("optimizer_buffer_size") is not None:
+            okw["buffer_size"] = kw["optimizer_buffer_size"]
+        if kw.get("optimizer_buffer_count") is not None:
+            okw["buffer_count"] = kw["optimizer_buffer_count"]
+        on_nvme = cfg is not None and cfg.offload("optimizer").get(
+            "device") == "nvme"
+        if on_nvme:
+            if _raw_key(raw, "zero_optimization", "offload_optimizer",
+                        "buffer_size") is None:
+                okw.setdefault("buffer_size", 2 * ps["buffer_size"] +
+                               2 * _engine.ALIGN * _engine.MAX_TENSORS)
+            gswap = nvswap.Swapper(cfg, kind="optimizer", rank=rank, **okw)
+        else:
+            okw.setdefault("buffer_size", 2 * ps["buffer_size"] +
+                           2 * _engine.ALIGN * _engine.MAX_TENSORS)
+            okw.setdefault("buffer_count", 4)
+            path = kw.get("nvme_path") or os.path.dirname(os.path.dirname(
+                os.path.dirname(pswap.dirs[0])))
+            gswap = nvswap.Swapper(nvme_path=path, name="optimizer",
+                                   rank=rank, **okw)
+    except BaseException:
+        pswap.close()
+        raise
+    return pswap, gswap
+
+
+def _layer_plan(model, buffer_size):
+    """[(owner name, owner module, [(qualified name, param)])] in
+    named_modules order, each fitting a pool buffer; and the tied uses
+    [(module, param)]. Raises before anything is written."""
+    plan, tied, seen = [], [], set()
+    for mname, m in model.named_modules():
+        own = []
+        for pname, p in m._parameters.items():
+            if p is None:
+                continue
+            if id(p) in seen:
+                tied.append((m, p))
+                continue
+            seen.add(id(p))
+            own.append((f"{mname}.{pname}" if mname else pname, p))
+        for chunk in check_layer_fits(mname, own, buffer_size):
+            plan.append((mname, m, chunk))
+    return plan, tied
+
+
+def _materialize(module, chunk, init):
+    metas = [p for _, p in chunk if p.is_meta]
+    if not metas:
+        return
+    for p in metas:
+        p.data = torch.empty(p.shape, dtype=p.dtype)
+    if init is not None:
+        init(module)
+    elif hasattr(module, "reset_parameters"):
+        module.reset_parameters()
+    elif hasattr(module, "_reset_parameters"):
+        module._reset_parameters()
+    else:
+        raise ValueError(f"nvswap.torch.offload: {type(module).__name__} "
+                         "has parameters on the meta device and no "
+                         "reset_parameters(): pass init=")
+
+
+def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
+            buffer_count=None, lookahead=None, max_in_cpu=None,
+            optimizer_buffer_size=None, optimizer_buffer_count=None,
+            backend=None, init=None):
+    """Move model's parameters to NVMe; returns model (changed in place).
+
+    config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
+    zero_optimization.offload_param section (nvme_path, buffer_count,
+    buffer_size) makes the parameter pool, offload_optimizer the pool for
+    gradients and optimizer state, nvswap.lookahead the read-ahead. Or no
+    config and nvme_path=, buffer_size=, buffer_count=. Keywords override
+    the config. rank: the swap directory is <nvme_path>/nvswap/<kind>/
+    rank<rank>. max_in_cpu: bytes of whole layers kept in CPU memory
+    (default 0; also read from offload_param.max_in_cpu when the config
+    sets it, taken as elements as DeepSpeed does). Parameters on the meta
+    device are materialized one module at a time (init(module), else its
+    reset_parameters()) and written out before the next, so a model larger
+    than memory can be built.
+
+    Raises ValueError (already offloaded, no path), nvswap.Error(EFBIG)
+    naming a parameter larger than a pool buffer (nothing written then),
+    and the Swapper's errors.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("nvswap.torch.offload: model must be a "
+                        f"torch.nn.Module, not {type(model).__name__}")
+    for name, p in model.named_parameters():
+        if getattr(p, "_nvswap", None) is not None:
+            raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
+                             "already offloaded (offload() was called on "
+                             "this model or one sharing its parameters)")
+    cfg, raw = _config(config)
+    kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
+              buffer_count=buffer_count, backend=backend,
+              optimizer_buffer_size=optimizer_buffer_size,
+              optimizer_buffer_count=optimizer_buffer_count)
+    pswap, gswap = _swappers(cfg, raw, rank, kw)
+    try:
+        bs = pswap.stats()["buffer_size"]
+        plan, tied = _layer_plan(model, bs)
+        if lookahead is None:
+            lookahead = (cfg.nvswap_options().get("lookahead", 1)
+                         if cfg is not None else 1)
+        if max_in_cpu is None:
+            mic = _raw_key(raw, "zero_optimization", "offload_param",
+                           "max_in_cpu")
+            elem = max((p.element_size() for _, _, c in plan for _, p in c),
+                       default=1)
+            max_in_cpu = int(mic) * elem if mic is not None else 0
+        params = nvswap.ParamSwapper(pswap, lookahead=lookahead,
+                                     max_in_cpu=max_in_cpu)
+        oo = (cfg.offload("optimizer") if cfg is not None else {})
+        eng = Engine(model, pswap, params, gswap, {
+            "rank": rank,
+            "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
+                          "pipeline_write": bool(oo.get("pipeline_write"))}})
+    except BaseException:
+        gswap.close()
+        pswap.close()
+        raise
+    try:
+        layer_of = {}
+        for mname, m, chunk in plan:
+            _materialize(m, chunk, init)
+            layer = eng.add_layer(mname, chunk)
+            eng.mod_layers.setdefault(m, []).append(layer)
+            for _, p in chunk:
+                layer_of[id(p)] = layer
+        for m, p in tied:
+            layers = eng.mod_layers.setdefault(m, [])
+            if layer_of[id(p)] not in layers:
+                layers.append(layer_of[id(p)])
+    except BaseException:
+        _undo(model, eng)
+        raise
+    _install(model, eng)
+    return model
+
+
+def _undo(model, eng):
+    """A failed offload: parameters already written are read back."""
+    for layer, ps in enumerate(eng.layers):
+        try:
+            data = eng.read_layer(layer)
+        except nvswap.Error:
+            data = [torch.zeros(p.shape, dtype=p.dtype) for p in ps]
+        for p, d in zip(ps, data):
+            p.data = d
+            del p._nvswap
+    try:
+        eng.close()
+    except nvswap.Error:
+        pass
+
+
+def _install(model, eng):
+    hooked = set(eng.mod_layers) | {model}
+    for m in hooked:
+        if m in eng.mod_layers or any(
+                getattr(p, "_nvswap", None) for p in m._parameters.values()):
+            m._parameters = ParamDict(m._parameters)
+        eng.handles.append(m.register_forward_pre_hook(eng.pre_forward))
+        if _ALWAYS_CALL:
+            eng.handles.append(m.register_forward_hook(eng.post_forward,
+                                                       always_call=True))
+        else:
+            eng.handles.append(m.register_forward_hook(eng.post_forward))
+        if m in eng.mod_layers:
+            eng.handles.append(m._register_state_dict_hook(_state_dict_hook))
+            eng.handles.append(m._register_load_state_dict_pre_hook(
+                _load_pre_hook, with_module=True))
+            eng.handles.append(
+                m.register_load_state_dict_post_hook(_load_post_hook))
+    for ps in eng.layers:
+        for p in ps:
+            if p.requires_grad:
+                eng.hook_grads(p)
+    if not _ALWAYS_CALL:
+        forward = model.forward
+
+        def unwinding_forward(*args, **kwargs):
+            try:
+                return forward(*args, **kwargs)
+            except BaseException:
+                eng.unwind()
+                raise
+
+        model.forward = unwinding_forward
+    model.zero_grad = lambda set_to_none=True: eng.zero_grads()
+    model._nvswap_engine = eng
+
+
+def engine_of(obj):
+    """The offload engine of an offloaded model (or of a parameter)."""
+    eng = getattr(obj, "_nvswap_engine", None)
+    if eng is None:
+        rec = getattr(obj, "_nvswap", None)
+        eng = rec.engine if rec is not None else None
+    if eng is None:
+        raise ValueError("nvswap.torch: not an offloaded model or "
+                         "parameter (call nvswap.torch.offload first)")
+    if eng.closed:
+        raise ValueError("nvswap.torch: the model's offload was closed "
+                         "(restore() was called)")
+    return eng
+
+
+def _owned(module):
+    return [(n, p) for n, p in module._parameters.items()
+            if getattr(p, "_nvswap", None) is not None]
+
+
+def _state_dict_hook(module, sd, prefix, meta):
+    for name, p in _owned(module):
+        key = prefix + name
+        if key in sd:
+            sd[key] = p._nvswap.engine.read_layer(p._nvswap.layer)[
+                p._nvswap.index]
+
+
+def _load_pre_hook(module, sd, prefix, meta, strict, missing, unexpected,
+                   errs):
+    eng = engine_of(module)
+    held = []
+    try:
+        for layer in eng.mod_layers.get(module, ()):
+            eng.acquire(layer)
+            held.append(layer)
+    except BaseException:
+        for layer in held:
+            eng.release(layer)
+        raise
+    module._nvswap_loading = held
+
+
+def _load_post_hook(module, incompatible):
+    held = module.__dict__.pop("_nvswap_loading", [])
+    eng = engine_of(module)
+    for layer in reversed(held):
+        eng.release(layer, True)  # written through to NVMe
+
+
+def stats(model):
+    """A dict: layers, parameters, parameter_bytes, bytes_read,
+    bytes_written, io_exposed_s (time acquires waited for I/O or a buffer,
+    from the C library), pool_bytes, pool_high_water, walk, and the raw
+    Swapper stats of both pools ('param', 'optimizer')."""
+    return engine_of(model).stats()
+
+
+@contextlib.contextmanager
+def gathered(module, modify=False):
+    """The module's offloaded parameters (its own and its children's) in
+    memory for the block: read them, or change them with modify=True
+    (written back to NVMe at the end). Every layer is held at once: the
+    module must fit the parameter pool."""
+    eng = None
+    layers = []
+    for p in module.parameters():
+        rec = getattr(p, "_nvswap", None)
+        if rec is not None and rec.layer not in layers:
+            eng = rec.engine
+            layers.append(rec.layer)
+    held = []
+    try:
+        for layer in layers:
+            eng.acquire(layer)
+            held.append(layer)
+        yield module
+    finally:
+        for layer in reversed(held):
+            eng.release(layer, modify)
+
+
+def restore(model):
+    """Undo offload(): every parameter back in ordinary memory, hooks
+    removed, swap files deleted. The optimizer made on it is closed."""
+    eng = engine_of(model)
+    for layer, ps in enumerate(eng.layers):
+        data = eng.read_layer(layer)
+        for p, d in zip(ps, data):
+            p.data = d
+    for p in [p for ps in eng.layers for p in ps]:
+        del p._nvswap
+    for m in model.modules():
+        if isinstance(m._parameters, ParamDict):
+            m._parameters = _PLAIN_DICT(m._parameters)
+    for name in ("zero_grad", "forward", "_nvswap_engine"):
+        model.__dict__.pop(name, None)
+    eng.close()
+    return model
+

@@ -1,0 +1,412 @@
+# SPDX-License-Identifier: MIT
+"""The offload engine behind nvswap.torch.offload(): one per model.
+
+It owns the model's layers (a module's own parameters, packed into one
+nvswap.ParamSwapper layer per pool buffer), the forward hooks that acquire
+a layer while its module runs, the saved-tensor hooks that keep autograd
+from holding pool memory between forward and backward, and the gradient
+write-behind into a nvswap.GradSwapper. Prefetch order, write-behind and
+buffer reuse are the C library's: this file only says which layer is
+needed when, and hands the traced walk to ParamSwapper.set_walk().
+"""
+import errno
+import math
+import time
+from collections import OrderedDict
+
+import torch
+
+import nvswap
+
+ALIGN = 64  # nvswap/offload.h packs a group's tensors at 64-byte offsets
+MAX_TENSORS = 64  # NVS_OFFLOAD_MAX_TENSORS
+GRAD_BASE = 1 << 40  # id_base of the gradient regions in the optimizer swapper
+STATE_BASE = 2 << 40  # id_base of the optimizer state groups
+
+_HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+
+
+def _packed(nbytes):
+    return sum((n + ALIGN - 1) // ALIGN * ALIGN for n in nbytes)
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def _storage_ptr(t):
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage().data_ptr()
+    return t.storage().data_ptr()
+
+
+def error(code, text):
+    """An nvswap.Error (the errno subclass where Python has one)."""
+    return nvswap.Error(code, text)
+
+
+class Rec:
+    """What an offloaded parameter carries as p._nvswap."""
+
+    __slots__ = ("engine", "layer", "index", "name", "placeholder")
+
+    def __init__(self, engine, layer, index, name, placeholder):
+        self.engine, self.layer, self.index = engine, layer, index
+        self.name, self.placeholder = name, placeholder
+
+
+class Saved:
+    """A tensor autograd saved that lives in a pool buffer: kept by its
+    geometry and rebuilt on the parameter's buffer of the moment."""
+
+    __slots__ = ("param", "size", "stride", "offset")
+
+    def __init__(self, param, t):
+        self.param = param
+        self.size, self.stride = t.size(), t.stride()
+        self.offset = t.storage_offset()
+
+
+def _placeholder(p):
+    """What an offloaded parameter holds between uses: its shape, dtype and
+    device, one element of memory (NaN for floating types, so that a use
+    outside any forward shows), and in-place writes refused."""
+    fill = float("nan") if p.dtype.is_floating_point else 0
+    return torch.full((), fill, dtype=p.dtype).expand(p.shape)
+
+
+class ParamDict(OrderedDict):
+    """Module._parameters of an offloaded module. A parameter read by
+    attribute inside a forward (a parent using a child's weight, as
+    MultiheadAttention does with out_proj) is acquired on the spot and held
+    until the running module's forward ends."""
+
+    def __getitem__(self, key):
+        p = dict.__getitem__(self, key)
+        rec = getattr(p, "_nvswap", None)
+        if rec is not None and rec.engine.frames:
+            rec.engine.need(rec.layer)
+        return p
+
+
+class Engine:
+    def __init__(self, model, pswap, params, gswap, opts):
+        self.model_name = type(model).__name__
+        self.pswap = pswap  # nvswap.Swapper for the parameters
+        self.params = params  # nvswap.ParamSwapper
+        self.gswap = gswap  # nvswap.Swapper for gradients + optimizer state
+        self.grads = nvswap.GradSwapper(gswap, id_base=GRAD_BASE)
+        self.opts = opts
+        self.gswap_options = opts.get(
+            "optimizer", {"pipeline_read": False, "pipeline_write": False})
+        self.layers = []  # layer -> [param]
+        self.names = []  # layer -> [qualified name]
+        self.owner = []  # layer -> owning module's name
+        self.grad_off = []  # layer -> [byte offset in the gradient region]
+        self.refs = []  # layer -> acquire count
+        self.mod_layers = {}  # module -> layers its _parameters need
+        self.live = {}  # storage pointer -> parameter, while acquired
+        self.frames = []  # forward stack: [module, [layers held]]
+        self.ctx = None  # saved-tensor hooks while a forward runs
+        self.trace, self.walk = [], None
+        self.bw_active = False
+        self.bw_held = {}  # layer -> param indexes still owed a gradient
+        self.bw_got = {}  # layer -> param indexes that got one
+        self.written = {}  # layer -> param indexes with a gradient since zero
+        self.handles = []  # torch hook handles
+        self.keep = []  # AccumulateGrad nodes (torch < 2.1)
+        self.exposed_ns = 0  # time spent in acquire calls (Python side)
+        self.steps = 0
+        self.closed = False
+        self.optimizer = None
+
+    # ---------------------------------------------------------- layers
+    def add_layer(self, owner, items):
+        """items: [(name, param)] whose data is materialized."""
+        layer = len(self.layers)
+        data = [p.data if p.data.is_contiguous() else p.data.contiguous()
+                for _, p in items]
+        self.params.add_layer(layer, data)
+        del data
+        offs, off = [], 0
+        for _, p in items:
+            offs.append(off)
+            off += (_nbytes(p) + ALIGN - 1) // ALIGN * ALIGN
+        self.grads.add_group(layer, max(off, ALIGN))
+        self.layers.append([p for _, p in items])
+        self.names.append([n for n, _ in items])
+        self.owner.append(owner)
+        self.grad_off.append(offs)
+        self.refs.append(0)
+        for i, (name, p) in enumerate(items):
+            ph = _placeholder(p)
+            p._nvswap = Rec(self, layer, i, name, ph)
+            p.data = ph
+        return layer
+
+    def _set_live(self, layer, tensors):
+        for p, t in zip(self.layers[layer], tensors):
+            p.data = t
+            self.live[_storage_ptr(t)] = p
+
+    def acquire(self, layer):
+        if self.refs[layer] == 0:
+            t0 = time.perf_counter_ns()
+            tensors = self.params.acquire_layer(layer)
+            self.exposed_ns += time.perf_counter_ns() - t0
+            self._set_live(layer, tensors)
+            if self.frames:
+                self.trace.append(layer)  # the walk: the C acquires
+        self.refs[layer] += 1
+
+    def release(self, layer, dirty=False):
+        self.refs[layer] -= 1
+        if self.refs[layer] == 0:
+            for p in self.layers[layer]:
+                self.live.pop(_storage_ptr(p.data), None)
+                p.data = p._nvswap.placeholder
+            self.params.release_layer(layer, dirty)
+
+    def need(self, layer):
+        """A layer used inside the running forward, held until that
+        module's forward ends."""
+        frame = self.frames[-1]
+        if layer not in frame[1]:
+            self.acquire(layer)
+            frame[1].append(layer)
+
+    # --------------------------------------------------------- forward
+    def pre_forward(self, module, args):
+        if not self.frames:
+            self._enter()
+        frame = [module, []]
+        self.frames.append(frame)
+        try:
+            for layer in self.mod_layers.get(module, ()):
+                self.need(layer)
+        except BaseException:
+            self.post_forward(module, args, None)
+            raise
+
+    def post_forward(self, module, args, out):
+        if not self.frames:
+            return
+        frame = self.frames.pop()
+        for layer in reversed(frame[1]):
+            self.release(layer)
+        if not self.frames:
+            self._exit()
+
+    def unwind(self):
+        """Release what a forward that raised left held (torch < 2.1 has no
+        always-called forward hooks)."""
+        while self.frames:
+            self.post_forward(None, None, None)
+
+    def _enter(self):
+        self.trace = []
+        self.ctx = torch.autograd.graph.saved_tensors_hooks(self._pack,
+                                                            self._unpack)
+        self.ctx.__enter__()
+
+    def _exit(self):
+        ctx, self.ctx = self.ctx, None
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+        if self.trace and self.trace != self.walk:
+            self.walk = self.trace
+            if hasattr(self.params, "set_walk"):
+                self.params.set_walk(self.walk)
+        self.trace = []
+
+    # --------------------------------------------------------- autograd
+    def _pack(self, t):
+        if not self.live:
+            return t
+        try:
+            p = self.live.get(_storage_ptr(t))
+        except (RuntimeError, NotImplementedError):
+            return t
+        if p is None:
+            return t
+        if t.dtype != p.dtype:
+            return t.clone()
+        return Saved(p, t)
+
+    def _unpack(self, s):
+        if not isinstance(s, Saved):
+            return s
+        p = s.param
+        layer = p._nvswap.layer
+        self._backward_started()
+        if layer not in self.bw_held:
+            self.acquire(layer)
+            got = self.bw_got.get(layer, set())
+            self.bw_held[layer] = {
+                i for i, q in enumerate(self.layers[layer])
+                if q.requires_grad and i not in got}
+        return p.data.as_strided(s.size, s.stride, s.offset)
+
+    def _backward_started(self):
+        if not self.bw_active:
+            self.bw_active = True
+            torch.autograd.Variable._execution_engine.queue_callback(
+                self._backward_done)
+
+    def _backward_done(self):
+        self.bw_active = False
+        held, self.bw_held = self.bw_held, {}
+        self.bw_got = {}
+        err = None
+        for layer in held:
+            try:
+                self.release(layer)
+            except nvswap.Error as e:
+                err = err or e
+        for layer in self.written:
+            try:
+                self.grads.flush(layer)
+            except nvswap.Error as e:
+                err = err or e
+        if err is not None:
+            raise err
+
+    def hook_grads(self, p):
+        if _HAS_POST_ACC:
+            self.handles.append(
+                p.register_post_accumulate_grad_hook(self._on_grad))
+            return
+        with torch.enable_grad():
+            node = p.expand_as(p).grad_fn.next_functions[0][0]
+        node.register_hook(lambda *_: self._on_grad(p))
+        self.keep.append(node)
+
+    def _on_grad(self, p):
+        g = p.grad
+        p.grad = None
+        if g is None:
+            return
+        rec = p._nvswap
+        layer, i = rec.layer, rec.index
+        self._backward_started()
+        self.write_grad(layer, i, g)
+        got = self.bw_got.setdefault(layer, set())
+        got.add(i)
+        owed = self.bw_held.get(layer)
+        if owed is not None:
+            owed.discard(i)
+            if not owed:
+                del self.bw_held[layer]
+                self.release(layer)
+        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
+            self.grads.flush(layer)
+
+    def write_grad(self, layer, i, g):
+        """Add gradient g of parameter i to the layer's region, as torch
+        adds into p.grad: the first since zero_grad is copied."""
+        if not g.is_contiguous():
+            g = g.contiguous()
+        off = self.grad_off[layer][i]
+        seen = self.written.setdefault(layer, set())
+        if i not in seen:
+            self.grads.write(layer, off, g, "assign")
+        elif g.dtype == torch.float32:
+            self.grads.write(layer, off, g, "accumulate_f32")
+        else:
+            self.grads.flush(layer)
+            region = self.grads.acquire(layer)
+            cur = region[off:off + _nbytes(g)].view(g.dtype).view(g.shape)
+            total = cur + g
+            del cur, region
+            self.grads.release(layer)
+            self.grads.write(layer, off, total, "assign")
+        seen.add(i)
+
+    def zero_grads(self):
+        for layer in self.written:
+            self.grads.zero(layer)
+        self.written = {}
+
+    def grad_view(self, region, layer, i):
+        p = self.layers[layer][i]
+        off = self.grad_off[layer][i]
+        n = p.numel() * p.element_size()
+        return region[off:off + n].view(p.dtype).view(p.shape)
+
+    # ----------------------------------------------------------- state
+    def read_layer(self, layer):
+        """Copies of a layer's parameters (state_dict)."""
+        self.acquire(layer)
+        try:
+            return [p.data.clone() for p in self.layers[layer]]
+        finally:
+            self.release(layer)
+
+    def stats(self):
+        ps, gs = self.pswap.stats(), self.gswap.stats()
+        out = {
+            "layers": len(self.layers),
+            "parameters": sum(len(x) for x in self.layers),
+            "parameter_bytes": sum(_nbytes(p) for x in self.layers
+                                   for p in x),
+            "bytes_read": ps["bytes_read"] + gs["bytes_read"],
+            "bytes_written": ps["bytes_written"] + gs["bytes_written"],
+            "io_exposed_s": (ps["acquire_wait_ns"] + ps["buffer_wait_ns"] +
+                             gs["acquire_wait_ns"] + gs["buffer_wait_ns"])
+            / 1e9,
+            "acquire_s": self.exposed_ns / 1e9,
+            "pool_bytes": ps["buffer_size"] * ps["buffer_count"] +
+            gs["buffer_size"] * gs["buffer_count"],
+            "pool_high_water": {"param": ps["pool_high_water"],
+                                "optimizer": gs["pool_high_water"]},
+            "walk": list(self.walk or ()),
+            "param": ps,
+            "optimizer": gs,
+        }
+        return out
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for h in self.handles:
+            h.remove()
+        self.handles, self.keep = [], []
+        if self.optimizer is not None:
+            self.optimizer._close()
+        err = None
+        for obj in (self.grads, self.params, self.gswap, self.pswap):
+            try:
+                obj.close()
+            except nvswap.Error as e:
+                err = err or e
+        if err is not None:
+            raise err
+
+
+def check_layer_fits(owner, items, buffer_size):
+    """Split a module's parameters into layers that fit a pool buffer;
+    a parameter larger than one is refused with its name and both sizes."""
+    chunks, cur, cur_bytes = [], [], 0
+    for name, p in items:
+        n = _nbytes(p)
+        need = (n + ALIGN - 1) // ALIGN * ALIGN
+        if need > buffer_size:
+            raise error(errno.EFBIG,
+                        f"nvswap.torch.offload: parameter '{name}' is "
+                        f"{n} bytes, larger than a pool buffer "
+                        f"({buffer_size} bytes): raise offload_param."
+                        f"buffer_size to at least {need}")
+        if cur and (cur_bytes + need > buffer_size or
+                    len(cur) == MAX_TENSORS):
+            chunks.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append((name, p))
+        cur_bytes += need
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def ceil_div(a, b):
+    return -(-a // b) if b else math.inf

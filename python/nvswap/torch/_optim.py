@@ -1,0 +1,338 @@
+# SPDX-License-Identifier: MIT
+"""nvswap.torch.Adam / AdamW: torch's own optimizer, one layer at a time,
+with its per-parameter state in an nvswap.OptimizerSwapper.
+
+For each layer the step acquires the parameters (ParamSwapper), the
+gradient region (GradSwapper) and the state group (OptimizerSwapper), lends
+them to a private instance of the torch optimizer as p, p.grad and
+state[p], calls its step(), and releases all three (the parameters and
+the state written back). The arithmetic is therefore torch's, whatever its
+version. The state tensors are made by torch on a layer's first step and
+registered then; scalar state (the step count) stays in memory.
+"""
+import errno
+from collections import defaultdict
+
+import torch
+
+import nvswap
+
+from ._engine import ALIGN, STATE_BASE, error
+
+# state tensors per parameter, for the pool-size check
+_STATE_TENSORS = {"Adam": 2, "AdamW": 2}
+
+
+class OffloadedOptimizer(torch.optim.Optimizer):
+    """Base of Adam and AdamW: `impl` is the torch.optim class run."""
+
+    impl = None
+
+    def __init__(self, params, *args, pipeline_read=None,
+                 pipeline_write=None, **kwargs):
+        cls = type(self).__name__
+        params = list(params)
+        if not params:
+            raise ValueError(f"nvswap.torch.{cls}: empty parameter list")
+        dummy = torch.zeros(1, requires_grad=True)
+        inner = self.impl([dummy], *args, **kwargs)  # checks the values
+        super().__init__(params, inner.defaults)
+        self._inner = inner
+        eng, where = None, {}
+        for gi, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                rec = getattr(p, "_nvswap", None)
+                if rec is None:
+                    raise ValueError(
+                        f"nvswap.torch.{cls}: a parameter of shape "
+                        f"{tuple(p.shape)} is not offloaded: call "
+                        "nvswap.torch.offload(model) first (or use "
+                        f"torch.optim.{self.impl.__name__})")
+                if eng is None:
+                    eng = rec.engine
+                elif rec.engine is not eng:
+                    raise ValueError(f"nvswap.torch.{cls}: parameters of "
+                                     "two offloaded models")
+                where.setdefault(rec.layer, []).append((gi, rec.index, p))
+        if eng.closed:
+            raise ValueError(f"nvswap.torch.{cls}: the model's offload "
+                             "was closed")
+        if eng.optimizer is not None and not eng.optimizer._closed:
+            raise ValueError(f"nvswap.torch.{cls}: the model already has "
+                             "an nvswap optimizer")
+        self._check_fit(eng, where, kwargs.get("amsgrad", False))
+        opt = eng.gswap_options
+        self._swap = nvswap.OptimizerSwapper(
+            eng.gswap,
+            opt["pipeline_read"] if pipeline_read is None else pipeline_read,
+            opt["pipeline_write"] if pipeline_write is None else
+            pipeline_write, id_base=STATE_BASE)
+        self._eng, self._where = eng, where
+        self._keys = {}  # layer -> [(param index, key)] of state tensors
+        self._key_order = {}  # param -> its state keys in torch's order
+        self._scalars = {}  # param -> {key: value} kept in memory
+        self._done = set()  # layers stepped by a step that raised
+        self._closed = False
+        eng.optimizer = self
+
+    def _check_fit(self, eng, where, amsgrad):
+        n = _STATE_TENSORS.get(type(self).__name__, 2) + bool(amsgrad)
+        bs = eng.gswap.stats()["buffer_size"]
+        for layer, items in where.items():
+            need = n * sum((p.numel() * p.element_size() + ALIGN - 1) //
+                           ALIGN * ALIGN for _, _, p in items)
+            if need > bs:
+                raise error(errno.EFBIG,
+                            f"nvswap.torch.{type(self).__name__}: the state "
+                            f"of layer {layer} ({', '.join(eng.names[layer])}"
+                            f") is {need} bytes, larger than an optimizer "
+                            f"pool buffer ({bs} bytes): raise "
+                            "offload_optimizer.buffer_size")
+
+    # ------------------------------------------------------------- step
+    def _order(self):
+        eng, seen, out = self._eng, set(), []
+        for layer in list(eng.walk or ()) + list(range(len(eng.layers))):
+            if layer not in seen and layer in self._where:
+                seen.add(layer)
+                out.append(layer)
+        return out
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One optimizer step over every layer with a gradient. A failure
+        (an I/O error, a full disk) raises before the layer it hit is
+        changed; the layers before it are stepped, and calling step() again
+        continues with the rest. A gradient write-behind that failed is
+        raised first, before anything changes."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._live()
+        eng = self._eng
+        eng.gswap.wait_all()
+        eng.pswap.wait_all()
+        for layer in self._order():
+            if layer in self._done:
+                continue
+            got = eng.written.get(layer, ())
+            items = [it for it in self._where[layer] if it[1] in got]
+            if items:
+                self._step_layer(layer, items)
+            self._done.add(layer)
+        self._done = set()
+        eng.steps += 1
+        return loss
+
+    def _step_layer(self, layer, items):
+        eng, inner = self._eng, self._inner
+        eng.acquire(layer)
+        changed = False
+        try:
+            region = eng.grads.acquire(layer)
+            try:
+                first = layer not in self._keys
+                state = None if first else self._swap.swap_in(layer)
+                try:
+                    self._lend(layer, items, region, state)
+                    if first:
+                        before = [p.data.clone() for _, _, p in items]
+                    inner.step()
+                    changed = True
+                    if first:
+                        try:
+                            self._register(layer, items)
+                        except BaseException:
+                            for (_, _, p), b in zip(items, before):
+                                p.data.copy_(b)
+                            changed = False
+                            raise
+                finally:
+                    self._unlend(items)
+                    if state is not None:
+                        del state
+                        self._swap.swap_out(layer)
+            finally:
+                del region
+                eng.grads.release(layer)
+        finally:
+            eng.release(layer, changed)
+
+    def _lend(self, layer, items, region, state):
+        eng, inner = self._eng, self._inner
+        groups = {}
+        inner.state = defaultdict(dict)
+        for gi, i, p in items:
+            p.grad = eng.grad_view(region, layer, i)
+            groups.setdefault(gi, []).append(p)
+            if state is not None:
+                inner.state[p] = dict(self._scalars.get(p, {}))
+        if state is not None:
+            ps = eng.layers[layer]
+            for slot, (i, key) in enumerate(self._keys[layer]):
+                if ps[i] in inner.state:
+                    inner.state[ps[i]][key] = state[slot]
+            for gi, i, p in items:
+                if p not in self._key_order:
+                    raise error(errno.EINVAL,
+                                f"nvswap.torch.{type(self).__name__}: "
+                                f"'{eng.names[layer][i]}' got its first "
+                                "gradient after its layer's first step; "
+                                "its state cannot join the layer's swapped "
+                                "group (every parameter of a layer must "
+                                "get a gradient on the first step)")
+                inner.state[p] = {k: inner.state[p][k]
+                                  for k in self._key_order[p]}
+        inner.param_groups = [dict(self.param_groups[gi], params=ps)
+                              for gi, ps in groups.items()]
+
+    def _unlend(self, items):
+        for _, _, p in items:
+            p.grad = None
+            st = self._inner.state.get(p)
+            if st and p in self._key_order:
+                for k, v in st.items():
+                    if k in self._scalars.get(p, {}):
+                        self._scalars[p][k] = v
+        self._inner.state = defaultdict(dict)
+        self._inner.param_groups = []
+
+    def _register(self, layer, items):
+        """A layer's first step: torch made the state; register it."""
+        tensors, keys = [], []
+        for _, i, p in sorted(items, key=lambda it: it[1]):
+            st = self._inner.state[p]
+            self._key_order[p] = list(st)
+            scalars = {}
+            for k, v in st.items():
+                if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
+                    keys.append((i, k))
+                    tensors.append(v.contiguous())
+                else:
+                    scalars[k] = v
+            self._scalars[p] = scalars
+        self._swap.add_group(layer, tensors)
+        self._keys[layer] = keys
+
+    def zero_grad(self, set_to_none=True):
+        """Every gradient reads as zero again: no I/O."""
+        self._live()
+        self._eng.zero_grads()
+
+    # ------------------------------------------------------------ state
+    def _index(self):
+        index, i = {}, 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                index.setdefault(p, i)
+                i += 1
+        return index
+
+    def state_dict(self):
+        """torch's layout ({'state': {index: {...}}, 'param_groups'}) with
+        the state tensors read back from NVMe (copies)."""
+        self._live()
+        index = self._index()
+        groups, i = [], 0
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = list(range(i, i + len(group["params"])))
+            i += len(group["params"])
+            groups.append(packed)
+        found = {}
+        eng = self._eng
+        for layer, keys in self._keys.items():
+            tensors = self._swap.swap_in(layer)
+            try:
+                for slot, (pi, k) in enumerate(keys):
+                    p = eng.layers[layer][pi]
+                    found.setdefault(p, {})[k] = tensors[slot].clone()
+            finally:
+                del tensors
+                self._swap.swap_out(layer)
+        state = {}
+        for p, tens in found.items():
+            st = {}
+            for k in self._key_order[p]:
+                v = tens[k] if k in tens else self._scalars[p][k]
+                st[k] = v.clone() if torch.is_tensor(v) else v
+            state[index[p]] = st
+        order = sorted(state)
+        return {"state": {k: state[k] for k in order},
+                "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Hyper-parameters into the groups, state tensors written to
+        NVMe (cast to the parameter's dtype, as torch does)."""
+        self._live()
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"])
+                for a, b in zip(groups, self.param_groups)):
+            raise ValueError("loaded state dict has a different number of "
+                             "parameter groups or parameters")
+        params = [p for g in self.param_groups for p in g["params"]]
+        per_layer = {}
+        for idx, st in state_dict["state"].items():
+            p = params[int(idx)]
+            per_layer.setdefault(p._nvswap.layer, []).append((p, st))
+        for g, saved in zip(self.param_groups, groups):
+            g.update({k: v for k, v in saved.items() if k != "params"})
+        for layer, entries in per_layer.items():
+            self._load_layer(layer, entries)
+
+    def _load_layer(self, layer, entries):
+        values, scalars, order = {}, {}, {}
+        for p, st in entries:
+            order[p] = list(st)
+            scalars[p] = {}
+            for k, v in st.items():
+                if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
+                    values[(p._nvswap.index, k)] = v.to(p.dtype)
+                else:
+                    scalars[p][k] = v.clone() if torch.is_tensor(v) else v
+        if layer in self._keys:
+            keys = self._keys[layer]
+            if set(keys) != set(values):
+                raise ValueError(f"loaded state of layer {layer} has "
+                                 f"tensors {sorted(values)}, the optimizer "
+                                 f"{sorted(keys)}")
+            tensors = self._swap.swap_in(layer)
+            try:
+                for slot, key in enumerate(keys):
+                    tensors[slot].copy_(values[key])
+            finally:
+                del tensors
+                self._swap.swap_out(layer)
+        else:
+            keys = sorted(values)
+            self._swap.add_group(layer, [values[k].contiguous()
+                                         for k in keys])
+            self._keys[layer] = keys
+        self._scalars.update(scalars)
+        self._key_order.update(order)
+
+    def _live(self):
+        if self._closed:
+            raise ValueError(f"nvswap.torch.{type(self).__name__}: closed "
+                             "(the model was restored)")
+
+    def _close(self):
+        if not self._closed:
+            self._closed = True
+            self._swap.close()
+
+
+class Adam(OffloadedOptimizer):
+    """torch.optim.Adam with its state on NVMe: same arguments, same
+    result bit for bit; plus pipeline_read / pipeline_write (default: the
+    config's offload_optimizer values)."""
+
+    impl = torch.optim.Adam
+
+
+class AdamW(OffloadedOptimizer):
+    """torch.optim.AdamW with its state on NVMe (see Adam)."""
+
+    impl = torch.optim.AdamW
