@@ -22,6 +22,7 @@ OptimizerSwapper, so the arithmetic (and the result) is torch's, bit for
 bit. See docs/torch.md.
 """
 import contextlib
+import ctypes
 import inspect
 import json
 import os
@@ -34,7 +35,7 @@ from . import _engine
 from ._engine import Engine, ParamDict, check_layer_fits
 from ._optim import Adam, AdamW, OffloadedOptimizer
 
-__all__ = ["offload", "stats", "gathered", "restore", "engine_of", "Adam",
+__all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of", "Adam",
            "AdamW", "OffloadedOptimizer"]
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
@@ -79,6 +80,7 @@ def _swappers(cfg, raw, rank, kw):
         if kw.get(k) is not None:
             pkw[k] = kw[k]
     if cfg is None:
+        pkw.setdefault("buffer_count", 4)
         if "nvme_path" not in pkw:
             raise ValueError("nvswap.torch.offload: give config= or "
                              "nvme_path=")
@@ -117,7 +119,7 @@ def _swappers(cfg, raw, rank, kw):
 def _layer_plan(model, buffer_size):
     """[(owner name, owner module, [(qualified name, param)])] in
     named_modules order, each fitting a pool buffer; and the tied uses
-    [(module, param)]. Raises before anything is written."""
+    [(module, attribute, param)]. Raises before anything is written."""
     plan, tied, seen = [], [], set()
     for mname, m in model.named_modules():
         own = []
@@ -125,7 +127,7 @@ def _layer_plan(model, buffer_size):
             if p is None:
                 continue
             if id(p) in seen:
-                tied.append((m, p))
+                tied.append((m, pname, p))
                 continue
             seen.add(id(p))
             own.append((f"{mname}.{pname}" if mname else pname, p))
@@ -134,12 +136,21 @@ def _layer_plan(model, buffer_size):
     return plan, tied
 
 
-def _materialize(module, chunk, init):
-    metas = [p for _, p in chunk if p.is_meta]
-    if not metas:
-        return
-    for p in metas:
-        p.data = torch.empty(p.shape, dtype=p.dtype)
+def _materialize(module, chunk, init, renamed):
+    """Parameters on the meta device become CPU parameters (new objects,
+    put in the module; renamed maps the old ones' ids to them) and are
+    initialized by init(module) or the module's reset_parameters()."""
+    if not any(p.is_meta for _, p in chunk):
+        return chunk
+    out = []
+    for name, p in chunk:
+        if p.is_meta:
+            q = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype),
+                                   requires_grad=p.requires_grad)
+            module._parameters[name.rpartition(".")[2]] = q
+            renamed[id(p)] = q
+            p = q
+        out.append((name, p))
     if init is not None:
         init(module)
     elif hasattr(module, "reset_parameters"):
@@ -150,12 +161,28 @@ def _materialize(module, chunk, init):
         raise ValueError(f"nvswap.torch.offload: {type(module).__name__} "
                          "has parameters on the meta device and no "
                          "reset_parameters(): pass init=")
+    return out
+
+
+def _fix_mmap_threshold(nbytes):
+    """glibc raises malloc's mmap threshold each time a large block is
+    freed, after which layer-sized tensors come from the heap and their
+    memory is kept: the peak then grows with the model. A fixed threshold
+    (mallopt M_MMAP_THRESHOLD) returns them to the system on free."""
+    if nbytes is None:
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return  # not glibc
+    mallopt(-3, int(nbytes))  # M_MMAP_THRESHOLD
 
 
 def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
             buffer_count=None, lookahead=None, max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
-            backend=None, init=None):
+            backend=None, init=None, malloc_mmap_threshold=1 << 20):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -171,6 +198,11 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     reset_parameters()) and written out before the next, so a model larger
     than memory can be built.
 
+    malloc_mmap_threshold: on glibc, malloc's mmap threshold is fixed at
+    this many bytes (default 1 MiB; None leaves malloc alone) so that the
+    memory of freed layer-sized tensors goes back to the system and the
+    peak stays independent of the model's size.
+
     Raises ValueError (already offloaded, no path), nvswap.Error(EFBIG)
     naming a parameter larger than a pool buffer (nothing written then),
     and the Swapper's errors.
@@ -184,6 +216,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
                              "already offloaded (offload() was called on "
                              "this model or one sharing its parameters)")
     cfg, raw = _config(config)
+    _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
               optimizer_buffer_size=optimizer_buffer_size,
@@ -213,14 +246,16 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
         pswap.close()
         raise
     try:
-        layer_of = {}
+        layer_of, renamed = {}, {}
         for mname, m, chunk in plan:
-            _materialize(m, chunk, init)
+            chunk = _materialize(m, chunk, init, renamed)
             layer = eng.add_layer(mname, chunk)
             eng.mod_layers.setdefault(m, []).append(layer)
             for _, p in chunk:
                 layer_of[id(p)] = layer
-        for m, p in tied:
+        for m, pname, p in tied:
+            if id(p) in renamed:
+                p = m._parameters[pname] = renamed[id(p)]
             layers = eng.mod_layers.setdefault(m, [])
             if layer_of[id(p)] not in layers:
                 layers.append(layer_of[id(p)])
@@ -312,9 +347,16 @@ def _state_dict_hook(module, sd, prefix, meta):
                 p._nvswap.index]
 
 
+def _module_engine(module):
+    for p in module._parameters.values():
+        if getattr(p, "_nvswap", None) is not None:
+            return p._nvswap.engine
+    return engine_of(module)
+
+
 def _load_pre_hook(module, sd, prefix, meta, strict, missing, unexpected,
                    errs):
-    eng = engine_of(module)
+    eng = _module_engine(module)
     held = []
     try:
         for layer in eng.mod_layers.get(module, ()):
@@ -329,17 +371,30 @@ def _load_pre_hook(module, sd, prefix, meta, strict, missing, unexpected,
 
 def _load_post_hook(module, incompatible):
     held = module.__dict__.pop("_nvswap_loading", [])
-    eng = engine_of(module)
+    eng = _module_engine(module)
     for layer in reversed(held):
         eng.release(layer, True)  # written through to NVMe
 
 
 def stats(model):
-    """A dict: layers, parameters, parameter_bytes, bytes_read,
+    """A dict: layers, layers_held (acquired now), parameters, parameter_bytes, bytes_read,
     bytes_written, io_exposed_s (time acquires waited for I/O or a buffer,
     from the C library), pool_bytes, pool_high_water, walk, and the raw
     Swapper stats of both pools ('param', 'optimizer')."""
     return engine_of(model).stats()
+
+
+def wait(model):
+    """Write back every changed parameter layer and wait for all of the
+    model's I/O (gradient and state write-behind included); raises the
+    first failure. Layers held by a running forward stay."""
+    eng = engine_of(model)
+    eng.drain()
+    for layer, refs in enumerate(eng.refs):
+        if not refs:
+            eng.params.evict_layer(layer)
+    eng.pswap.wait_all()
+    eng.gswap.wait_all()
 
 
 @contextlib.contextmanager

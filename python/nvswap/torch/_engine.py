@@ -111,8 +111,12 @@ class Engine:
         self.trace, self.walk = [], None
         self.bw_active = False
         self.bw_held = {}  # layer -> param indexes still owed a gradient
+        self.bw_cap = max(1, pswap.stats()["buffer_count"] - 1)
         self.bw_got = {}  # layer -> param indexes that got one
         self.written = {}  # layer -> param indexes with a gradient since zero
+        self.backlog = []  # (layer, index, gradient) not written yet
+        self.unflushed = set()  # layers whose flush failed
+        self.retry = False  # a gradient write-behind failed
         self.handles = []  # torch hook handles
         self.keep = []  # AccumulateGrad nodes (torch < 2.1)
         self.exposed_ns = 0  # time spent in acquire calls (Python side)
@@ -240,6 +244,15 @@ class Engine:
         layer = p._nvswap.layer
         self._backward_started()
         if layer not in self.bw_held:
+            # Layers held for backward are released when their gradients
+            # are complete, or, oldest first, to keep a pool buffer free
+            # (a module used twice has its gradients complete only after
+            # both uses' backward). A node unpacks its saved tensors before
+            # it computes, so only a finished node's layer is let go.
+            while len(self.bw_held) >= self.bw_cap:
+                oldest = next(iter(self.bw_held))
+                del self.bw_held[oldest]
+                self.release(oldest)
             self.acquire(layer)
             got = self.bw_got.get(layer, set())
             self.bw_held[layer] = {
@@ -264,10 +277,7 @@ class Engine:
             except nvswap.Error as e:
                 err = err or e
         for layer in self.written:
-            try:
-                self.grads.flush(layer)
-            except nvswap.Error as e:
-                err = err or e
+            self._flush(layer)
         if err is not None:
             raise err
 
@@ -289,7 +299,15 @@ class Engine:
         rec = p._nvswap
         layer, i = rec.layer, rec.index
         self._backward_started()
-        self.write_grad(layer, i, g)
+        if self.backlog:
+            self.backlog.append((layer, i, g))
+        else:
+            try:
+                self.write_grad(layer, i, g)
+            except nvswap.Error:
+                # A full disk, say: the gradient stays in memory and the
+                # optimizer step raises (drain()) before changing anything.
+                self.backlog.append((layer, i, g))
         got = self.bw_got.setdefault(layer, set())
         got.add(i)
         owed = self.bw_held.get(layer)
@@ -299,7 +317,39 @@ class Engine:
                 del self.bw_held[layer]
                 self.release(layer)
         if len(got) == sum(q.requires_grad for q in self.layers[layer]):
+            self._flush(layer)
+
+    def _flush(self, layer):
+        if not self.backlog:
+            try:
+                self.grads.flush(layer)
+            except nvswap.Error:
+                self.unflushed.add(layer)  # retried by drain()
+
+    def drain(self):
+        """Before a step: collect the gradient write-behind; where a write
+        failed or backward kept gradients in memory, retry (evict the
+        regions, write the kept gradients) and wait. Raises while the
+        failure lasts; nothing is lost, and the next call retries."""
+        try:
+            self.gswap.wait_all()
+        except nvswap.Error:
+            self.retry = True
+        if not (self.retry or self.backlog or self.unflushed):
+            return
+        for layer in sorted(set(self.written) | self.unflushed):
+            self.gswap.evict(GRAD_BASE + (layer << 20))
+        while self.backlog:
+            layer, i, g = self.backlog[0]
+            self.write_grad(layer, i, g)
+            self.backlog.pop(0)
+            self.unflushed.add(layer)
+        while self.unflushed:
+            layer = min(self.unflushed)
             self.grads.flush(layer)
+            self.unflushed.discard(layer)
+        self.gswap.wait_all()
+        self.retry = False
 
     def write_grad(self, layer, i, g):
         """Add gradient g of parameter i to the layer's region, as torch
@@ -323,6 +373,7 @@ class Engine:
         seen.add(i)
 
     def zero_grads(self):
+        self.backlog, self.unflushed = [], set()
         for layer in self.written:
             self.grads.zero(layer)
         self.written = {}
@@ -346,6 +397,7 @@ class Engine:
         ps, gs = self.pswap.stats(), self.gswap.stats()
         out = {
             "layers": len(self.layers),
+            "layers_held": sum(1 for r in self.refs if r),
             "parameters": sum(len(x) for x in self.layers),
             "parameter_bytes": sum(_nbytes(p) for x in self.layers
                                    for p in x),

@@ -111,7 +111,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self._live()
         eng = self._eng
-        eng.gswap.wait_all()
+        eng.drain()
         eng.pswap.wait_all()
         for layer in self._order():
             if layer in self._done:

@@ -1,0 +1,401 @@
+# SPDX-License-Identifier: MIT
+"""nvswap.torch: a model's parameters, gradients and Adam state on NVMe,
+trained bit for bit as in memory; its state dicts; its bad inputs."""
+import copy
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+
+V, D, HEADS, T, B = 64, 32, 4, 8, 2
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, layers=2, tie=False, twice=False):
+        super().__init__()
+        self.twice = twice
+        self.emb = torch.nn.Embedding(V, D)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(D, HEADS, 2 * D, dropout=0.0,
+                                             batch_first=True)
+            for _ in range(layers))
+        self.head = torch.nn.Linear(D, V, bias=False)
+        if tie:
+            self.head.weight = self.emb.weight
+        self.register_buffer("mask",
+                             torch.triu(torch.full((T, T), -1e9), 1))
+
+    def forward(self, x):
+        h = self.emb(x)
+        for b in self.blocks:
+            h = b(h, src_mask=self.mask)
+            if self.twice:  # the same module called twice in one forward
+                h = b(h, src_mask=self.mask)
+        return self.head(h)
+
+
+def batches(n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, V, (B, T + 1), generator=g) for _ in range(n)]
+
+
+def train(model, opt, data):
+    losses = []
+    for tok in data:
+        out = model(tok[:, :-1])
+        loss = torch.nn.functional.cross_entropy(out.flatten(0, 1),
+                                                 tok[:, 1:].flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def same(a, b):
+    """state dicts equal bit for bit (tensors by torch.equal)"""
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], dict):
+            same(a[k], b[k])
+        elif torch.is_tensor(a[k]):
+            assert torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+def pair(swapdir, opt_cls="AdamW", seed=0, **model_kw):
+    torch.manual_seed(seed)
+    ref = GPT(**model_kw)
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    ref_opt = getattr(torch.optim, opt_cls)(ref.parameters(), lr=1e-2)
+    off_opt = getattr(nvt, opt_cls)(off.parameters(), lr=1e-2)
+    return ref, off, ref_opt, off_opt
+
+
+@pytest.mark.parametrize("opt_cls", ["Adam", "AdamW"])
+@pytest.mark.parametrize("tie", [False, True])
+def test_training_is_bit_identical_to_memory(swapdir, opt_cls, tie):
+    ref, off, ro, oo = pair(swapdir, opt_cls, tie=tie)
+    data = batches(3)
+    assert train(ref, ro, data) == train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    st = nvt.stats(off)
+    assert st["bytes_written"] > 0 and st["bytes_read"] > 0
+    # a tied weight is one parameter, swapped once
+    assert st["parameters"] == len(list(ref.parameters()))
+    assert (off.head.weight is off.emb.weight) == tie
+
+
+def test_a_module_called_twice_in_one_forward(swapdir):
+    ref, off, ro, oo = pair(swapdir, twice=True)
+    data = batches(2)
+    assert train(ref, ro, data) == train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+
+
+def test_parameters_live_on_nvme_between_uses(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    w = off.head.weight
+    # shape, dtype and device as before; one element of memory, NaN
+    assert w.shape == ref.head.weight.shape and w.dtype == torch.float32
+    assert w.stride() == (0, 0) and torch.isnan(w).all()
+    with pytest.raises(RuntimeError):
+        with torch.no_grad():
+            w.add_(1)  # in place on the placeholder: refused
+    with nvt.gathered(off.head):  # in memory for the block
+        assert torch.equal(off.head.weight, ref.head.weight)
+    assert off.head.weight.stride() == (0, 0)
+    with nvt.gathered(off.head, modify=True):
+        with torch.no_grad():
+            off.head.weight.mul_(2)
+    with torch.no_grad():
+        ref.head.weight.mul_(2)
+    same(ref.state_dict(), off.state_dict())
+    # a forward releases everything it acquired; gradients go to NVMe
+    x = batches(1)[0][:, :-1]
+    off(x).sum().backward()
+    assert all(p.grad is None for p in off.parameters())
+    assert nvt.stats(off)["layers_held"] == 0
+
+
+def test_zero_grad_needs_no_io(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    off(batches(1)[0][:, :-1]).sum().backward()
+    nvt.wait(off)
+    before = nvt.stats(off)
+    oo.zero_grad()
+    off.zero_grad()
+    after = nvt.stats(off)
+    assert (after["bytes_read"], after["bytes_written"]) == (
+        before["bytes_read"], before["bytes_written"])
+
+
+def test_gradients_accumulate_as_torchs_until_zeroed(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    for tok in batches(2):  # two backward passes, one step
+        for m in (ref, off):
+            m(tok[:, :-1]).square().mean().backward()
+    ro.step()
+    oo.step()
+    same(ref.state_dict(), off.state_dict())
+
+
+def test_state_dict_round_trips_and_load_writes_through(swapdir, diskdir):
+    ref, off, ro, oo = pair(swapdir)
+    same(ref.state_dict(), off.state_dict())
+    torch.manual_seed(5)
+    other = GPT().state_dict()
+    written = nvt.stats(off)["bytes_written"]
+    off.load_state_dict(other)
+    ref.load_state_dict(other)
+    same(ref.state_dict(), off.state_dict())
+    x = batches(1)[0][:, :-1]
+    assert torch.equal(ref(x), off(x))
+    assert nvt.stats(off)["layers_held"] == 0
+    off2 = copy.deepcopy(GPT())
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        bad = dict(other)
+        bad["head.weight"] = torch.zeros(3, 3)
+        off.load_state_dict(bad)
+    assert nvt.stats(off)["layers_held"] == 0
+    del off2, written
+
+
+def test_optimizer_state_dict_round_trips(swapdir, diskdir):
+    ref, off, ro, oo = pair(swapdir, "Adam")
+    data = batches(4)
+    train(ref, ro, data[:2])
+    train(off, oo, data[:2])
+    saved_w, saved_o = off.state_dict(), oo.state_dict()
+    same(ro.state_dict(), saved_o)
+    # a second offloaded model resumes from the checkpoint
+    torch.manual_seed(9)
+    fresh = GPT()
+    nvt.offload(fresh, nvme_path=diskdir, buffer_size="64K", buffer_count=4,
+                rank=1)
+    fresh.load_state_dict(saved_w)
+    fo = nvt.Adam(fresh.parameters(), lr=1e-2)
+    fo.load_state_dict(saved_o)
+    same(saved_o, fo.state_dict())
+    assert train(ref, ro, data[2:]) == train(fresh, fo, data[2:])
+    same(ref.state_dict(), fresh.state_dict())
+    same(ro.state_dict(), fo.state_dict())
+
+
+def test_restore_brings_the_parameters_back(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    train(ref, ro, batches(1))
+    train(off, oo, batches(1))
+    dirs = nvt.stats(off)["param"]
+    nvt.restore(off)
+    assert not hasattr(off, "_nvswap_engine") and dirs
+    same(ref.state_dict(), off.state_dict())
+    assert all(p.is_contiguous() and p.stride() != (0, 0)
+               for p in off.parameters())
+    with pytest.raises(ValueError, match="closed"):
+        oo.step()
+    with pytest.raises(ValueError, match="not an offloaded"):
+        nvt.stats(off)
+
+
+# ---- bad input -------------------------------------------------------------
+
+
+def test_offloading_twice_is_refused(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    with pytest.raises(ValueError, match="already offloaded"):
+        nvt.offload(off, nvme_path=swapdir, buffer_size="64K")
+    train(off, oo, batches(1))  # the first offload still works
+
+
+def test_a_parameter_larger_than_a_pool_buffer_is_refused(swapdir):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4),
+                                torch.nn.Linear(256, 128))
+    keep = copy.deepcopy(model.state_dict())
+    with pytest.raises(nvswap.Error) as ei:
+        nvt.offload(model, nvme_path=swapdir, buffer_size="64K")
+    assert ei.value.errno == errno.EFBIG
+    assert "'1.weight' is 131072 bytes" in str(ei.value)
+    assert "(65536 bytes)" in str(ei.value)
+    # nothing was changed: the model is still in memory
+    assert not any(hasattr(p, "_nvswap") for p in model.parameters())
+    same(keep, model.state_dict())
+    nvt.offload(model, nvme_path=swapdir, buffer_size="256K")
+
+
+def test_optimizer_bad_input(swapdir):
+    lin = torch.nn.Linear(3, 3)
+    with pytest.raises(ValueError, match="not offloaded"):
+        nvt.Adam(lin.parameters())
+    ref, off, ro, oo = pair(swapdir)
+    with pytest.raises(ValueError, match="already has"):
+        nvt.Adam(off.parameters())
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        nvt.AdamW(off.parameters(), lr=-1)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        nvt.offload(lin.weight, nvme_path=swapdir)
+    with pytest.raises(ValueError, match="nvme_path"):
+        nvt.offload(torch.nn.Linear(2, 2))
+
+
+def test_a_forward_that_raises_releases_what_it_held(swapdir):
+    class Boom(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x, fail=False):
+            x = self.a(x)
+            if fail:
+                raise KeyError("boom")
+            return self.b(x)
+
+    torch.manual_seed(0)
+    ref = Boom()
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=2)
+    x = torch.randn(2, 4)
+    with pytest.raises(KeyError):
+        off(x, fail=True)
+    assert nvt.stats(off)["layers_held"] == 0
+    assert torch.equal(off(x), ref(x))
+
+
+def _run(code):
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+COMMON = """
+    import copy, errno, glob, os, resource, signal, sys
+    import torch
+    import nvswap, nvswap.torch as nvt
+    sys.path.insert(0, {here!r})
+    from test_torch import GPT, batches, train, same
+    """
+
+
+def test_a_failed_read_raises_in_step_and_step_resumes(swapdir):
+    here = os.path.dirname(__file__)
+    out = _run(COMMON.format(here=here) + f"""
+    torch.manual_seed(0)
+    ref = GPT(); off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path={swapdir!r}, buffer_size="64K",
+                buffer_count=4, backend="psync")
+    ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    oo = nvt.Adam(off.parameters(), lr=1e-2)
+    data = batches(2)
+    train(ref, ro, data[:1]); train(off, oo, data[:1])
+    tok = data[1]
+    for m in (ref, off):
+        loss = torch.nn.functional.cross_entropy(
+            m(tok[:, :-1]).flatten(0, 1), tok[:, 1:].flatten())
+        loss.backward()
+    nvt.wait(off)                 # every layer written back, evicted
+    (f,) = glob.glob({swapdir!r} + "/nvswap/param/rank0/swap.*")
+    keep = open(f, "rb").read()
+    os.truncate(f, 0)             # the parameters' swap file is lost
+    try:
+        oo.step()
+    except nvswap.Error as e:
+        print("step", errno.errorcode[e.errno], "truncated" in str(e))
+    with open(f, "r+b") as fh:    # the disk is repaired
+        fh.write(keep)
+    oo.step()                     # continues with the layers not stepped
+    ro.step()
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    print("equal")
+    """)
+    assert out == "step EIO True\nequal\n"
+
+
+def test_a_failed_gradient_write_raises_in_step_and_training_resumes(swapdir):
+    # RLIMIT_FSIZE makes writes past 4 KiB fail with EFBIG (SIGXFSZ
+    # ignored): the gradients' write-behind fails during backward.
+    here = os.path.dirname(__file__)
+    out = _run(COMMON.format(here=here) + f"""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    torch.manual_seed(0)
+    ref = GPT(); off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path={swapdir!r}, buffer_size="64K",
+                buffer_count=4, optimizer_buffer_count=8, backend="psync")
+    ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    oo = nvt.Adam(off.parameters(), lr=1e-2)
+    data = batches(3)
+    train(ref, ro, data[:1]); train(off, oo, data[:1])
+    before = off.state_dict()
+    nvt.wait(off)                 # no parameter write-back pending
+    tok = data[1]
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    for m in (ref, off):
+        loss = torch.nn.functional.cross_entropy(
+            m(tok[:, :-1]).flatten(0, 1), tok[:, 1:].flatten())
+        loss.backward()
+    try:
+        oo.step()
+    except nvswap.Error as e:
+        print("step", errno.errorcode[e.errno])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    same(before, off.state_dict())   # no weight changed
+    oo.step(); oo.zero_grad()        # the gradients were kept: resume
+    ro.step(); ro.zero_grad()
+    train(ref, ro, data[2:]); train(off, oo, data[2:])
+    same(ref.state_dict(), off.state_dict())
+    print("equal")
+    """)
+    assert out == "step EFBIG\nequal\n"
+
+
+def _peak(swapdir, layers):
+    out = _run(f"""
+    import torch, nvswap.torch as nvt
+    def hwm():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) << 10
+    base = hwm()                     # python + torch
+    W = 1024                         # layers of 4 MiB, built on meta
+    model = torch.nn.Sequential(*[torch.nn.Linear(W, W, bias=False,
+                                                  device="meta")
+                                  for _ in range({layers})])
+    nvt.offload(model, nvme_path={swapdir!r}, buffer_size="4M",
+                buffer_count=3, optimizer_buffer_size="8M",
+                optimizer_buffer_count=3)
+    opt = nvt.Adam(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        model(torch.randn(8, W)).square().mean().backward()
+        opt.step(); opt.zero_grad()
+    st = nvt.stats(model)
+    print(4 * st["parameter_bytes"], st["pool_bytes"], hwm() - base)
+    """)
+    return [int(x) for x in out.split()]
+
+
+def test_peak_memory_is_bounded_by_the_pools(swapdir, diskdir):
+    """Parameters + gradients + Adam state at 4x and 16x the pools: the
+    peak above python + torch stays under pools + 256 MiB + the largest
+    layer, and grows by less than one layer from the smaller model to the
+    4x larger one."""
+    small = _peak(swapdir, 12)
+    large = _peak(diskdir, 48)
+    layer = 4 << 20
+    assert small[0] >= 4 * small[1] and large[0] >= 16 * large[1]
+    for state, pools, peak in (small, large):
+        assert peak < pools + (256 << 20) + layer, (state, pools, peak)
+    assert large[2] - small[2] < layer, (small, large)
