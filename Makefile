@@ -35,7 +35,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all deps build demo demo-io test test-plain test-asan test-tsan \
+.PHONY: all deps build demo demo-io demo-python test test-plain test-asan test-tsan \
 	test-python \
 	check-format check-banned format bench stress fuzz test-fuzz clean
 
@@ -55,6 +55,19 @@ build: deps build/build.ninja
 
 demo: build
 	./build/examples/offload_train --config examples/ds_config.json
+
+# The same from PyTorch (examples/python/train_offloaded.py): a GPT-style
+# decoder trained in memory and with everything on NVMe (nvswap.torch),
+# equal bit for bit; Debian's python3 and python3-torch, the package from
+# the build tree (build/python).
+demo-python: build
+	@scripts/deps.sh $(PYTHON_PACKAGES)
+	@test -e build/python/nvswap/torch/__init__.py || \
+		meson setup --reconfigure build -Dpython=enabled
+	ninja -C build
+	mkdir -p nvme_swap
+	PYTHONPATH=build/python $(DEBIAN_PYTHON) \
+		examples/python/train_offloaded.py --dir nvme_swap
 
 # The handle alone: 1 GiB written to ./nvme_swap/ and read back.
 demo-io: build

@@ -30,3 +30,16 @@ def test_swapper_example_matches_memory(diskdir):
     # the swapper removed its files and directories on close
     assert sorted(p.name for p in pathlib.Path(diskdir).rglob("*")
                   if p.is_file()) == []
+
+
+def test_train_offloaded_example_is_bit_identical(diskdir):
+    pytest.importorskip("torch")
+    r = run("train_offloaded.py", "--dir", diskdir, "--steps", "2",
+            "--width", "64", "--layers", "2", "--context", "16")
+    assert r.returncode == 0, r.stdout + r.stderr
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith("verdict: after 2 steps") and last.endswith(
+        "bit for bit: equal"), r.stdout
+    # restore() at the end removed the swap files
+    assert sorted(p.name for p in pathlib.Path(diskdir).rglob("*")
+                  if p.is_file()) == []
