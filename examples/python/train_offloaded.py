@@ -60,6 +60,7 @@ def config(folder, buffer_size):
                                   "pipeline_write": True},
         },
         "aio": {"block_size": 1048576, "queue_depth": 32},
+        "nvswap": {"lookahead": 2},
     }
 
 
@@ -107,7 +108,7 @@ def main():
     biggest = max(p.numel() * p.element_size() for p in model.parameters())
     buffer_size = max(1 << 20, 4 * args.width * args.width * 4 + 65536,
                       biggest + 65536)
-    nvt.offload(model, config=config(args.dir, buffer_size), lookahead=2)
+    nvt.offload(model, config=config(args.dir, buffer_size))
     st = nvt.stats(model)
     print(f"{st['parameters']} parameters ({st['parameter_bytes'] >> 20} "
           f"MiB) in {st['layers']} layers on NVMe under {args.dir}; pools "

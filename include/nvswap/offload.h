@@ -105,6 +105,24 @@ NVS_API int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 				    void **ptrs);
 
 /**
+ * nvs_param_set_walk() - the order in which layers are acquired, as
+ * traced on a training step (the forward pass; layers may repeat: a
+ * tied embedding used first and last, a module called twice). With a
+ * walk, nvs_param_acquire_layer() reads ahead along it instead of by
+ * layer number: it finds the acquired layer in the walk (the same entry
+ * again, the next or previous one, else the next occurrence ahead, else
+ * the first), turns at the walk's ends (backward runs it in reverse, the
+ * optimizer forward again), and reads ahead the next lookahead entries
+ * in its direction. A layer not in the walk gets no read-ahead.
+ * @n: entries in @layers (copied); 0 drops the walk (read-ahead by
+ * layer number again).
+ * Return: 0, -EINVAL (NULL with n > 0, n above 4 << 20), -ENOENT (an
+ * entry is not an added layer; nothing changes), -ENOMEM.
+ */
+NVS_API int nvs_param_set_walk(struct nvs_param_swapper *p, size_t n,
+			       const unsigned *layers);
+
+/**
  * nvs_param_release_layer() - end an acquire. @dirty: the parameters
  * changed (written back at eviction; clean layers are dropped without
  * I/O). Return: 0, -ENOENT, -EBUSY (not acquired).

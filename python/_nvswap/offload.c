@@ -319,6 +319,43 @@ static PyObject *param_evict_layer(PyObject *o, PyObject *arg)
 	return group_call(o, arg, param_evict);
 }
 
+/* set_walk(layers) */
+static PyObject *param_set_walk(PyObject *o, PyObject *arg)
+{
+	struct ext_role *r = ROLE(o);
+	char msg[NVS_ERRMSG_MAX] = "";
+	PyObject *seq = PySequence_Fast(arg, "set_walk: layers must be a "
+					     "sequence of layer numbers");
+	unsigned *w = NULL;
+	Py_ssize_t n;
+	int rc;
+
+	if (!seq)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n && !(w = PyMem_Malloc((size_t)n * sizeof(*w)))) {
+		Py_DECREF(seq);
+		return PyErr_NoMemory();
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (role_group_arg(PySequence_Fast_GET_ITEM(seq, i), &w[i])) {
+			PyMem_Free(w);
+			Py_DECREF(seq);
+			return NULL;
+		}
+	Py_DECREF(seq);
+	if (role_enter(r)) {
+		PyMem_Free(w);
+		return NULL;
+	}
+	ROLE_RUN(r, rc, msg, nvs_param_set_walk(r->p, (size_t)n, w));
+	role_leave(r);
+	PyMem_Free(w);
+	if (rc < 0)
+		return role_raise(r, rc, msg);
+	Py_RETURN_NONE;
+}
+
 static PyObject *param_layer_in_cpu(PyObject *o, PyObject *arg)
 {
 	struct ext_role *r = ROLE(o);
@@ -372,6 +409,13 @@ static PyMethodDef param_methods[] = {
 	  "zero size, layer too large), EFBIG (the packed layer is larger\n"
 	  "than the Swapper's buffer_size), ENOSPC/EIO. Nothing is added\n"
 	  "on failure."),
+	M(param, set_walk, METH_O,
+	  "set_walk(layers) -> None\n\n"
+	  "The order in which layers are acquired, as traced on a step\n"
+	  "(repeats allowed). acquire_layer() then reads ahead along it,\n"
+	  "turning at its ends, instead of by layer number; [] drops it.\n"
+	  "Raises nvswap.Error: ENOENT (not an added layer), EINVAL;\n"
+	  "ValueError/TypeError for a bad entry."),
 	M(param, prefetch_layer, METH_O,
 	  "prefetch_layer(layer) -> None\n\n"
 	  "Start reading layer into free pool buffers and return; never\n"

@@ -44,6 +44,7 @@ def test_an_empty_config_has_deepspeeds_defaults():
         "auto_evict": True,
         "nvme_paths": [],
         "wait_ms": 60000,
+        "lookahead": 1,
     }
     assert c.use_gds is False
     assert c.warnings == []
@@ -77,6 +78,7 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "auto_evict": False,
         "nvme_paths": [swapdir, other],
         "wait_ms": 1500,
+        "lookahead": 3,
     }
     c = nvswap.Config.from_str(json.dumps(cfg), name="all.json")
     assert c.source == "all.json"
@@ -108,6 +110,7 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "auto_evict": False,
         "nvme_paths": [swapdir, other],
         "wait_ms": 1500,
+        "lookahead": 3,
     }
 
 

@@ -108,6 +108,35 @@ def test_acquire_layer_reads_ahead_in_the_walks_direction(swapper):
     p.release_layer(1, False)
 
 
+def test_set_walk_reads_ahead_in_the_traced_order(swapper):
+    p = nvswap.ParamSwapper(swapper, lookahead=1)
+    for layer in range(4):
+        p.add_layer(layer, [blob(5000, layer)])
+
+    def step(layer, ahead, not_ahead):
+        views = p.acquire_layer(layer, memoryview=True)
+        assert bytes(views[0]) == blob(5000, layer)
+        swapper.wait_all()
+        assert swapper.info(ahead << 20)["state"] == "resident"
+        assert swapper.info(not_ahead << 20)["state"] == "on_nvme"
+        p.release_layer(layer, False)
+        for k in range(4):
+            p.evict_layer(k)
+
+    p.set_walk([2, 0, 3])
+    step(2, 0, 3)          # not 3, the next by number
+    step(0, 3, 1)
+    step(3, 0, 1)          # the end: turned, backward reads 0 ahead
+    step(0, 2, 1)
+    p.set_walk(())         # by number again
+    step(1, 2, 3)
+    raises_errno(errno.ENOENT, p.set_walk, [0, 9])
+    with pytest.raises(TypeError):
+        p.set_walk(3)
+    with pytest.raises((ValueError, OverflowError)):
+        p.set_walk([-1])
+
+
 def test_max_in_cpu_keeps_whole_layers_out_of_the_swapper(swapper):
     p = nvswap.ParamSwapper(swapper, max_in_cpu="8K")
     p.add_layer(0, [blob(4000, 1), blob(4000, 2)])  # 4032 + 4000 <= 8192

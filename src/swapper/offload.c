@@ -316,7 +316,17 @@ struct nvs_param_swapper {
 	uint64_t cpu_left;
 	unsigned last; /* layer acquired last */
 	bool walked;   /* last is set */
+	/* The traced order of acquires (nvs_param_set_walk), the index in it
+	 * of the last acquire (valid when at) and the direction of travel. */
+	unsigned *walk;
+	size_t nwalk, pos;
+	bool at;
+	int dir;
 };
+
+/* Longest walk: every layer about four times (forward, backward, the
+ * optimizer, a module called twice). */
+#define WALK_MAX (4 * (size_t)NVS_OFFLOAD_MAX_GROUPS)
 
 void nvs_param_swapper_opts_init(struct nvs_param_swapper_opts *o)
 {
@@ -346,7 +356,110 @@ int nvs_param_swapper_create(struct nvs_swapper *core,
 
 int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
 {
-	return p ? role_free(&p->gs) : 0;
+	if (!p)
+		return 0;
+	nvs__free(p->walk);
+	return role_free(&p->gs);
+}
+
+int nvs_param_set_walk(struct nvs_param_swapper *p, size_t n,
+		       const unsigned *layers)
+{
+	unsigned *w = NULL;
+
+	if (!p || (n && !layers))
+		return nvs__err(-EINVAL, "nvs_param_set_walk: NULL argument");
+	if (n > WALK_MAX)
+		return nvs__err(-EINVAL,
+				"nvs_param_set_walk: %zu entries (at most %zu)",
+				n, WALK_MAX);
+	for (size_t i = 0; i < n; i++)
+		if (!gget(&p->gs, layers[i]))
+			return nvs__err(-ENOENT,
+					"nvs_param_set_walk: entry %zu: no "
+					"layer %u",
+					i, layers[i]);
+	if (n) {
+		w = nvs__malloc(n * sizeof(*w));
+		if (!w)
+			return nvs__err(-ENOMEM,
+					"nvs_param_set_walk: out of memory "
+					"for %zu entries",
+					n);
+		memcpy(w, layers, n * sizeof(*w));
+	}
+	nvs__free(p->walk);
+	p->walk = w;
+	p->nwalk = n;
+	p->at = false;
+	p->dir = 1;
+	return 0;
+}
+
+static bool walk_has(const struct nvs_param_swapper *p, long i, unsigned layer)
+{
+	return i >= 0 && (size_t)i < p->nwalk && p->walk[i] == layer;
+}
+
+/* Move the walk's position to @layer: a repeat stays, the next or the
+ * previous entry steps (the latter turning), else the next occurrence
+ * ahead, else the first. At an end the direction turns (the backward
+ * pass starts where the forward ended, the optimizer where backward
+ * ended). Return: false when @layer is not in the walk. */
+static bool walk_move(struct nvs_param_swapper *p, unsigned layer)
+{
+	long i = (long)p->pos, d = p->dir;
+	bool found = false;
+
+	if (p->at && walk_has(p, i, layer)) {
+		found = true;
+	} else if (p->at && walk_has(p, i + d, layer)) {
+		i += d;
+		found = true;
+	} else if (p->at && walk_has(p, i - d, layer)) {
+		d = -d;
+		i += d;
+		found = true;
+	}
+	for (long j = i + 2 * d;
+	     p->at && !found && j >= 0 && (size_t)j < p->nwalk; j += d)
+		if (p->walk[j] == layer) {
+			i = j;
+			found = true;
+		}
+	for (size_t j = 0; !found && j < p->nwalk; j++)
+		if (p->walk[j] == layer) {
+			i = (long)j;
+			d = 1;
+			found = true;
+		}
+	if (!found)
+		return false;
+	if ((d > 0 && (size_t)i + 1 == p->nwalk) || (d < 0 && i == 0))
+		d = -d;
+	p->pos = (size_t)i;
+	p->dir = (int)d;
+	p->at = true;
+	return true;
+}
+
+/* Read ahead the next lookahead layers along the walk (other than
+ * @layer itself), into free buffers only. */
+static int walk_readahead(struct nvs_param_swapper *p, unsigned layer)
+{
+	unsigned got = 0;
+
+	for (long i = (long)p->pos + p->dir;
+	     got < p->lookahead && i >= 0 && (size_t)i < p->nwalk;
+	     i += p->dir) {
+		if (p->walk[i] == layer)
+			continue;
+		int ret = gset_readahead(&p->gs, p->walk[i]);
+		if (ret < 0)
+			return ret;
+		got++;
+	}
+	return 0;
 }
 
 int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer, unsigned n,
@@ -392,6 +505,13 @@ int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 		return ret;
 	p->last = layer;
 	p->walked = true;
+	if (p->nwalk) {
+		ret = walk_move(p, layer) ? walk_readahead(p, layer) : 0;
+		if (ret < 0)
+			gset_release(&p->gs, "nvs_param_acquire_layer", layer,
+				     false);
+		return ret;
+	}
 	for (unsigned k = 1; k <= p->lookahead; k++) {
 		long next = (long)layer + dir * (long)k;
 		if (next < 0 || next >= NVS_OFFLOAD_MAX_GROUPS)

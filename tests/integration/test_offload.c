@@ -146,6 +146,80 @@ Test(offload, a_backward_walk_reads_ahead_downwards_and_keeps_updates)
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
+/* Acquire @l, see @ahead read ahead (-1: nothing) and @not_ahead still on
+ * NVMe, release, and put every layer back on NVMe for the next step. */
+static void walk_step(struct nvs_swapper *s, struct nvs_param_swapper *p,
+		      unsigned l, int ahead, int not_ahead)
+{
+	void *ptr[2];
+
+	cr_assert_eq(nvs_param_acquire_layer(p, l, ptr), 0, "%s",
+		     nvs_last_error());
+	check_layer(ptr, l);
+	if (ahead >= 0)
+		cr_assert_neq(state_of(s, id_of((unsigned)ahead)),
+			      NVS_TENSOR_ON_NVME, "after %u: %d ahead", l,
+			      ahead);
+	if (not_ahead >= 0)
+		cr_assert_eq(state_of(s, id_of((unsigned)not_ahead)),
+			     NVS_TENSOR_ON_NVME, "after %u: %d not read", l,
+			     not_ahead);
+	cr_assert_eq(nvs_param_release_layer(p, l, false), 0);
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	for (unsigned k = 0; k < L; k++)
+		cr_assert_eq(nvs_param_evict_layer(p, k), 0, "%s",
+			     nvs_last_error());
+}
+
+Test(offload, a_set_walk_reads_ahead_in_its_order_and_turns_at_its_ends)
+{
+	struct nvs_swapper *s = core(16384, 4, NULL);
+	struct nvs_param_swapper *p = params(s, 0);
+	/* forward 3 0 6 0 2: layer 0 twice (a tied weight) */
+	const unsigned walk[] = {3, 0, 6, 0, 2};
+
+	cr_assert_eq(nvs_param_set_walk(p, 5, walk), 0, "%s", nvs_last_error());
+	walk_step(s, p, 3, 0, 4);
+	walk_step(s, p, 0, 6, 1);
+	walk_step(s, p, 6, 0, 7);
+	walk_step(s, p, 0, 2, 1);
+	walk_step(s, p, 2, 0, 3); /* the end: turned, backward next */
+	walk_step(s, p, 2, 0, 1); /* backward starts with the same layer */
+	walk_step(s, p, 0, 6, 1);
+	walk_step(s, p, 6, 0, 5);
+	walk_step(s, p, 0, 3, 1);
+	walk_step(s, p, 3, 0, 2);  /* the start: turned, forward again */
+	walk_step(s, p, 5, -1, 6); /* not in the walk: nothing read */
+	walk_step(s, p, 2, 0, 3);  /* found again by search */
+	/* n = 0: by layer number again */
+	cr_assert_eq(nvs_param_set_walk(p, 0, NULL), 0);
+	walk_step(s, p, 1, 0, 2); /* downwards after 2, by number */
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(offload, set_walk_bad_input)
+{
+	struct nvs_swapper *s = core(16384, 4, NULL);
+	struct nvs_param_swapper *p = params(s, 0);
+	const unsigned bad[] = {1, 2, L};
+	void *ptr[2];
+
+	cr_assert_eq(nvs_param_set_walk(NULL, 0, NULL), -EINVAL);
+	cr_assert_eq(nvs_param_set_walk(p, 3, NULL), -EINVAL);
+	cr_assert_eq(nvs_param_set_walk(p, (size_t)-1, bad), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "at most"), "%s", nvs_last_error());
+	cr_assert_eq(nvs_param_set_walk(p, 3, bad), -ENOENT);
+	cr_assert(strstr(nvs_last_error(), "entry 2: no layer 8"), "%s",
+		  nvs_last_error());
+	/* nothing changed: read-ahead still by number */
+	cr_assert_eq(nvs_param_acquire_layer(p, 1, ptr), 0);
+	cr_assert_neq(state_of(s, id_of(2)), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(nvs_param_release_layer(p, 1, false), 0);
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
 Test(offload, max_in_cpu_keeps_the_first_layers_off_the_disk)
 {
 	struct nvs_swapper *s = core(16384, 2, NULL);

@@ -466,6 +466,30 @@ Test(config, wait_ms_is_read_and_judged_at_its_position)
 	fails("{\"nvswap\": {\"wait_ms\": -5}}", -EINVAL, "nvswap.wait_ms");
 }
 
+Test(config, lookahead_is_read_zero_allowed_and_judged)
+{
+	struct nvs_nvswap_config nv;
+	struct nvs_config *c;
+
+	c = load("{\"nvswap\": {\"lookahead\": 0}}");
+	cr_assert_eq(nvs_config_nvswap(c, &nv), 0, "%s", nvs_last_error());
+	cr_assert_eq(nv.lookahead, 0);
+	nvs_config_free(c);
+	c = load("{\"nvswap\": {\"lookahead\": 1024}}");
+	cr_assert_eq(nvs_config_nvswap(c, &nv), 0);
+	cr_assert_eq(nv.lookahead, 1024);
+	nvs_config_free(c);
+	c = load("{}");
+	cr_assert_eq(nvs_config_nvswap(c, &nv), 0);
+	cr_assert_eq(nv.lookahead, 1, "the default");
+	nvs_config_free(c);
+	fails("{\"nvswap\": {\"lookahead\": 1025}}", -EINVAL,
+	      "t.json:1:13: nvswap.lookahead: at most 1024");
+	fails("{\"nvswap\": {\"lookahead\": -1}}", -EINVAL, "nvswap.lookahead");
+	fails("{\"nvswap\": {\"lookahead\": 1.5}}", -EINVAL,
+	      "nvswap.lookahead");
+}
+
 Test(config, offload_sections_become_swapper_options)
 {
 	char json[4096];

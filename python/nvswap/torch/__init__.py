@@ -14,8 +14,7 @@ module, split where a module does not fit a pool buffer) and leaves in its
 place a placeholder of the right shape, dtype and device holding one
 element. A module's parameters are in memory, on a pinned pool buffer,
 while its forward runs and again while its backward needs them; the C
-library reads ahead of it (the walk each forward traces is handed to it
-where ParamSwapper.set_walk exists).
+library reads ahead along the walk traced by the first forward.
 Gradients go to NVMe as each parameter's gradient is complete (written
 behind); p.grad stays None. nvt.Adam / nvt.AdamW run torch's own Adam /
 AdamW on one layer at a time, with the state streamed through an
@@ -189,7 +188,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
     zero_optimization.offload_param section (nvme_path, buffer_count,
     buffer_size) makes the parameter pool, offload_optimizer the pool for
-    gradients and optimizer state; lookahead= the read-ahead. Or no
+    gradients and optimizer state, nvswap.lookahead the read-ahead. Or no
     config and nvme_path=, buffer_size=, buffer_count=. Keywords override
     the config. rank: the swap directory is <nvme_path>/nvswap/<kind>/
     rank<rank>. max_in_cpu: bytes of whole layers kept in CPU memory
@@ -227,7 +226,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
         bs = pswap.stats()["buffer_size"]
         plan, tied = _layer_plan(model, bs)
         if lookahead is None:
-            lookahead = (cfg.nvswap_options().get("lookahead", 1)
+            lookahead = (cfg.nvswap_options()["lookahead"]
                          if cfg is not None else 1)
         if max_in_cpu is None:
             mic = _raw_key(raw, "zero_optimization", "offload_param",

@@ -219,8 +219,7 @@ class Engine:
             ctx.__exit__(None, None, None)
         if self.trace and self.trace != self.walk:
             self.walk = self.trace
-            if hasattr(self.params, "set_walk"):
-                self.params.set_walk(self.walk)
+            self.params.set_walk(self.walk)
         self.trace = []
 
     # --------------------------------------------------------- autograd
