@@ -207,6 +207,9 @@ def test_restore_brings_the_parameters_back(swapdir):
         oo.step()
     with pytest.raises(ValueError, match="not an offloaded"):
         nvt.stats(off)
+    # an ordinary model again: its gradients land in p.grad
+    off(batches(1)[0][:, :-1]).sum().backward()
+    assert all(p.grad is not None for p in off.parameters())
 
 
 # ---- bad input -------------------------------------------------------------

@@ -287,7 +287,7 @@ class Engine:
             return
         with torch.enable_grad():
             node = p.expand_as(p).grad_fn.next_functions[0][0]
-        node.register_hook(lambda *_: self._on_grad(p))
+        self.handles.append(node.register_hook(lambda *_: self._on_grad(p)))
         self.keep.append(node)
 
     def _on_grad(self, p):
