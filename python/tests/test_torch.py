@@ -104,6 +104,64 @@ def test_a_module_called_twice_in_one_forward(swapdir):
     same(ref.state_dict(), off.state_dict())
 
 
+@pytest.mark.parametrize("tie,twice", [(False, False), (True, True)])
+def test_step_in_backward_is_bit_identical_with_less_io(swapdir, tie,
+                                                        twice):
+    data = batches(3)
+    ref, off, ro, oo = pair(swapdir, tie=tie, twice=twice)
+    torch.manual_seed(0)
+    fused = GPT(tie=tie, twice=twice)
+    nvt.offload(fused, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                rank=1)
+    fo = nvt.AdamW(fused.parameters(), lr=1e-2, step_in_backward=True)
+    losses = train(ref, ro, data)
+    assert train(off, oo, data) == losses == train(fused, fo, data)
+    same(ref.state_dict(), fused.state_dict())
+    same(ro.state_dict(), fo.state_dict())
+    # no gradient I/O, no second read of the parameters for the step
+    a, b = nvt.stats(off), nvt.stats(fused)
+    assert b["bytes_read"] < a["bytes_read"]
+    assert b["bytes_written"] < a["bytes_written"]
+    assert b["optimizer"]["bytes_written"] < a["optimizer"]["bytes_written"]
+
+
+def test_step_in_backward_refuses_a_second_backward_before_step(swapdir):
+    torch.manual_seed(0)
+    model = GPT()
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    opt = nvt.Adam(model.parameters(), lr=1e-2, step_in_backward=True)
+    x = batches(1)[0][:, :-1]
+    model(x).sum().backward()         # this backward stepped every layer
+    stepped = model.state_dict()
+    with pytest.raises(nvswap.Error) as ei:
+        model(x).sum().backward()
+    assert ei.value.errno == errno.EINVAL
+    assert "second backward before step()" in str(ei.value)
+    same(stepped, model.state_dict())  # nothing more was applied
+    opt.step()
+    opt.zero_grad()
+    model(x).sum().backward()         # fine after step()
+    assert nvt.stats(model)["layers_held"] == 0
+
+
+def test_a_step_inside_gathered_keeps_its_update(swapdir):
+    """A layer acquired twice is written back if either acquire changed
+    it, whichever releases last."""
+    small = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    twin = copy.deepcopy(small)
+    nvt.offload(twin, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    so = torch.optim.Adam(small.parameters(), lr=0.1)
+    to = nvt.Adam(twin.parameters(), lr=0.1)
+    x = torch.randn(3, 4)
+    small(x).sum().backward()
+    twin(x).sum().backward()
+    so.step()
+    with nvt.gathered(twin):          # held while the step changes it
+        to.step()
+    nvt.wait(twin)                    # out of the pool: read from NVMe
+    same(small.state_dict(), twin.state_dict())
+
+
 def test_parameters_live_on_nvme_between_uses(swapdir):
     ref, off, ro, oo = pair(swapdir)
     w = off.head.weight

@@ -104,6 +104,7 @@ class Engine:
         self.owner = []  # layer -> owning module's name
         self.grad_off = []  # layer -> [byte offset in the gradient region]
         self.refs = []  # layer -> acquire count
+        self.dirty = set()  # acquired layers some acquire changed
         self.mod_layers = {}  # module -> layers its _parameters need
         self.live = {}  # storage pointer -> parameter, while acquired
         self.frames = []  # forward stack: [module, [layers held]]
@@ -115,6 +116,8 @@ class Engine:
         self.bw_got = {}  # layer -> param indexes that got one
         self.written = {}  # layer -> param indexes with a gradient since zero
         self.backlog = []  # (layer, index, gradient) not written yet
+        self.stash = {}  # step_in_backward: layer -> {index: gradient}
+        self.bw_stepped = False  # this backward stepped layers
         self.unflushed = set()  # layers whose flush failed
         self.retry = False  # a gradient write-behind failed
         self.handles = []  # torch hook handles
@@ -164,11 +167,17 @@ class Engine:
         self.refs[layer] += 1
 
     def release(self, layer, dirty=False):
+        """End one acquire; the layer is written back (dirty) when any of
+        its acquires changed it, whichever releases last."""
+        if dirty:
+            self.dirty.add(layer)
         self.refs[layer] -= 1
         if self.refs[layer] == 0:
             for p in self.layers[layer]:
                 self.live.pop(_storage_ptr(p.data), None)
                 p.data = p._nvswap.placeholder
+            dirty = layer in self.dirty
+            self.dirty.discard(layer)
             self.params.release_layer(layer, dirty)
 
     def need(self, layer):
@@ -267,9 +276,17 @@ class Engine:
 
     def _backward_done(self):
         self.bw_active = False
+        err = None
+        for layer in sorted(self.stash, reverse=True):
+            try:  # layers with a parameter that got no gradient
+                self._step_stashed(layer)
+            except nvswap.Error as e:
+                err = err or e
+        if self.bw_stepped:  # step() must come before the next backward
+            self.bw_stepped = False
+            self.optimizer._unconsumed = True
         held, self.bw_held = self.bw_held, {}
         self.bw_got = {}
-        err = None
         for layer in held:
             try:
                 self.release(layer)
@@ -298,6 +315,10 @@ class Engine:
         rec = p._nvswap
         layer, i = rec.layer, rec.index
         self._backward_started()
+        opt = self.optimizer
+        if opt is not None and opt.step_in_backward and not opt._closed:
+            self._grad_in_backward(layer, i, g)
+            return
         if self.backlog:
             self.backlog.append((layer, i, g))
         else:
@@ -317,6 +338,37 @@ class Engine:
                 self.release(layer)
         if len(got) == sum(q.requires_grad for q in self.layers[layer]):
             self._flush(layer)
+
+    def _grad_in_backward(self, layer, i, g):
+        """step_in_backward: gradients are kept in memory until their layer
+        has all of them, then the layer is stepped at once, while its
+        parameters are still resident; no gradient I/O at all."""
+        if self.optimizer._unconsumed:
+            raise error(errno.EINVAL,
+                        "nvswap.torch: a second backward before step() "
+                        "with step_in_backward: the first one's step was "
+                        "already applied; call step() after each backward "
+                        "(or use the default mode to accumulate gradients)")
+        self.bw_stepped = True
+        got = self.stash.setdefault(layer, {})
+        if i in got:
+            raise error(errno.EINVAL,
+                        f"nvswap.torch: '{self.names[layer][i]}' got a "
+                        "second gradient in one backward with "
+                        "step_in_backward (use the default step mode to "
+                        "accumulate gradients)")
+        got[i] = g
+        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
+            self._step_stashed(layer)
+
+    def _step_stashed(self, layer):
+        grads = self.stash.pop(layer)
+        owed = self.bw_held.pop(layer, None)
+        try:
+            self.optimizer._backward_step(layer, grads)
+        finally:
+            if owed is not None:
+                self.release(layer)
 
     def _flush(self, layer):
         if not self.backlog:

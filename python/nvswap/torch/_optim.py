@@ -29,7 +29,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     impl = None
 
     def __init__(self, params, *args, pipeline_read=None,
-                 pipeline_write=None, **kwargs):
+                 pipeline_write=None, step_in_backward=False, **kwargs):
         cls = type(self).__name__
         params = list(params)
         if not params:
@@ -73,6 +73,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._scalars = {}  # param -> {key: value} kept in memory
         self._done = set()  # layers stepped by a step that raised
         self._closed = False
+        self.step_in_backward = bool(step_in_backward)
+        self._unconsumed = False  # a backward stepped; step() not yet
         eng.optimizer = self
 
     def _check_fit(self, eng, where, amsgrad):
@@ -111,6 +113,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self._live()
         eng = self._eng
+        if self.step_in_backward:
+            # The layers were stepped in backward: wait for their
+            # write-back (a failure raises here) and allow the next one.
+            self._unconsumed = False
+            eng.pswap.wait_all()
+            eng.gswap.wait_all()
+            eng.steps += 1
+            return loss
         eng.drain()
         eng.pswap.wait_all()
         for layer in self._order():
@@ -125,17 +135,19 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         eng.steps += 1
         return loss
 
-    def _step_layer(self, layer, items):
+    def _step_layer(self, layer, items, grads=None):
+        """Step one layer; grads: {param index: gradient} given in
+        backward (step_in_backward), else the layer's gradient region."""
         eng, inner = self._eng, self._inner
         eng.acquire(layer)
         changed = False
         try:
-            region = eng.grads.acquire(layer)
+            region = eng.grads.acquire(layer) if grads is None else None
             try:
                 first = layer not in self._keys
                 state = None if first else self._swap.swap_in(layer)
                 try:
-                    self._lend(layer, items, region, state)
+                    self._lend(layer, items, region, state, grads)
                     if first:
                         before = [p.data.clone() for _, _, p in items]
                     inner.step()
@@ -154,17 +166,26 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                         del state
                         self._swap.swap_out(layer)
             finally:
-                del region
-                eng.grads.release(layer)
+                if region is not None:
+                    del region
+                    eng.grads.release(layer)
         finally:
             eng.release(layer, changed)
 
-    def _lend(self, layer, items, region, state):
+    def _backward_step(self, layer, grads):
+        """step_in_backward: the layer's gradients are complete (its
+        parameters are still in memory): step it now."""
+        items = [it for it in self._where.get(layer, ()) if it[1] in grads]
+        if items and not self._closed:
+            self._step_layer(layer, items, grads)
+
+    def _lend(self, layer, items, region, state, grads=None):
         eng, inner = self._eng, self._inner
         groups = {}
         inner.state = defaultdict(dict)
         for gi, i, p in items:
-            p.grad = eng.grad_view(region, layer, i)
+            p.grad = (grads[i] if grads is not None else
+                      eng.grad_view(region, layer, i))
             groups.setdefault(gi, []).append(p)
             if state is not None:
                 inner.state[p] = dict(self._scalars.get(p, {}))
@@ -216,7 +237,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._keys[layer] = keys
 
     def zero_grad(self, set_to_none=True):
-        """Every gradient reads as zero again: no I/O."""
+        """Every gradient reads as zero again: no I/O (nothing at all with
+        step_in_backward, where gradients are never kept)."""
         self._live()
         self._eng.zero_grads()
 
@@ -327,7 +349,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 class Adam(OffloadedOptimizer):
     """torch.optim.Adam with its state on NVMe: same arguments, same
     result bit for bit; plus pipeline_read / pipeline_write (default: the
-    config's offload_optimizer values)."""
+    config's offload_optimizer values) and step_in_backward (each layer
+    stepped during backward once its gradients are complete: no gradient
+    I/O; call step() after every backward)."""
 
     impl = torch.optim.Adam
 
