@@ -10,6 +10,7 @@ bit (they must be: nvswap.torch runs torch's own AdamW on the swapped
 buffers).
 
     python3 examples/python/train_offloaded.py [--dir DIR] [--steps N]
+        [--step-in-backward]
 
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp).
 """
@@ -99,6 +100,8 @@ def main():
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--step-in-backward", action="store_true",
+                    help="step each layer in backward (no gradient I/O)")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     vocab, heads = 2048, 4
@@ -114,7 +117,8 @@ def main():
           f"MiB) in {st['layers']} layers on NVMe under {args.dir}; pools "
           f"{st['pool_bytes'] >> 20} MiB")
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    opt = nvt.AdamW(model.parameters(), lr=1e-3)
+    opt = nvt.AdamW(model.parameters(), lr=1e-3,
+                    step_in_backward=args.step_in_backward)
     gen = torch.Generator().manual_seed(1)
     print("step  loss(memory)  loss(nvme)  time(memory)  time(nvme)  "
           "read MiB  written MiB  I/O exposed")

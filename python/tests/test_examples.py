@@ -32,10 +32,11 @@ def test_swapper_example_matches_memory(diskdir):
                   if p.is_file()) == []
 
 
-def test_train_offloaded_example_is_bit_identical(diskdir):
+@pytest.mark.parametrize("mode", [[], ["--step-in-backward"]])
+def test_train_offloaded_example_is_bit_identical(diskdir, mode):
     pytest.importorskip("torch")
     r = run("train_offloaded.py", "--dir", diskdir, "--steps", "2",
-            "--width", "64", "--layers", "2", "--context", "16")
+            "--width", "64", "--layers", "2", "--context", "16", *mode)
     assert r.returncode == 0, r.stdout + r.stderr
     last = r.stdout.splitlines()[-1]
     assert last.startswith("verdict: after 2 steps") and last.endswith(
