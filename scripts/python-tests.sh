@@ -44,7 +44,7 @@ if [ ! -x "$venv/bin/python" ]; then
 			meson ninja
 	fi
 fi
-# DeepSpeed (from PyPI) for the drop-in tests (python/tests/test_deepspeed.py);
+# DeepSpeed (from PyPI) for the drop-in tests (python/tests/test_deepspeed*.py);
 # torch is already there, so pip adds nothing torch. Without PyPI those
 # tests skip and say why.
 if [ "$mode" = pypi ] && ! "$venv/bin/python" -c 'import deepspeed' 2>/dev/null; then
