@@ -9,6 +9,7 @@
 #include "nvswap/offload.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "swapper/walk.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -314,8 +315,9 @@ struct nvs_param_swapper {
 	struct gset gs;
 	unsigned lookahead;
 	uint64_t cpu_left;
-	unsigned last; /* layer acquired last */
-	bool walked;   /* last is set */
+	unsigned last;	      /* layer acquired last */
+	bool walked;	      /* last is set */
+	struct nvs_walk walk; /* nvs_param_set_walk(); empty: by number */
 };
 
 void nvs_param_swapper_opts_init(struct nvs_param_swapper_opts *o)
@@ -340,13 +342,17 @@ int nvs_param_swapper_create(struct nvs_swapper *core,
 		return -ENOMEM;
 	p->lookahead = o->lookahead;
 	p->cpu_left = o->max_in_cpu;
+	nvs__walk_init(&p->walk);
 	*out = p;
 	return 0;
 }
 
 int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
 {
-	return p ? role_free(&p->gs) : 0;
+	if (!p)
+		return 0;
+	nvs__walk_fini(&p->walk);
+	return role_free(&p->gs);
 }
 
 int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer, unsigned n,
@@ -368,6 +374,56 @@ int nvs_param_prefetch_layer(struct nvs_param_swapper *p, unsigned layer)
 				"nvs_param_prefetch_layer: NULL swapper");
 	ret = gfind(&p->gs, layer, "nvs_param_prefetch_layer", &g);
 	return ret < 0 ? ret : gset_readahead(&p->gs, layer);
+}
+
+int nvs_param_set_walk(struct nvs_param_swapper *p, unsigned n,
+		       const unsigned *layers)
+{
+	if (!p || (n && !layers) || n > NVS_OFFLOAD_MAX_WALK)
+		return nvs__err(-EINVAL,
+				"nvs_param_set_walk: NULL argument or a walk "
+				"of %u layers (at most %u)",
+				n, NVS_OFFLOAD_MAX_WALK);
+	for (unsigned i = 0; i < n; i++)
+		if (!gget(&p->gs, layers[i]))
+			return nvs__err(-ENOENT,
+					"nvs_param_set_walk: entry %u of the "
+					"walk is layer %u, which was not added",
+					i, layers[i]);
+	if (nvs__walk_set(&p->walk, n, layers) < 0)
+		return nvs__err(-ENOMEM,
+				"nvs_param_set_walk: out of memory for a walk "
+				"of %u layers",
+				n);
+	return 0;
+}
+
+/* Read ahead after acquiring @layer: along the walk when one is set (which
+ * moves its position), else by number in the direction @dir. 0 or the
+ * first submit error. */
+static int param_readahead(struct nvs_param_swapper *p, unsigned layer, int dir)
+{
+	struct nvs_walk_ahead it;
+	unsigned next;
+	int ret = 0;
+
+	if (p->walk.n) {
+		if (!nvs__walk_step(&p->walk, layer))
+			return 0; /* not in the walk: nothing known ahead */
+		nvs__walk_ahead_begin(&p->walk, &it);
+		for (unsigned k = 0; ret == 0 && k < p->lookahead &&
+				     nvs__walk_ahead_next(&p->walk, &it, &next);
+		     k++)
+			ret = gset_readahead(&p->gs, next);
+		return ret;
+	}
+	for (unsigned k = 1; ret == 0 && k <= p->lookahead; k++) {
+		long n = (long)layer + dir * (long)k;
+		if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
+			break;
+		ret = gset_readahead(&p->gs, (unsigned)n);
+	}
+	return ret;
 }
 
 int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
@@ -392,18 +448,10 @@ int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 		return ret;
 	p->last = layer;
 	p->walked = true;
-	for (unsigned k = 1; k <= p->lookahead; k++) {
-		long next = (long)layer + dir * (long)k;
-		if (next < 0 || next >= NVS_OFFLOAD_MAX_GROUPS)
-			break;
-		ret = gset_readahead(&p->gs, (unsigned)next);
-		if (ret < 0) {
-			gset_release(&p->gs, "nvs_param_acquire_layer", layer,
-				     false);
-			return ret;
-		}
-	}
-	return 0;
+	ret = param_readahead(p, layer, dir);
+	if (ret < 0)
+		gset_release(&p->gs, "nvs_param_acquire_layer", layer, false);
+	return ret;
 }
 
 int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,
