@@ -54,6 +54,8 @@ struct nvs_offload_config {
 
 /** Most paths the nvswap section's "nvme_paths" may list. */
 #define NVS_CONFIG_MAX_PATHS 16
+/** Largest "lookahead" of the nvswap section. */
+#define NVS_CONFIG_MAX_LOOKAHEAD 1024
 
 /**
  * struct nvs_nvswap_config - the "nvswap" section (our own keys).
@@ -65,11 +67,14 @@ struct nvs_nvswap_config {
 	bool auto_evict;	  /* default true (nvs_swapper_opts) */
 	unsigned npaths;	  /* entries of "nvme_paths", 0 = none */
 	const char *nvme_paths[NVS_CONFIG_MAX_PATHS]; /* borrowed */
-	uint32_t wait_ms; /* "wait_ms": how long an acquire waits for a
+	uint32_t wait_ms;   /* "wait_ms": how long an acquire waits for a
 			     buffer with auto_evict off, 1 ms up to
 			     NVS_WAIT_FOREVER - 1; default
 			     NVS_SWAPPER_WAIT_MS_DEFAULT (60 s). No config
 			     value waits forever. */
+	uint32_t lookahead; /* "lookahead": layers the parameter swapper
+			       reads ahead (nvs_param_swapper_opts), 0 to
+			       1024; default 1 */
 };
 
 struct nvs_config;

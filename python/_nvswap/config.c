@@ -229,7 +229,9 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 	    ext_dict_put(&d, "checksum", PyBool_FromLong(nv.checksum)) ||
 	    ext_dict_put(&d, "auto_evict", PyBool_FromLong(nv.auto_evict)) ||
 	    ext_dict_put(&d, "nvme_paths", paths) ||
-	    ext_dict_put(&d, "wait_ms", PyLong_FromUnsignedLong(nv.wait_ms)))
+	    ext_dict_put(&d, "wait_ms", PyLong_FromUnsignedLong(nv.wait_ms)) ||
+	    ext_dict_put(&d, "lookahead",
+			 PyLong_FromUnsignedLong(nv.lookahead)))
 		return NULL;
 	return d;
 }
@@ -314,7 +316,7 @@ static PyMethodDef config_methods[] = {
 	 "nvswap_options() -> dict\n\n"
 	 "The nvswap section, defaults filled in: backend, stripe_size\n"
 	 "(bytes), checksum, auto_evict, nvme_paths (a list, empty when\n"
-	 "absent), wait_ms."},
+	 "absent), wait_ms, lookahead (ParamSwapper's)."},
 	{"aio_handle", config_aio_handle, METH_NOARGS,
 	 "aio_handle() -> aio_handle\n\n"
 	 "A new nvswap.aio_handle with aio_options(). Raises nvswap.Error\n"

@@ -44,6 +44,7 @@ def test_an_empty_config_has_deepspeeds_defaults():
         "auto_evict": True,
         "nvme_paths": [],
         "wait_ms": 60000,
+        "lookahead": 1,
     }
     assert c.use_gds is False
     assert c.warnings == []
@@ -77,6 +78,7 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "auto_evict": False,
         "nvme_paths": [swapdir, other],
         "wait_ms": 1500,
+        "lookahead": 3,
     }
     c = nvswap.Config.from_str(json.dumps(cfg), name="all.json")
     assert c.source == "all.json"
@@ -108,6 +110,7 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "auto_evict": False,
         "nvme_paths": [swapdir, other],
         "wait_ms": 1500,
+        "lookahead": 3,
     }
 
 
@@ -156,6 +159,17 @@ def test_a_wrong_type_names_the_key():
     # the column of the key
     assert e.column == text.index('"queue_depth"') + 1
     assert "must be a number" in e.strerror
+
+
+def test_a_lookahead_out_of_range_names_the_key():
+    assert nvswap.Config.from_str(
+        '{"nvswap": {"lookahead": 0}}').nvswap_options()["lookahead"] == 0
+    with pytest.raises(nvswap.ConfigError) as ei:
+        nvswap.Config.from_str('{"nvswap": {"lookahead": 1025}}')
+    e = ei.value
+    assert e.errno == errno.EINVAL
+    assert (e.line, e.column, e.key) == (1, 13, "nvswap.lookahead")
+    assert "at most 1024" in e.strerror
 
 
 def test_malformed_json_is_a_config_error_with_a_position():
