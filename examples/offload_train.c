@@ -272,10 +272,10 @@ static int setup(const char *config, struct off *o, float *init)
 	TRY(nvs_config_swapper_opts(cfg, NVS_OFFLOAD_PARAM, 0, &so));
 	TRY(nvs_swapper_create(&so, &o->pcore));
 	nvs_config_offload(cfg, NVS_OFFLOAD_PARAM, &oc);
+	nvs_config_nvswap(cfg, &nv);
 	nvs_param_swapper_opts_init(&po);
 	po.max_in_cpu = oc.max_in_cpu * sizeof(float);
-	TRY(nvs_config_nvswap(cfg, &nv));
-	po.lookahead = nv.lookahead;
+	po.lookahead = nv.lookahead; /* "nvswap": {"lookahead": n}, 1 */
 	TRY(nvs_param_swapper_create(o->pcore, &po, &o->params));
 
 	nvs_swapper_opts_init(&so);

@@ -52,11 +52,10 @@ struct nvs_offload_config {
 	bool pipeline_write;		/* default false */
 };
 
-/** Largest "lookahead" of the nvswap section. */
-#define NVS_CONFIG_MAX_LOOKAHEAD 1024
-
 /** Most paths the nvswap section's "nvme_paths" may list. */
 #define NVS_CONFIG_MAX_PATHS 16
+/** Largest "lookahead" of the nvswap section. */
+#define NVS_CONFIG_MAX_LOOKAHEAD 1024
 
 /**
  * struct nvs_nvswap_config - the "nvswap" section (our own keys).
@@ -75,7 +74,7 @@ struct nvs_nvswap_config {
 			     value waits forever. */
 	uint32_t lookahead; /* "lookahead": layers the parameter swapper
 			       reads ahead (nvs_param_swapper_opts), 0 to
-			       NVS_CONFIG_MAX_LOOKAHEAD; default 1 */
+			       1024; default 1 */
 };
 
 struct nvs_config;

@@ -31,6 +31,8 @@ extern "C" {
 #define NVS_OFFLOAD_MAX_TENSORS 64
 /** Largest layer or group number + 1. */
 #define NVS_OFFLOAD_MAX_GROUPS (1u << 20)
+/** Longest walk nvs_param_set_walk() takes. */
+#define NVS_OFFLOAD_MAX_WALK (4u * NVS_OFFLOAD_MAX_GROUPS)
 
 /* ------------------------------------------------------------ parameters */
 
@@ -90,37 +92,51 @@ NVS_API int nvs_param_prefetch_layer(struct nvs_param_swapper *p,
 				     unsigned layer);
 
 /**
+ * nvs_param_set_walk() - read ahead in the order a model uses its layers
+ * rather than by layer number.
+ * @layers: the forward pass's acquires in order, @n of them (borrowed
+ *          for the call: the swapper keeps a copy). A layer may come
+ *          more than once (a tied embedding used first and last, a module
+ *          called twice); each must have been added. @n 0 (@layers may
+ *          be NULL) removes the walk: read-ahead by number again.
+ *
+ * With a walk, nvs_param_acquire_layer() follows the acquires along it:
+ * a position (the occurrence acquired last; none after this call) and a
+ * direction (forward first). Acquiring the layer at the position again
+ * stays there, and turns the walk at its ends: backward after the last
+ * entry going forward (the backward pass starts where forward ended),
+ * forward after the first going backward (the next step). Acquiring the
+ * neighbour ahead moves one on; the neighbour behind turns the
+ * direction and moves there; any other layer moves to its next
+ * occurrence ahead, else to its first occurrence going forward. Then the
+ * next lookahead distinct layers along the walk in its direction, other
+ * than the one acquired, are read ahead (none past the walk's ends). A
+ * layer not in the walk is acquired without read-ahead and leaves the
+ * position as it was. Take the walk from the first step's acquires, as
+ * ZeRO-3 traces it; a later step that strays only reads less ahead.
+ * Return: 0, -EINVAL (@p NULL, @layers NULL with @n > 0, @n above
+ * NVS_OFFLOAD_MAX_WALK), -ENOENT (an entry is not an added layer; the
+ * message names the entry and the layer), -ENOMEM. On failure the
+ * previous walk stays as it was.
+ */
+NVS_API int nvs_param_set_walk(struct nvs_param_swapper *p, unsigned n,
+			       const unsigned *layers);
+
+/**
  * nvs_param_acquire_layer() - the resident tensors of @layer.
  * @ptrs: receives one pointer per tensor, in add order.
  *
  * Once the layer is resident (read with the disk to itself when it was
  * not) it starts reading the next lookahead layers in the walk's
- * direction (upwards after acquiring a lower layer, downwards after a
- * higher one: forward and backward passes both read ahead), into free
- * buffers only, so the reads overlap the caller's compute.
+ * direction into free buffers only, so the reads overlap the caller's
+ * compute: along the walk given to nvs_param_set_walk(), or without
+ * one by number (upwards after acquiring a lower layer, downwards after
+ * a higher one: forward and backward passes both read ahead).
  * Return: 0, -ENOENT (no such layer), or nvs_swapper_acquire()'s errors;
  * on failure nothing stays acquired.
  */
 NVS_API int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 				    void **ptrs);
-
-/**
- * nvs_param_set_walk() - the order in which layers are acquired, as
- * traced on a training step (the forward pass; layers may repeat: a
- * tied embedding used first and last, a module called twice). With a
- * walk, nvs_param_acquire_layer() reads ahead along it instead of by
- * layer number: it finds the acquired layer in the walk (the same entry
- * again, the next or previous one, else the next occurrence ahead, else
- * the first), turns at the walk's ends (backward runs it in reverse, the
- * optimizer forward again), and reads ahead the next lookahead entries
- * in its direction. A layer not in the walk gets no read-ahead.
- * @n: entries in @layers (copied); 0 drops the walk (read-ahead by
- * layer number again).
- * Return: 0, -EINVAL (NULL with n > 0, n above 4 << 20), -ENOENT (an
- * entry is not an added layer; nothing changes), -ENOMEM.
- */
-NVS_API int nvs_param_set_walk(struct nvs_param_swapper *p, size_t n,
-			       const unsigned *layers);
 
 /**
  * nvs_param_release_layer() - end an acquire. @dirty: the parameters

@@ -316,7 +316,7 @@ static PyMethodDef config_methods[] = {
 	 "nvswap_options() -> dict\n\n"
 	 "The nvswap section, defaults filled in: backend, stripe_size\n"
 	 "(bytes), checksum, auto_evict, nvme_paths (a list, empty when\n"
-	 "absent), wait_ms, lookahead."},
+	 "absent), wait_ms, lookahead (ParamSwapper's)."},
 	{"aio_handle", config_aio_handle, METH_NOARGS,
 	 "aio_handle() -> aio_handle\n\n"
 	 "A new nvswap.aio_handle with aio_options(). Raises nvswap.Error\n"

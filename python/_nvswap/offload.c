@@ -295,6 +295,46 @@ static PyObject *param_prefetch_layer(PyObject *o, PyObject *arg)
 	return group_call(o, arg, param_prefetch);
 }
 
+/* set_walk(layers): the ints copied out first, then one C call. */
+static PyObject *param_set_walk(PyObject *o, PyObject *arg)
+{
+	struct ext_role *r = ROLE(o);
+	char msg[NVS_ERRMSG_MAX] = "";
+	unsigned *layers = NULL;
+	PyObject *seq;
+	Py_ssize_t n;
+	int rc = 0;
+
+	seq = PySequence_Fast(arg, "ParamSwapper.set_walk: layers must be a "
+				   "sequence of layer numbers");
+	if (!seq)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n > (Py_ssize_t)NVS_OFFLOAD_MAX_WALK) {
+		PyErr_Format(PyExc_ValueError,
+			     "ParamSwapper.set_walk: %zd layers, at most %u", n,
+			     NVS_OFFLOAD_MAX_WALK);
+		rc = -1;
+	} else if (n && !(layers = PyMem_Malloc(n * sizeof(*layers)))) {
+		PyErr_NoMemory();
+		rc = -1;
+	}
+	for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
+		rc = role_group_arg(PySequence_Fast_GET_ITEM(seq, i),
+				    &layers[i]);
+	Py_DECREF(seq);
+	if (rc < 0 || role_enter(r)) {
+		PyMem_Free(layers);
+		return NULL;
+	}
+	ROLE_RUN(r, rc, msg, nvs_param_set_walk(r->p, (unsigned)n, layers));
+	role_leave(r);
+	PyMem_Free(layers);
+	if (rc < 0)
+		return role_raise(r, rc, msg);
+	Py_RETURN_NONE;
+}
+
 static PyObject *param_acquire_layer(PyObject *o, PyObject *const *args,
 				     Py_ssize_t nargs, PyObject *kw)
 {
@@ -317,43 +357,6 @@ static int param_evict(void *p, unsigned g)
 static PyObject *param_evict_layer(PyObject *o, PyObject *arg)
 {
 	return group_call(o, arg, param_evict);
-}
-
-/* set_walk(layers) */
-static PyObject *param_set_walk(PyObject *o, PyObject *arg)
-{
-	struct ext_role *r = ROLE(o);
-	char msg[NVS_ERRMSG_MAX] = "";
-	PyObject *seq = PySequence_Fast(arg, "set_walk: layers must be a "
-					     "sequence of layer numbers");
-	unsigned *w = NULL;
-	Py_ssize_t n;
-	int rc;
-
-	if (!seq)
-		return NULL;
-	n = PySequence_Fast_GET_SIZE(seq);
-	if (n && !(w = PyMem_Malloc((size_t)n * sizeof(*w)))) {
-		Py_DECREF(seq);
-		return PyErr_NoMemory();
-	}
-	for (Py_ssize_t i = 0; i < n; i++)
-		if (role_group_arg(PySequence_Fast_GET_ITEM(seq, i), &w[i])) {
-			PyMem_Free(w);
-			Py_DECREF(seq);
-			return NULL;
-		}
-	Py_DECREF(seq);
-	if (role_enter(r)) {
-		PyMem_Free(w);
-		return NULL;
-	}
-	ROLE_RUN(r, rc, msg, nvs_param_set_walk(r->p, (size_t)n, w));
-	role_leave(r);
-	PyMem_Free(w);
-	if (rc < 0)
-		return role_raise(r, rc, msg);
-	Py_RETURN_NONE;
 }
 
 static PyObject *param_layer_in_cpu(PyObject *o, PyObject *arg)
@@ -409,28 +412,36 @@ static PyMethodDef param_methods[] = {
 	  "zero size, layer too large), EFBIG (the packed layer is larger\n"
 	  "than the Swapper's buffer_size), ENOSPC/EIO. Nothing is added\n"
 	  "on failure."),
-	M(param, set_walk, METH_O,
-	  "set_walk(layers) -> None\n\n"
-	  "The order in which layers are acquired, as traced on a step\n"
-	  "(repeats allowed). acquire_layer() then reads ahead along it,\n"
-	  "turning at its ends, instead of by layer number; [] drops it.\n"
-	  "Raises nvswap.Error: ENOENT (not an added layer), EINVAL;\n"
-	  "ValueError/TypeError for a bad entry."),
 	M(param, prefetch_layer, METH_O,
 	  "prefetch_layer(layer) -> None\n\n"
 	  "Start reading layer into free pool buffers and return; never\n"
 	  "waits for a buffer (a short pool is not an error). Raises\n"
 	  "nvswap.Error ENOENT (no such layer) or a submit error."),
+	M(param, set_walk, METH_O,
+	  "set_walk(layers) -> None\n\n"
+	  "Read ahead in the order the model uses its layers: layers is\n"
+	  "the forward pass's acquires in order, as its first step traced\n"
+	  "them (repeats allowed: a tied embedding first and last, a\n"
+	  "module called twice), copied. acquire_layer() then follows the\n"
+	  "walk, turning at its ends (backward starts where forward ended,\n"
+	  "the next step where backward ended), and reads ahead the next\n"
+	  "lookahead distinct layers along it; a layer not in the walk\n"
+	  "gets no read-ahead. [] goes back to read-ahead by number. Each\n"
+	  "call starts at the walk's beginning. Raises nvswap.Error ENOENT\n"
+	  "(a layer not added; nothing changes), ValueError (more than\n"
+	  "4 * 2**20 entries), TypeError/OverflowError (not layer\n"
+	  "numbers)."),
 	M(param, acquire_layer, FAST,
 	  "acquire_layer(layer, *, memoryview=False) -> list\n\n"
 	  "The layer's tensors, resident: a list in add order of torch\n"
 	  "tensors on the pool buffer (or memoryviews of their bytes when\n"
 	  "torch cannot be imported or memoryview=True). Reads the layer\n"
 	  "first when needed (blocks, GIL released), then reads the next\n"
-	  "lookahead layers ahead in the walk's direction into free\n"
-	  "buffers. Raises nvswap.Error: ENOENT, EBUSY (already\n"
-	  "acquired), and Swapper.acquire()'s errors (EDEADLK, ETIMEDOUT,\n"
-	  "EIO, EBADMSG); nothing stays acquired then."),
+	  "lookahead layers ahead into free buffers: along the walk given\n"
+	  "to set_walk(), else by number in the walk's direction. Raises\n"
+	  "nvswap.Error: ENOENT, EBUSY (already acquired), and\n"
+	  "Swapper.acquire()'s errors (EDEADLK, ETIMEDOUT, EIO,\n"
+	  "EBADMSG); nothing stays acquired then."),
 	M(param, release_layer, FAST,
 	  "release_layer(layer, dirty) -> None\n\n"
 	  "End the acquire. dirty: the parameters changed (written back\n"
@@ -738,10 +749,11 @@ static PyGetSetDef role_getset[] = {
 ROLE_TYPE(param_type, "ParamSwapper", param_methods, param_init,
 	  "ParamSwapper(swapper, lookahead=1, max_in_cpu=0, id_base=0)\n\n"
 	  "Parameters walked layer by layer (nvs_param_swapper): each\n"
-	  "acquire_layer() reads the next lookahead layers ahead in the\n"
-	  "walk's direction. max_in_cpu: bytes of parameters (whole\n"
-	  "layers, in add order, while they fit) kept in pinned CPU\n"
-	  "memory, never swapped; an int or a str such as '1G'." ROLE_DOC_TAIL);
+	  "acquire_layer() reads the next lookahead layers ahead, by\n"
+	  "number in the walk's direction or along set_walk()'s order.\n"
+	  "max_in_cpu: bytes of parameters (whole layers, in add order,\n"
+	  "while they fit) kept in pinned CPU memory, never swapped; an\n"
+	  "int or a str such as '1G'." ROLE_DOC_TAIL);
 ROLE_TYPE(optim_type, "OptimizerSwapper", optim_methods, optim_init,
 	  "OptimizerSwapper(swapper, pipeline_read=False,\n"
 	  "                 pipeline_write=False, id_base=0)\n\n"

@@ -161,6 +161,17 @@ def test_a_wrong_type_names_the_key():
     assert "must be a number" in e.strerror
 
 
+def test_a_lookahead_out_of_range_names_the_key():
+    assert nvswap.Config.from_str(
+        '{"nvswap": {"lookahead": 0}}').nvswap_options()["lookahead"] == 0
+    with pytest.raises(nvswap.ConfigError) as ei:
+        nvswap.Config.from_str('{"nvswap": {"lookahead": 1025}}')
+    e = ei.value
+    assert e.errno == errno.EINVAL
+    assert (e.line, e.column, e.key) == (1, 13, "nvswap.lookahead")
+    assert "at most 1024" in e.strerror
+
+
 def test_malformed_json_is_a_config_error_with_a_position():
     with pytest.raises(nvswap.ConfigError) as ei:
         nvswap.Config.from_str('{"aio": {', name="bad.json")

@@ -108,35 +108,6 @@ def test_acquire_layer_reads_ahead_in_the_walks_direction(swapper):
     p.release_layer(1, False)
 
 
-def test_set_walk_reads_ahead_in_the_traced_order(swapper):
-    p = nvswap.ParamSwapper(swapper, lookahead=1)
-    for layer in range(4):
-        p.add_layer(layer, [blob(5000, layer)])
-
-    def step(layer, ahead, not_ahead):
-        views = p.acquire_layer(layer, memoryview=True)
-        assert bytes(views[0]) == blob(5000, layer)
-        swapper.wait_all()
-        assert swapper.info(ahead << 20)["state"] == "resident"
-        assert swapper.info(not_ahead << 20)["state"] == "on_nvme"
-        p.release_layer(layer, False)
-        for k in range(4):
-            p.evict_layer(k)
-
-    p.set_walk([2, 0, 3])
-    step(2, 0, 3)          # not 3, the next by number
-    step(0, 3, 1)
-    step(3, 0, 1)          # the end: turned, backward reads 0 ahead
-    step(0, 2, 1)
-    p.set_walk(())         # by number again
-    step(1, 2, 3)
-    raises_errno(errno.ENOENT, p.set_walk, [0, 9])
-    with pytest.raises(TypeError):
-        p.set_walk(3)
-    with pytest.raises((ValueError, OverflowError)):
-        p.set_walk([-1])
-
-
 def test_max_in_cpu_keeps_whole_layers_out_of_the_swapper(swapper):
     p = nvswap.ParamSwapper(swapper, max_in_cpu="8K")
     p.add_layer(0, [blob(4000, 1), blob(4000, 2)])  # 4032 + 4000 <= 8192
@@ -174,6 +145,65 @@ def test_param_errors(swapper):
     p.release_layer(0, False)
     with pytest.raises(ValueError, match="layer or group"):
         p.acquire_layer(-1)
+
+
+def test_set_walk_reads_ahead_in_the_traced_order(swapdir):
+    s = nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=8)
+    p = nvswap.ParamSwapper(s, lookahead=2)
+    for layer in range(6):
+        p.add_layer(layer, [blob(5000, layer)])
+
+    def ahead_of(layer):
+        """Acquire layer: the layers it started reading ahead."""
+        before = s.stats()["prefetches"]
+        views = p.acquire_layer(layer, memoryview=True)
+        assert bytes(views[0]) == blob(5000, layer)
+        started = s.stats()["prefetches"] - before
+        off_disk = {k for k in range(6)
+                    if k != layer and s.info(k << 20)["state"] != "on_nvme"}
+        p.release_layer(layer, False)
+        for k in range(6):
+            p.evict_layer(k)
+        s.wait_all()
+        assert started == len(off_disk)
+        return off_disk
+
+    p.set_walk([4, 0, 2, 4])  # layer 4 tied: used first and last
+    assert ahead_of(4) == {0, 2}
+    assert ahead_of(0) == {2, 4}
+    assert ahead_of(2) == {4}
+    assert ahead_of(4) == set()   # the end of the forward pass
+    assert ahead_of(4) == {2, 0}  # backward starts where forward ended
+    assert ahead_of(2) == {0, 4}
+    assert ahead_of(0) == {4}
+    assert ahead_of(4) == set()
+    assert ahead_of(5) == set()   # not in the walk
+    p.set_walk(range(0))          # back to numbers: downwards after 5
+    assert ahead_of(4) == {3, 2}
+    p.set_walk((1, 3))
+    assert ahead_of(1) == {3}
+    p.close()
+    s.close()
+
+
+def test_set_walk_errors(swapper):
+    p = nvswap.ParamSwapper(swapper)
+    p.add_layer(0, [100])
+    p.add_layer(1, [100])
+    e = raises_errno(errno.ENOENT, p.set_walk, [0, 1, 9])
+    assert "entry 2 of the walk is layer 9, which was not added" in e.strerror
+    with pytest.raises(TypeError, match="sequence of layer numbers"):
+        p.set_walk(5)
+    with pytest.raises(TypeError):
+        p.set_walk([0, "1"])
+    with pytest.raises(ValueError, match="layer or group"):
+        p.set_walk([0, -1])
+    with pytest.raises(ValueError, match="at most 4194304"):
+        p.set_walk([0] * (4 * 2**20 + 1))
+    p.set_walk([1, 0])
+    p.close()
+    with pytest.raises(ValueError):
+        p.set_walk([0])
 
 
 def test_roles_share_a_swapper_with_different_id_bases(swapper):

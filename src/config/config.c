@@ -45,7 +45,7 @@ static void defaults(struct nvs_config *c)
 	c->nv.stripe_size = 1u << 20;
 	c->nv.auto_evict = true; /* no default that can hang */
 	c->nv.wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
-	c->nv.lookahead = 1;
+	c->nv.lookahead = 1; /* as nvs_param_swapper_opts_init() */
 }
 
 static int load_text(struct nvs_config *c, const char *text, size_t len)

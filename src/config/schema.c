@@ -25,7 +25,7 @@ enum vkind {
 	V_COUNT,   /* uint64_t, whole number >= 1 (1e8 accepted) */
 	V_COUNT0,  /* uint64_t, whole number >= 0 */
 	V_U32,	   /* uint32_t, whole number >= 1, at most max, of multiple */
-	V_U32Z,	   /* uint32_t as V_U32, 0 allowed */
+	V_U32_0,   /* as V_U32, 0 allowed */
 	V_STRING,  /* const char *, non-empty, borrowed from the tree */
 	V_DEVICE,  /* enum nvs_offload_device */
 	V_BACKEND, /* enum nvs_backend */
@@ -90,7 +90,7 @@ static const struct keydef nvswap_keys[] = {
 	{"nvme_paths", V_PATHS, 0, 0, 0, NULL}, /* the whole struct */
 	{"auto_evict", V_BOOL, OFF(auto_evict), 0, 0, NULL},
 	{"wait_ms", V_U32, OFF(wait_ms), NVS_WAIT_FOREVER - 1, 0, NULL},
-	{"lookahead", V_U32Z, OFF(lookahead), NVS_CONFIG_MAX_LOOKAHEAD, 0,
+	{"lookahead", V_U32_0, OFF(lookahead), NVS_CONFIG_MAX_LOOKAHEAD, 0,
 	 NULL},
 	{NULL, 0, 0, 0, 0, NULL},
 };
@@ -279,7 +279,7 @@ static int set_value(struct nvs_config *c, const char *path,
 				d->multiple, *(uint64_t *)field);
 		return ret;
 	case V_U32:
-	case V_U32Z:
+	case V_U32_0:
 		ret = get_count(c, path, v, d->kind == V_U32, &n);
 		if (ret < 0)
 			return ret;

@@ -9,6 +9,7 @@
 #include "nvswap/offload.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "swapper/walk.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -314,19 +315,10 @@ struct nvs_param_swapper {
 	struct gset gs;
 	unsigned lookahead;
 	uint64_t cpu_left;
-	unsigned last; /* layer acquired last */
-	bool walked;   /* last is set */
-	/* The traced order of acquires (nvs_param_set_walk), the index in it
-	 * of the last acquire (valid when at) and the direction of travel. */
-	unsigned *walk;
-	size_t nwalk, pos;
-	bool at;
-	int dir;
+	unsigned last;	      /* layer acquired last */
+	bool walked;	      /* last is set */
+	struct nvs_walk walk; /* nvs_param_set_walk(); empty: by number */
 };
-
-/* Longest walk: every layer about four times (forward, backward, the
- * optimizer, a module called twice). */
-#define WALK_MAX (4 * (size_t)NVS_OFFLOAD_MAX_GROUPS)
 
 void nvs_param_swapper_opts_init(struct nvs_param_swapper_opts *o)
 {
@@ -350,6 +342,7 @@ int nvs_param_swapper_create(struct nvs_swapper *core,
 		return -ENOMEM;
 	p->lookahead = o->lookahead;
 	p->cpu_left = o->max_in_cpu;
+	nvs__walk_init(&p->walk);
 	*out = p;
 	return 0;
 }
@@ -358,108 +351,8 @@ int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
 {
 	if (!p)
 		return 0;
-	nvs__free(p->walk);
+	nvs__walk_fini(&p->walk);
 	return role_free(&p->gs);
-}
-
-int nvs_param_set_walk(struct nvs_param_swapper *p, size_t n,
-		       const unsigned *layers)
-{
-	unsigned *w = NULL;
-
-	if (!p || (n && !layers))
-		return nvs__err(-EINVAL, "nvs_param_set_walk: NULL argument");
-	if (n > WALK_MAX)
-		return nvs__err(-EINVAL,
-				"nvs_param_set_walk: %zu entries (at most %zu)",
-				n, WALK_MAX);
-	for (size_t i = 0; i < n; i++)
-		if (!gget(&p->gs, layers[i]))
-			return nvs__err(-ENOENT,
-					"nvs_param_set_walk: entry %zu: no "
-					"layer %u",
-					i, layers[i]);
-	if (n) {
-		w = nvs__malloc(n * sizeof(*w));
-		if (!w)
-			return nvs__err(-ENOMEM,
-					"nvs_param_set_walk: out of memory "
-					"for %zu entries",
-					n);
-		memcpy(w, layers, n * sizeof(*w));
-	}
-	nvs__free(p->walk);
-	p->walk = w;
-	p->nwalk = n;
-	p->at = false;
-	p->dir = 1;
-	return 0;
-}
-
-static bool walk_has(const struct nvs_param_swapper *p, long i, unsigned layer)
-{
-	return i >= 0 && (size_t)i < p->nwalk && p->walk[i] == layer;
-}
-
-/* Move the walk's position to @layer: a repeat stays, the next or the
- * previous entry steps (the latter turning), else the next occurrence
- * ahead, else the first. At an end the direction turns (the backward
- * pass starts where the forward ended, the optimizer where backward
- * ended). Return: false when @layer is not in the walk. */
-static bool walk_move(struct nvs_param_swapper *p, unsigned layer)
-{
-	long i = (long)p->pos, d = p->dir;
-	bool found = false;
-
-	if (p->at && walk_has(p, i, layer)) {
-		found = true;
-	} else if (p->at && walk_has(p, i + d, layer)) {
-		i += d;
-		found = true;
-	} else if (p->at && walk_has(p, i - d, layer)) {
-		d = -d;
-		i += d;
-		found = true;
-	}
-	for (long j = i + 2 * d;
-	     p->at && !found && j >= 0 && (size_t)j < p->nwalk; j += d)
-		if (p->walk[j] == layer) {
-			i = j;
-			found = true;
-		}
-	for (size_t j = 0; !found && j < p->nwalk; j++)
-		if (p->walk[j] == layer) {
-			i = (long)j;
-			d = 1;
-			found = true;
-		}
-	if (!found)
-		return false;
-	if ((d > 0 && (size_t)i + 1 == p->nwalk) || (d < 0 && i == 0))
-		d = -d;
-	p->pos = (size_t)i;
-	p->dir = (int)d;
-	p->at = true;
-	return true;
-}
-
-/* Read ahead the next lookahead layers along the walk (other than
- * @layer itself), into free buffers only. */
-static int walk_readahead(struct nvs_param_swapper *p, unsigned layer)
-{
-	unsigned got = 0;
-
-	for (long i = (long)p->pos + p->dir;
-	     got < p->lookahead && i >= 0 && (size_t)i < p->nwalk;
-	     i += p->dir) {
-		if (p->walk[i] == layer)
-			continue;
-		int ret = gset_readahead(&p->gs, p->walk[i]);
-		if (ret < 0)
-			return ret;
-		got++;
-	}
-	return 0;
 }
 
 int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer, unsigned n,
@@ -481,6 +374,56 @@ int nvs_param_prefetch_layer(struct nvs_param_swapper *p, unsigned layer)
 				"nvs_param_prefetch_layer: NULL swapper");
 	ret = gfind(&p->gs, layer, "nvs_param_prefetch_layer", &g);
 	return ret < 0 ? ret : gset_readahead(&p->gs, layer);
+}
+
+int nvs_param_set_walk(struct nvs_param_swapper *p, unsigned n,
+		       const unsigned *layers)
+{
+	if (!p || (n && !layers) || n > NVS_OFFLOAD_MAX_WALK)
+		return nvs__err(-EINVAL,
+				"nvs_param_set_walk: NULL argument or a walk "
+				"of %u layers (at most %u)",
+				n, NVS_OFFLOAD_MAX_WALK);
+	for (unsigned i = 0; i < n; i++)
+		if (!gget(&p->gs, layers[i]))
+			return nvs__err(-ENOENT,
+					"nvs_param_set_walk: entry %u of the "
+					"walk is layer %u, which was not added",
+					i, layers[i]);
+	if (nvs__walk_set(&p->walk, n, layers) < 0)
+		return nvs__err(-ENOMEM,
+				"nvs_param_set_walk: out of memory for a walk "
+				"of %u layers",
+				n);
+	return 0;
+}
+
+/* Read ahead after acquiring @layer: along the walk when one is set (which
+ * moves its position), else by number in the direction @dir. 0 or the
+ * first submit error. */
+static int param_readahead(struct nvs_param_swapper *p, unsigned layer, int dir)
+{
+	struct nvs_walk_ahead it;
+	unsigned next;
+	int ret = 0;
+
+	if (p->walk.n) {
+		if (!nvs__walk_step(&p->walk, layer))
+			return 0; /* not in the walk: nothing known ahead */
+		nvs__walk_ahead_begin(&p->walk, &it);
+		for (unsigned k = 0; ret == 0 && k < p->lookahead &&
+				     nvs__walk_ahead_next(&p->walk, &it, &next);
+		     k++)
+			ret = gset_readahead(&p->gs, next);
+		return ret;
+	}
+	for (unsigned k = 1; ret == 0 && k <= p->lookahead; k++) {
+		long n = (long)layer + dir * (long)k;
+		if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
+			break;
+		ret = gset_readahead(&p->gs, (unsigned)n);
+	}
+	return ret;
 }
 
 int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
@@ -505,25 +448,10 @@ int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 		return ret;
 	p->last = layer;
 	p->walked = true;
-	if (p->nwalk) {
-		ret = walk_move(p, layer) ? walk_readahead(p, layer) : 0;
-		if (ret < 0)
-			gset_release(&p->gs, "nvs_param_acquire_layer", layer,
-				     false);
-		return ret;
-	}
-	for (unsigned k = 1; k <= p->lookahead; k++) {
-		long next = (long)layer + dir * (long)k;
-		if (next < 0 || next >= NVS_OFFLOAD_MAX_GROUPS)
-			break;
-		ret = gset_readahead(&p->gs, (unsigned)next);
-		if (ret < 0) {
-			gset_release(&p->gs, "nvs_param_acquire_layer", layer,
-				     false);
-			return ret;
-		}
-	}
-	return 0;
+	ret = param_readahead(p, layer, dir);
+	if (ret < 0)
+		gset_release(&p->gs, "nvs_param_acquire_layer", layer, false);
+	return ret;
 }
 
 int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,

@@ -763,6 +763,7 @@ Test(bad_input, offload_null_swappers_are_einval_or_no_ops)
 	      "nvs_param_prefetch_layer");
 	FAILS(nvs_param_acquire_layer(NULL, 0, ptr), -EINVAL,
 	      "nvs_param_acquire_layer");
+	FAILS(nvs_param_set_walk(NULL, 0, NULL), -EINVAL, "nvs_param_set_walk");
 	FAILS(nvs_param_release_layer(NULL, 0, false), -EINVAL,
 	      "nvs_param_release_layer");
 	FAILS(nvs_param_evict_layer(NULL, 0), -EINVAL, "nvs_param_evict_layer");

@@ -60,13 +60,15 @@ enum { L = 8, W = 12000, B = 300 }; /* per layer: W and B bytes */
 
 static unsigned char ref[L][2][W];
 
-static struct nvs_param_swapper *params(struct nvs_swapper *s, uint64_t cpu)
+static struct nvs_param_swapper *params_la(struct nvs_swapper *s, uint64_t cpu,
+					   unsigned lookahead)
 {
 	struct nvs_param_swapper_opts o;
 	struct nvs_param_swapper *p = NULL;
 
 	nvs_param_swapper_opts_init(&o);
 	o.max_in_cpu = cpu;
+	o.lookahead = lookahead;
 	cr_assert_eq(nvs_param_swapper_create(s, &o, &p), 0);
 	for (unsigned l = 0; l < L; l++) {
 		size_t sz[2] = {W, B};
@@ -77,6 +79,11 @@ static struct nvs_param_swapper *params(struct nvs_swapper *s, uint64_t cpu)
 			     nvs_last_error());
 	}
 	return p;
+}
+
+static struct nvs_param_swapper *params(struct nvs_swapper *s, uint64_t cpu)
+{
+	return params_la(s, cpu, 1);
 }
 
 static void check_layer(void **ptr, unsigned l)
@@ -142,80 +149,6 @@ Test(offload, a_backward_walk_reads_ahead_downwards_and_keeps_updates)
 		cr_assert_eq(nvs_param_release_layer(p, l, false), 0);
 		cr_assert_eq(nvs_param_evict_layer(p, l), 0);
 	}
-	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
-	cr_assert_eq(nvs_swapper_destroy(s), 0);
-}
-
-/* Acquire @l, see @ahead read ahead (-1: nothing) and @not_ahead still on
- * NVMe, release, and put every layer back on NVMe for the next step. */
-static void walk_step(struct nvs_swapper *s, struct nvs_param_swapper *p,
-		      unsigned l, int ahead, int not_ahead)
-{
-	void *ptr[2];
-
-	cr_assert_eq(nvs_param_acquire_layer(p, l, ptr), 0, "%s",
-		     nvs_last_error());
-	check_layer(ptr, l);
-	if (ahead >= 0)
-		cr_assert_neq(state_of(s, id_of((unsigned)ahead)),
-			      NVS_TENSOR_ON_NVME, "after %u: %d ahead", l,
-			      ahead);
-	if (not_ahead >= 0)
-		cr_assert_eq(state_of(s, id_of((unsigned)not_ahead)),
-			     NVS_TENSOR_ON_NVME, "after %u: %d not read", l,
-			     not_ahead);
-	cr_assert_eq(nvs_param_release_layer(p, l, false), 0);
-	cr_assert_eq(nvs_swapper_wait_all(s), 0);
-	for (unsigned k = 0; k < L; k++)
-		cr_assert_eq(nvs_param_evict_layer(p, k), 0, "%s",
-			     nvs_last_error());
-}
-
-Test(offload, a_set_walk_reads_ahead_in_its_order_and_turns_at_its_ends)
-{
-	struct nvs_swapper *s = core(16384, 4, NULL);
-	struct nvs_param_swapper *p = params(s, 0);
-	/* forward 3 0 6 0 2: layer 0 twice (a tied weight) */
-	const unsigned walk[] = {3, 0, 6, 0, 2};
-
-	cr_assert_eq(nvs_param_set_walk(p, 5, walk), 0, "%s", nvs_last_error());
-	walk_step(s, p, 3, 0, 4);
-	walk_step(s, p, 0, 6, 1);
-	walk_step(s, p, 6, 0, 7);
-	walk_step(s, p, 0, 2, 1);
-	walk_step(s, p, 2, 0, 3); /* the end: turned, backward next */
-	walk_step(s, p, 2, 0, 1); /* backward starts with the same layer */
-	walk_step(s, p, 0, 6, 1);
-	walk_step(s, p, 6, 0, 5);
-	walk_step(s, p, 0, 3, 1);
-	walk_step(s, p, 3, 0, 2);  /* the start: turned, forward again */
-	walk_step(s, p, 5, -1, 6); /* not in the walk: nothing read */
-	walk_step(s, p, 2, 0, 3);  /* found again by search */
-	/* n = 0: by layer number again */
-	cr_assert_eq(nvs_param_set_walk(p, 0, NULL), 0);
-	walk_step(s, p, 1, 0, 2); /* downwards after 2, by number */
-	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
-	cr_assert_eq(nvs_swapper_destroy(s), 0);
-}
-
-Test(offload, set_walk_bad_input)
-{
-	struct nvs_swapper *s = core(16384, 4, NULL);
-	struct nvs_param_swapper *p = params(s, 0);
-	const unsigned bad[] = {1, 2, L};
-	void *ptr[2];
-
-	cr_assert_eq(nvs_param_set_walk(NULL, 0, NULL), -EINVAL);
-	cr_assert_eq(nvs_param_set_walk(p, 3, NULL), -EINVAL);
-	cr_assert_eq(nvs_param_set_walk(p, (size_t)-1, bad), -EINVAL);
-	cr_assert(strstr(nvs_last_error(), "at most"), "%s", nvs_last_error());
-	cr_assert_eq(nvs_param_set_walk(p, 3, bad), -ENOENT);
-	cr_assert(strstr(nvs_last_error(), "entry 2: no layer 8"), "%s",
-		  nvs_last_error());
-	/* nothing changed: read-ahead still by number */
-	cr_assert_eq(nvs_param_acquire_layer(p, 1, ptr), 0);
-	cr_assert_neq(state_of(s, id_of(2)), NVS_TENSOR_ON_NVME);
-	cr_assert_eq(nvs_param_release_layer(p, 1, false), 0);
 	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
@@ -313,6 +246,132 @@ Test(offload, parameter_bad_input)
 	cr_assert_eq(nvs_param_release_layer(p, 0, false), 0);
 	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_param_swapper_destroy(NULL), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+/* ------------------------------------------------------ a traced walk */
+
+#define END ~0u
+#define A(...) ((const unsigned[]){__VA_ARGS__, END})
+#define NOTHING ((const unsigned[]){END})
+
+/* Acquire @l: exactly the layers @want (END-terminated) are read ahead
+ * (started reads, layers off the disk); then everything goes back to
+ * the disk, so each step starts from the same state. */
+static void walk_step(struct nvs_swapper *s, struct nvs_param_swapper *p,
+		      unsigned l, const unsigned *want)
+{
+	struct nvs_swap_stats a, b;
+	bool ahead[L] = {false};
+	unsigned n = 0;
+	void *ptr[2];
+
+	for (; want[n] != END; n++)
+		ahead[want[n]] = true;
+	nvs_swapper_stats(s, &a);
+	cr_assert_eq(nvs_param_acquire_layer(p, l, ptr), 0, "%s",
+		     nvs_last_error());
+	check_layer(ptr, l);
+	nvs_swapper_stats(s, &b);
+	cr_assert_eq(b.prefetches - a.prefetches, n, "after layer %u", l);
+	for (unsigned k = 0; k < L; k++)
+		if (k != l)
+			cr_assert_eq(
+				state_of(s, id_of(k)) != NVS_TENSOR_ON_NVME,
+				ahead[k], "after layer %u: layer %u", l, k);
+	cr_assert_eq(nvs_param_release_layer(p, l, false), 0);
+	for (unsigned k = 0; k < L; k++)
+		cr_assert_eq(nvs_param_evict_layer(p, k), 0);
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+}
+
+Test(offload, a_permuted_walk_reads_ahead_in_its_order_both_ways)
+{
+	const unsigned walk[L] = {3, 0, 6, 1, 7, 2, 5, 4};
+	struct nvs_swapper *s = core(16384, L, NULL);
+	struct nvs_param_swapper *p = params_la(s, 0, 2);
+
+	cr_assert_eq(nvs_param_set_walk(p, L, walk), 0, "%s", nvs_last_error());
+	for (unsigned i = 0; i < L; i++)
+		walk_step(s, p, walk[i],
+			  i + 2 < L   ? A(walk[i + 1], walk[i + 2])
+			  : i + 1 < L ? A(walk[i + 1])
+				      : NOTHING);
+	/* backward: the last layer again turns the walk */
+	for (unsigned i = L; i-- > 0;)
+		walk_step(s, p, walk[i],
+			  i >= 2   ? A(walk[i - 1], walk[i - 2])
+			  : i == 1 ? A(walk[0])
+				   : NOTHING);
+	walk_step(s, p, walk[0], A(walk[1], walk[2])); /* the next step */
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(offload, a_walk_with_repeats_reads_each_layer_ahead_once)
+{
+	/* layer 0 tied: used first and last; layer 2 called twice */
+	const unsigned walk[] = {0, 1, 2, 2, 3, 0};
+	struct nvs_swapper *s = core(16384, L, NULL);
+	struct nvs_param_swapper *p = params_la(s, 0, 2);
+
+	cr_assert_eq(nvs_param_set_walk(p, 6, walk), 0, "%s", nvs_last_error());
+	walk_step(s, p, 0, A(1, 2));
+	walk_step(s, p, 1, A(2, 3));
+	walk_step(s, p, 2, A(3, 0));
+	walk_step(s, p, 2, A(3, 0));
+	walk_step(s, p, 3, A(0));
+	walk_step(s, p, 0, NOTHING);
+	walk_step(s, p, 0, A(3, 2)); /* backward */
+	walk_step(s, p, 3, A(2, 1));
+	walk_step(s, p, 2, A(1, 0));
+	walk_step(s, p, 2, A(1, 0));
+	walk_step(s, p, 1, A(0));
+	walk_step(s, p, 0, NOTHING);
+	walk_step(s, p, 0, A(1, 2)); /* the next step */
+	/* a layer not in the walk: no read-ahead, the position stays */
+	walk_step(s, p, 5, NOTHING);
+	walk_step(s, p, 1, A(2, 3));
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(offload, an_empty_walk_restores_read_ahead_by_number)
+{
+	const unsigned walk[] = {3, 6, 1};
+	struct nvs_swapper *s = core(16384, L, NULL);
+	struct nvs_param_swapper *p = params_la(s, 0, 2);
+
+	walk_step(s, p, 3, A(4, 5));
+	cr_assert_eq(nvs_param_set_walk(p, 3, walk), 0);
+	walk_step(s, p, 3, A(6, 1));
+	walk_step(s, p, 6, A(1));
+	cr_assert_eq(nvs_param_set_walk(p, 0, NULL), 0);
+	walk_step(s, p, 6, A(7));
+	walk_step(s, p, 3, A(2, 1)); /* downwards after a higher layer */
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(offload, set_walk_bad_input_keeps_the_walk)
+{
+	const unsigned walk[] = {2, 0}, bad[] = {1, 4, 9};
+	struct nvs_swapper *s = core(16384, L, NULL);
+	struct nvs_param_swapper *p = params_la(s, 0, 1);
+
+	cr_assert_eq(nvs_param_set_walk(p, 2, walk), 0);
+	cr_assert_eq(nvs_param_set_walk(NULL, 2, walk), -EINVAL);
+	cr_assert_eq(nvs_param_set_walk(p, 2, NULL), -EINVAL);
+	cr_assert_eq(nvs_param_set_walk(p, NVS_OFFLOAD_MAX_WALK + 1, walk),
+		     -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "at most 4194304"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(nvs_param_set_walk(p, 3, bad), -ENOENT);
+	cr_assert(strstr(nvs_last_error(),
+			 "entry 2 of the walk is layer 9, which was not added"),
+		  "%s", nvs_last_error());
+	walk_step(s, p, 2, A(0)); /* the walk set first */
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 

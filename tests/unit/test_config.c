@@ -466,28 +466,33 @@ Test(config, wait_ms_is_read_and_judged_at_its_position)
 	fails("{\"nvswap\": {\"wait_ms\": -5}}", -EINVAL, "nvswap.wait_ms");
 }
 
-Test(config, lookahead_is_read_zero_allowed_and_judged)
+Test(config, lookahead_is_read_and_judged_at_its_position)
 {
-	struct nvs_nvswap_config nv;
 	struct nvs_config *c;
+	struct nvs_nvswap_config n;
 
+	c = load("{}");
+	cr_assert_eq(nvs_config_nvswap(c, &n), 0);
+	cr_assert_eq(n.lookahead, 1, "as nvs_param_swapper_opts_init()");
+	nvs_config_free(c);
 	c = load("{\"nvswap\": {\"lookahead\": 0}}");
-	cr_assert_eq(nvs_config_nvswap(c, &nv), 0, "%s", nvs_last_error());
-	cr_assert_eq(nv.lookahead, 0);
+	nvs_config_nvswap(c, &n);
+	cr_assert_eq(n.lookahead, 0, "0: no read-ahead");
 	nvs_config_free(c);
 	c = load("{\"nvswap\": {\"lookahead\": 1024}}");
-	cr_assert_eq(nvs_config_nvswap(c, &nv), 0);
-	cr_assert_eq(nv.lookahead, 1024);
-	nvs_config_free(c);
-	c = load("{}");
-	cr_assert_eq(nvs_config_nvswap(c, &nv), 0);
-	cr_assert_eq(nv.lookahead, 1, "the default");
+	nvs_config_nvswap(c, &n);
+	cr_assert_eq(n.lookahead, NVS_CONFIG_MAX_LOOKAHEAD);
 	nvs_config_free(c);
 	fails("{\"nvswap\": {\"lookahead\": 1025}}", -EINVAL,
 	      "t.json:1:13: nvswap.lookahead: at most 1024");
-	fails("{\"nvswap\": {\"lookahead\": -1}}", -EINVAL, "nvswap.lookahead");
+	fails("{\"nvswap\": {\"lookahead\": -1}}", -EINVAL,
+	      "nvswap.lookahead: must be a whole number of at least 0");
 	fails("{\"nvswap\": {\"lookahead\": 1.5}}", -EINVAL,
 	      "nvswap.lookahead");
+	fails("{\"nvswap\": {\"lookahead\": \"2\"}}", -EINVAL,
+	      "nvswap.lookahead");
+	fails("{\"nvswap\": {\"look_ahead\": 2}}", -EINVAL,
+	      "did you mean 'lookahead'?");
 }
 
 Test(config, offload_sections_become_swapper_options)

@@ -70,6 +70,7 @@ ROW(nvs_config_swapper_opts,
 ROW(nvs_param_swapper_create, nvs_param_swapper_create(NULL, NULL, NULL))
 ROW(nvs_param_add_layer, nvs_param_add_layer(NULL, 0, 1, NULL, NULL))
 ROW(nvs_param_prefetch_layer, nvs_param_prefetch_layer(NULL, 0))
+ROW(nvs_param_set_walk, nvs_param_set_walk(NULL, 0, NULL))
 ROW(nvs_param_acquire_layer, nvs_param_acquire_layer(NULL, 0, NULL))
 ROW(nvs_param_release_layer, nvs_param_release_layer(NULL, 0, false))
 ROW(nvs_param_evict_layer, nvs_param_evict_layer(NULL, 0))
@@ -162,6 +163,7 @@ static const struct row rows[] = {
 	R(nvs_param_swapper_create),
 	R(nvs_param_add_layer),
 	R(nvs_param_prefetch_layer),
+	R(nvs_param_set_walk),
 	R(nvs_param_acquire_layer),
 	R(nvs_param_release_layer),
 	R(nvs_param_evict_layer),
