@@ -198,7 +198,8 @@ def run_width(a, width, layers, bw):
     eng = nvt.engine_of(model)
     st = nvt.stats(model)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    opt = nvt.AdamW(model.parameters(), lr=1e-3)
+    opt = nvt.AdamW(model.parameters(), lr=1e-3,
+                    step_in_backward=a.step_in_backward)
     gen = torch.Generator().manual_seed(1)
     mem, off, loads = [], [], []
     try:
@@ -299,7 +300,9 @@ def summarize(r):
 def report(a, results):
     print(f"\n{len(results[0]['memory'])} timed steps per width after "
           f"{a.warmup} warm-up; batch {a.batch} x context {a.context}, "
-          f"vocab {VOCAB}, {HEADS} heads; torch {torch.__version__}, "
+          f"vocab {VOCAB}, {HEADS} heads; optimizer step "
+          f"{'in backward' if a.step_in_backward else 'after backward'}; "
+          f"torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; {platform.python_version()}")
     print("\n| width | layers | params (MiB) | in memory s | offloaded s | "
           "offloaded / in memory | min / min | I/O exposed s | read MiB | "
@@ -368,6 +371,9 @@ def main():
     ap.add_argument("--profile-steps", type=int, default=2)
     ap.add_argument("--profile-top", type=int, default=25)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--step-in-backward", action="store_true",
+                    help="nvt.AdamW(step_in_backward=True): each layer "
+                    "stepped in backward")
     a = ap.parse_args()
     if len(a.layers) == 1:
         a.layers = a.layers * len(a.widths)

@@ -179,6 +179,16 @@ class Engine:
             dirty = layer in self.dirty
             self.dirty.discard(layer)
             self.params.release_layer(layer, dirty)
+            # Give the buffer back now (a changed layer's write-back
+            # starts): the C read-ahead fills free buffers only, and a pool
+            # full of released layers would leave every acquire a
+            # synchronous read. A failed write submit keeps the layer
+            # resident and dirty, and its next eviction or wait() raises
+            # (raising here would make a retried step() step it twice).
+            try:
+                self.params.evict_layer(layer)
+            except nvswap.Error:
+                pass
 
     def need(self, layer):
         """A layer used inside the running forward, held until that
