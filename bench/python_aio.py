@@ -49,40 +49,12 @@ import time
 import torch
 
 import nvswap
+from benchutil import fs_type, loadavg, med, parse_size
 
 GIB = 1 << 30
 TARGET_C = 0.98
 TARGET_UNPINNED = 0.90
 TARGET_OVERHEAD_US = 2.0
-
-
-def parse_size(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper()
-    if s and s[-1] in mult:
-        return int(s[:-1]) * mult[s[-1]]
-    return int(s)
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
-def fs_type(folder):
-    """The filesystem type of the mount holding @folder."""
-    path, best, kind = os.path.realpath(folder), "", "?"
-    with open("/proc/mounts") as f:
-        for line in f:
-            mnt, typ = line.split()[1:3]
-            inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
-            if inside and len(mnt) >= len(best):
-                best, kind = mnt, typ
-    return kind
-
-
-def med(v):
-    return statistics.median(v)
 
 
 def spread(v, fmt="{:.2f}"):

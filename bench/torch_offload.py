@@ -62,42 +62,16 @@ import nvswap.torch as nvt
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
 from train_offloaded import Decoder, config  # noqa: E402
+from train_offloaded import step as train_step  # noqa: E402
+from benchutil import fs_type, loadavg, med, parse_size  # noqa: E402
 
 MIB = 1 << 20
 VOCAB, HEADS = 2048, 4
 TARGET = 1.10
 
 
-def parse_size(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper()
-    if s and s[-1] in mult:
-        return int(s[:-1]) * mult[s[-1]]
-    return int(s)
-
-
 def ints(s):
     return [int(x) for x in s.split(",") if x]
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
-def fs_type(folder):
-    path, best, kind = os.path.realpath(folder), "", "?"
-    with open("/proc/mounts") as f:
-        for line in f:
-            mnt, typ = line.split()[1:3]
-            inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
-            if inside and len(mnt) >= len(best):
-                best, kind = mnt, typ
-    return kind
-
-
-def med(v):
-    return statistics.median(v)
 
 
 def iqr(v):
@@ -242,12 +216,7 @@ def profile_steps(a, model, opt, gen):
         tokens = torch.randint(0, VOCAB, (a.batch, a.context + 1),
                                generator=gen)
         prof.enable()
-        logits = model(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), tokens[:, 1:].flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        train_step(model, opt, tokens)
         prof.disable()
     s = io.StringIO()
     ps = pstats.Stats(prof, stream=s)

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+"""Helpers shared by the Python benchmarks (python_aio.py,
+torch_offload.py): sizes, the machine's load, the filesystem under a
+folder, medians."""
+import os
+import statistics
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper()
+    if s and s[-1] in mult:
+        return int(s[:-1]) * mult[s[-1]]
+    return int(s)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def fs_type(folder):
+    """The filesystem type of the mount holding @folder."""
+    path, best, kind = os.path.realpath(folder), "", "?"
+    with open("/proc/mounts") as f:
+        for line in f:
+            mnt, typ = line.split()[1:3]
+            inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+            if inside and len(mnt) >= len(best):
+                best, kind = mnt, typ
+    return kind
+
+
+def med(v):
+    return statistics.median(v)
