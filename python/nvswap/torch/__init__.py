@@ -237,7 +237,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
         params = nvswap.ParamSwapper(pswap, lookahead=lookahead,
                                      max_in_cpu=max_in_cpu)
         oo = (cfg.offload("optimizer") if cfg is not None else {})
-        eng = Engine(model, pswap, params, gswap, {
+        eng = Engine(pswap, params, gswap, {
             "rank": rank,
             "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
                           "pipeline_write": bool(oo.get("pipeline_write"))}})

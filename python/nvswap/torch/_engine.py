@@ -10,7 +10,6 @@ buffer reuse are the C library's: this file only says which layer is
 needed when, and hands the traced walk to ParamSwapper.set_walk().
 """
 import errno
-import math
 import time
 from collections import OrderedDict
 
@@ -90,8 +89,7 @@ class ParamDict(OrderedDict):
 
 
 class Engine:
-    def __init__(self, model, pswap, params, gswap, opts):
-        self.model_name = type(model).__name__
+    def __init__(self, pswap, params, gswap, opts):
         self.pswap = pswap  # nvswap.Swapper for the parameters
         self.params = params  # nvswap.ParamSwapper
         self.gswap = gswap  # nvswap.Swapper for gradients + optimizer state
@@ -520,6 +518,3 @@ def check_layer_fits(owner, items, buffer_size):
         chunks.append(cur)
     return chunks
 
-
-def ceil_div(a, b):
-    return -(-a // b) if b else math.inf
