@@ -131,7 +131,7 @@ def _layer_plan(model, buffer_size):
                 continue
             seen.add(id(p))
             own.append((f"{mname}.{pname}" if mname else pname, p))
-        for chunk in check_layer_fits(mname, own, buffer_size):
+        for chunk in check_layer_fits(own, buffer_size):
             plan.append((mname, m, chunk))
     return plan, tied
 
@@ -249,7 +249,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
         layer_of, renamed = {}, {}
         for mname, m, chunk in plan:
             chunk = _materialize(m, chunk, init, renamed)
-            layer = eng.add_layer(mname, chunk)
+            layer = eng.add_layer(chunk)
             eng.mod_layers.setdefault(m, []).append(layer)
             for _, p in chunk:
                 layer_of[id(p)] = layer
@@ -340,11 +340,19 @@ def _owned(module):
 
 
 def _state_dict_hook(module, sd, prefix, meta):
+    """The module's offloaded entries become copies read back from NVMe,
+    one acquire per layer."""
+    want = {}  # layer -> [(key, index)]
     for name, p in _owned(module):
-        key = prefix + name
-        if key in sd:
-            sd[key] = p._nvswap.engine.read_layer(p._nvswap.layer)[
-                p._nvswap.index]
+        if prefix + name in sd:
+            want.setdefault(p._nvswap.layer, []).append(
+                (prefix + name, p._nvswap.index))
+    if want:
+        eng = _module_engine(module)
+        for layer, entries in want.items():
+            data = eng.read_layer(layer, [i for _, i in entries])
+            for (key, _), t in zip(entries, data):
+                sd[key] = t
 
 
 def _module_engine(module):
@@ -377,7 +385,8 @@ def _load_post_hook(module, incompatible):
 
 
 def stats(model):
-    """A dict: layers, layers_held (acquired now), parameters, parameter_bytes, bytes_read,
+    """A dict: layers, layers_held (acquired now), steps (optimizer steps
+    taken), parameters, parameter_bytes, bytes_read,
     bytes_written, io_exposed_s (time acquires waited for I/O or a buffer,
     from the C library), pool_bytes, pool_high_water, walk, and the raw
     Swapper stats of both pools ('param', 'optimizer')."""

@@ -99,7 +99,6 @@ class Engine:
             "optimizer", {"pipeline_read": False, "pipeline_write": False})
         self.layers = []  # layer -> [param]
         self.names = []  # layer -> [qualified name]
-        self.owner = []  # layer -> owning module's name
         self.grad_off = []  # layer -> [byte offset in the gradient region]
         self.refs = []  # layer -> acquire count
         self.dirty = set()  # acquired layers some acquire changed
@@ -126,7 +125,7 @@ class Engine:
         self.optimizer = None
 
     # ---------------------------------------------------------- layers
-    def add_layer(self, owner, items):
+    def add_layer(self, items):
         """items: [(name, param)] whose data is materialized."""
         layer = len(self.layers)
         data = [p.data if p.data.is_contiguous() else p.data.contiguous()
@@ -140,7 +139,6 @@ class Engine:
         self.grads.add_group(layer, max(off, ALIGN))
         self.layers.append([p for _, p in items])
         self.names.append([n for n, _ in items])
-        self.owner.append(owner)
         self.grad_off.append(offs)
         self.refs.append(0)
         for i, (name, p) in enumerate(items):
@@ -444,11 +442,14 @@ class Engine:
         return region[off:off + n].view(p.dtype).view(p.shape)
 
     # ----------------------------------------------------------- state
-    def read_layer(self, layer):
-        """Copies of a layer's parameters (state_dict)."""
+    def read_layer(self, layer, indexes=None):
+        """Copies of a layer's parameters (all, or those at indexes)."""
+        ps = self.layers[layer]
         self.acquire(layer)
         try:
-            return [p.data.clone() for p in self.layers[layer]]
+            return [ps[i].data.clone()
+                    for i in (range(len(ps)) if indexes is None
+                              else indexes)]
         finally:
             self.release(layer)
 
@@ -457,6 +458,7 @@ class Engine:
         out = {
             "layers": len(self.layers),
             "layers_held": sum(1 for r in self.refs if r),
+            "steps": self.steps,
             "parameters": sum(len(x) for x in self.layers),
             "parameter_bytes": sum(_nbytes(p) for x in self.layers
                                    for p in x),
@@ -495,7 +497,7 @@ class Engine:
             raise err
 
 
-def check_layer_fits(owner, items, buffer_size):
+def check_layer_fits(items, buffer_size):
     """Split a module's parameters into layers that fit a pool buffer;
     a parameter larger than one is refused with its name and both sizes."""
     chunks, cur, cur_bytes = [], [], 0
