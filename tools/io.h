@@ -43,14 +43,15 @@ struct args {
 	uint32_t uring_flags;
 	size_t bounce;
 	int staging;
-	bool prepared;	  /* --read: the file is already there and synced */
-	bool warmup_read; /* warm-up ops read, whatever the timed ones do */
+	bool prepared;	    /* --read: the file is already there and synced */
+	bool warmup_read;   /* warm-up ops read, whatever the timed ones do */
+	bool fio_huge_only; /* --no-fio-default: skip fio's default buffers */
 };
 
 struct run {
 	double task_s;	/* timed loops: the I/O calls only */
 	double e2e_s;	/* plus handle creation and buffer set-up */
-	double cpu_s;	/* user + system CPU of the timed loops */
+	double cpu_s;	/* process CPU (all threads) of the timed loops */
 	double *lat;	/* per-op seconds, loops of them */
 	uint64_t bytes; /* moved by the timed loops */
 	int validated;	/* 1 ok, 0 not asked, -1 mismatch */
@@ -81,6 +82,9 @@ void io_one_run(const struct args *a, struct run *r);
 /* io_fio.c: put back the huge-page count reserve_huge() raised; called
  * from the signal handler, so async-signal-safe. */
 void io_restore_huge(void);
+/* io_fio.c: remove fio's hook directory (FIFOs, hook logs); called from
+ * the signal handler, so async-signal-safe. */
+void io_fio_cleanup(void);
 /* io_fio.c: --compare-fio: nvswap and fio interleaved, --repeats times.
  * Return: the exit status (1 on a validation failure). */
 int io_compare_fio(const struct args *a);

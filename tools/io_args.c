@@ -74,6 +74,9 @@ static void usage(FILE *f)
 	      "                          interleaved with nvswap, --repeats "
 	      "times each\n"
 	      "  --repeats N             repeats for --compare-fio (default 5)\n"
+	      "  --no-fio-default        --compare-fio: skip fio with its "
+	      "default buffers\n"
+	      "                          when it has huge-page ones\n"
 	      "  --keep                  keep the test file(s)\n"
 	      "  -h, --help              this text\n"
 	      "\n"
@@ -92,7 +95,14 @@ static void usage(FILE *f)
 	      "the huge pages in " HUGEPAGES
 	      " and restores the old value after.\n"
 	      "fio runs with --scramble_buffers=0 (no data generation in its "
-	      "CPU time);\n"
+	      "CPU time).\n"
+	      "CPU time is the whole process's (every thread) during the I/O "
+	      "on both\n"
+	      "sides: fio's is read from its process CPU clock by its "
+	      "--exec_prerun and\n"
+	      "--exec_postrun hooks (their own cost measured and taken off); "
+	      "fio's own\n"
+	      "usr+sys (its job threads only) is printed beside it;\n"
 	      "each nvswap repeat does one untimed op first, as fio's set-up "
 	      "(buffers\n"
 	      "are registered with the ring on first use).\n"
@@ -129,6 +139,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		O_NOFIXED,
 		O_BOUNCE,
 		O_STAGE,
+		O_NOFIODEF,
 	};
 	static const struct option opts[] = {
 		{"folder", required_argument, NULL, O_FOLDER},
@@ -156,6 +167,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		{"no-fixed", no_argument, NULL, O_NOFIXED},
 		{"bounce_bytes", required_argument, NULL, O_BOUNCE},
 		{"staging", required_argument, NULL, O_STAGE},
+		{"no-fio-default", no_argument, NULL, O_NOFIODEF},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -235,6 +247,9 @@ void io_parse(int argc, char **argv, struct args *a)
 			break;
 		case O_KEEP:
 			a->keep = true;
+			break;
+		case O_NOFIODEF:
+			a->fio_huge_only = true;
 			break;
 		case O_SQPOLL:
 			a->uring_flags |= NVS_URING_SQPOLL;

@@ -19,6 +19,7 @@ bool io_keep_files;
 static void on_signal(int sig)
 {
 	io_remove_files();
+	io_fio_cleanup();
 	io_restore_huge();
 	signal(sig, SIG_DFL);
 	raise(sig);

@@ -242,6 +242,7 @@ Test(nvswap_io, help_documents_every_option)
 					   "--json",
 					   "--compare-fio",
 					   "--repeats",
+					   "--no-fio-default",
 					   "--keep",
 					   "--sqpoll",
 					   "--iopoll",
@@ -349,21 +350,35 @@ Test(nvswap_io, folder_on_a_read_only_filesystem_is_refused)
 	tu_out_free(&o);
 }
 
-Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
+/* nvswap-io --compare-fio --json @opts on the test folder, which must
+ * succeed: its JSON. NULL (the test skips) when fio is not installed. */
+static json_t *compare_fio(const char *opts)
 {
 	char args[4096];
 	struct tu_out o;
-	json_t *j, *r;
+	json_t *j;
 
 	if (system("fio --version >/dev/null 2>&1") != 0)
-		cr_skip_test("fio is not installed (apt-get install fio)");
-	snprintf(args, sizeof(args),
-		 "--folder %s --io_size 8M --read --queue_depth 4 "
-		 "--compare-fio --repeats 2 --json",
-		 folder());
+		return NULL;
+	snprintf(args, sizeof(args), "--folder %s --compare-fio --json %s",
+		 folder(), opts);
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 0, "%s", o.err);
 	j = parse(o.out);
+	tu_out_free(&o);
+	return j;
+}
+
+Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
+{
+	json_t *j = compare_fio("--io_size 8M --read --queue_depth 4 "
+				"--repeats 2"),
+	       *r;
+	const char *cmd;
+	char eng[64];
+
+	if (!j)
+		cr_skip_test("fio is not installed (apt-get install fio)");
 	r = json_object_get(j, "ratio");
 	cr_assert_gt(json_real_value(json_object_get(r, "median")), 0);
 	cr_assert_leq(json_real_value(json_object_get(r, "min")),
@@ -371,11 +386,38 @@ Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
 	cr_assert_gt(json_real_value(json_object_get(
 			     json_object_get(j, "fio_default_gbs"), "median")),
 		     0);
-	/* CPU time of an 8 MiB run can be below getrusage's tick. */
 	cr_assert(json_is_real(
 		json_object_get(json_object_get(j, "cpu_ratio"), "median")));
+	/* fio ran nvswap's job: same engine, O_DIRECT, bs, qd, file. */
+	cmd = json_string_value(json_object_get(j, "fio_command"));
+	snprintf(eng, sizeof(eng), "--ioengine=%s ",
+		 json_string_value(json_object_get(j, "backend")));
+	cr_assert(cmd && strstr(cmd, eng), "%s", cmd);
+	cr_assert(strstr(cmd, " --direct=1 "), "%s", cmd);
+	cr_assert(strstr(cmd, " --bs=1048576 "), "%s", cmd);
+	cr_assert(strstr(cmd, " --iodepth=4 "), "%s", cmd);
+	cr_assert(strstr(cmd, " --size=8388608 "), "%s", cmd);
+	/* 8 MiB in 1 MiB requests, warm-up op and timed op. */
+	cr_assert_eq(json_integer_value(json_object_get(j, "nvswap_requests")),
+		     16);
 	json_decref(j);
-	tu_out_free(&o);
+}
+
+/* --no-fio-default: only the huge-page fio, or only the default one when
+ * there are no huge pages; either way one fio figure. */
+Test(nvswap_io, no_fio_default_runs_one_fio_per_repeat)
+{
+	json_t *j = compare_fio("--io_size 4M --queue_depth 4 --repeats 1 "
+				"--no-fio-default");
+
+	if (!j)
+		cr_skip_test("fio is not installed (apt-get install fio)");
+	cr_assert_gt(json_real_value(json_object_get(
+			     json_object_get(j, "fio_gbs"), "median")),
+		     0);
+	cr_assert_eq(json_object_get(j, "fio_default_gbs") != NULL,
+		     !json_is_true(json_object_get(j, "fio_huge_pages")));
+	json_decref(j);
 }
 
 /* Issue 24 finding 1: the test file's name is predictable; a symlink
