@@ -7,7 +7,8 @@
 #               banned-call checks
 #   make fuzz   libFuzzer on the config loader and the argument parsers,
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
-# Everything else is for developers: build, stress, bench, format, clean.
+# Everything else is for developers: build, stress, bench (bench-full),
+# format, clean.
 
 # dpkg-dev: scripts/jemalloc-source.sh unpacks and configures jemalloc
 # from Debian's source package of libjemalloc-dev's version (it needs
@@ -37,7 +38,8 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: all deps build demo demo-io demo-python test test-plain test-asan test-tsan \
 	test-python \
-	check-format check-banned format bench stress fuzz test-fuzz clean
+	check-format check-banned format bench bench-full stress fuzz test-fuzz \
+	clean
 
 all: build
 
@@ -146,7 +148,17 @@ stress: build deps build-asan/build.ninja
 	scripts/run-tests.sh build stress stress
 	$(SAN_ENV) scripts/run-tests.sh build-asan stress-asan stress
 
+# make bench: the regression guard, about a minute: sequential read and
+# write against fio, 4 KiB QD1 reads against fio psync, the overlap
+# balance point, the swap walk against hand-written aio, each against its
+# reference in the same run, as one table of ratios and targets
+# (bench/quick.py). Timing is not a test: not part of make test.
+# make bench-full: the longer set, about 15 minutes, with the matrix of
+# block size x queue depth x read/write against fio (bench/fio_matrix.py).
 bench: build
+	bench/quick.py --dir nvme_swap
+
+bench-full: build
 	bench/fio_compare.py
 	bench/fio_matrix.py --dir nvme_swap --repeats 5
 	./build/bench/nvswap-bench-copy

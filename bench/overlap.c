@@ -12,6 +12,10 @@
  *
  *   nvswap-bench-overlap [--dir D] [--config F] [--layers N]
  *                        [--tensor-size N[K|M|G]] [--buffers N] [--reps N]
+ *                        [--steps N] [--ratios R,R...]
+ *
+ * --ratios sweeps only the I/O:compute ratios listed (default 0.25, 0.5,
+ * 1, 2, 4); bench/quick.py takes the balance point, 1, alone.
  *
  * With --config, the aio section (queue depth, parallelism, block size...)
  * and nvswap section of a DeepSpeed-style file set the handle.
@@ -29,6 +33,7 @@
 #include <time.h>
 
 #define MAX_REPS 32
+#define MAX_RATIOS 16
 
 static struct {
 	const char *dir, *config;
@@ -123,9 +128,11 @@ int main(int argc, char **argv)
 		{"buffers", required_argument, NULL, 'b'},
 		{"reps", required_argument, NULL, 'r'},
 		{"steps", required_argument, NULL, 't'},
+		{"ratios", required_argument, NULL, 'x'},
 		{NULL, 0, NULL, 0},
 	};
-	static const double ratios[] = {0.25, 0.5, 1, 2, 4};
+	double ratios[MAX_RATIOS] = {0.25, 0.5, 1, 2, 4};
+	unsigned nratios = 5;
 	struct nvs_swapper_opts o;
 	struct nvs_swapper *s;
 	struct nvs_config *conf = NULL;
@@ -155,11 +162,24 @@ int main(int argc, char **argv)
 		case 't':
 			cfg.steps = (unsigned)atoi(optarg);
 			break;
+		case 'x':
+			nratios = 0;
+			for (char *p = optarg, *end; *p && nratios < MAX_RATIOS;
+			     p = *end == ',' ? end + 1 : end) {
+				ratios[nratios] = strtod(p, &end);
+				if (end == p || ratios[nratios] <= 0)
+					return 2;
+				nratios++;
+			}
+			if (!nratios)
+				return 2;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: nvswap-bench-overlap [--dir D] "
 				"[--config F] [--layers N] [--tensor-size N] "
-				"[--buffers N] [--reps N] [--steps N]\n");
+				"[--buffers N] [--reps N] [--steps N] "
+				"[--ratios R,R...]\n");
 			return 2;
 		}
 	}
@@ -201,7 +221,7 @@ int main(int argc, char **argv)
 	       o.aio.intra_op_parallelism, o.aio.block_size >> 10, cfg.reps);
 	printf("  I/O:compute   T_io(s)  T_step(s)  step/max(compute,io)"
 	       "         I/O not hidden\n");
-	for (unsigned k = 0; k < sizeof(ratios) / sizeof(ratios[0]); k++) {
+	for (unsigned k = 0; k < nratios; k++) {
 		double eff[MAX_REPS], hid[MAX_REPS], tio[MAX_REPS],
 			tst[MAX_REPS];
 		for (unsigned r = 0; r < cfg.reps; r++) {
