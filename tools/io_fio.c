@@ -502,9 +502,13 @@ int io_compare_fio(const struct args *a)
 		cpur[i] = fhc[i] > 0 ? nvc[i] / fhc[i] : 0;
 		if (!io_quiet)
 			printf("  repeat %u: nvswap %.3f GB/s, fio%s %.3f GB/s "
-			       "(ratio %.3f), fio default buffers %.3f GB/s\n",
+			       "(ratio %.3f)",
 			       i + 1, nv[i], huge ? " huge-page" : "", fh[i],
-			       ratio[i], fd[i]);
+			       ratio[i]);
+		if (!io_quiet && huge && !a->fio_huge_only)
+			printf(", fio default buffers %.3f GB/s", fd[i]);
+		if (!io_quiet)
+			putchar('\n');
 	}
 	if (!io_quiet)
 		printf("summary over %u repeats (GB/s; GB = 2^30 bytes):\n",
