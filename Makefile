@@ -153,8 +153,9 @@ stress: build deps build-asan/build.ninja
 # balance point, the swap walk against hand-written aio, each against its
 # reference in the same run, as one table of ratios and targets
 # (bench/quick.py). Timing is not a test: not part of make test.
-# make bench-full: the longer set, about 15 minutes, with the matrix of
-# block size x queue depth x read/write against fio (bench/fio_matrix.py).
+# make bench-full: the longer set, with the matrix of block size x queue
+# depth x read/write against fio (bench/fio_matrix.py, about 7 minutes
+# here).
 bench: build
 	bench/quick.py --dir nvme_swap
 
