@@ -90,7 +90,7 @@ static void slice_edges(struct nvs_worker *w, struct nvs_slice *s)
 
 		if (e->len == 0)
 			continue;
-		n = nvs__pio_full(op->bfd, e->buf, e->len, (off_t)e->off,
+		n = nvs__pio_full(op->t.bfd, e->buf, e->len, (off_t)e->off,
 				  op->write);
 		if (n < 0)
 			slice_fail(w, s, (int)n, e->off, e->len,
@@ -119,7 +119,7 @@ static struct nvs_req *slice_next_req(struct nvs_worker *w, struct nvs_slice *s)
 
 	if (!w->free_reqs)
 		return NULL;
-	if (op->direct &&
+	if (op->t.direct &&
 	    (op->stage_all || ((uintptr_t)user & (op->mem_align - 1)))) {
 		if (w->nfree_slots == 0)
 			return NULL;
@@ -131,8 +131,8 @@ static struct nvs_req *slice_next_req(struct nvs_worker *w, struct nvs_slice *s)
 	r->s = s;
 	r->slot = slot;
 	r->user = user;
-	r->io.fd = op->fd;
-	r->io.file_key = op->file ? op->file->id : 0;
+	r->io.fd = op->t.fd;
+	r->io.file_key = op->t.file ? op->t.file->id : 0;
 	r->io.opcode = op->write ? NVS_IOREQ_WRITE : NVS_IOREQ_READ;
 	r->io.off = s->off + (int64_t)s->issued;
 	r->io.len = len;
@@ -519,7 +519,7 @@ unsigned nvs__slices_plan(struct nvs_aio *h, struct nvs_op *op, char *buf)
 	unsigned k;
 	struct nvs_slice *first = &op->slices[0], *last;
 
-	if (op->direct) {
+	if (op->t.direct) {
 		b0 = nvs__round_up((uint64_t)off, g);
 		b1 = nvs__round_down((uint64_t)end, g);
 		if (b0 >= b1)
@@ -541,7 +541,7 @@ unsigned nvs__slices_plan(struct nvs_aio *h, struct nvs_op *op, char *buf)
 		pos += len;
 	}
 	last = &op->slices[k - 1];
-	if (op->direct) {
+	if (op->t.direct) {
 		if (b0 == b1) {
 			/* No aligned body: one buffered piece. */
 			first->edge[0] =
