@@ -19,6 +19,7 @@
 
 #include "nvswap/aio.h"
 #include "testutil.h"
+#include "tu_aio.h"
 
 #define KB4 4096
 
@@ -35,18 +36,10 @@ static struct nvs_aio *mk(uint32_t inline_max, enum nvs_direct direct)
 	return h;
 }
 
-static struct nvs_aio_stats stats(struct nvs_aio *h)
-{
-	struct nvs_aio_stats st;
-
-	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
-	return st;
-}
-
 /* O_DIRECT on the test directory, or skip saying why. */
 static void need_direct(struct nvs_aio *h)
 {
-	if (stats(h).direct_fallbacks)
+	if (tu_aio_stats(h).direct_fallbacks)
 		cr_skip_test("the test directory's filesystem refuses "
 			     "O_DIRECT; the aligned fast path is not reached");
 }
@@ -74,7 +67,7 @@ static void round_trip_inline(enum nvs_direct direct)
 	cr_assert_eq(nvs_aio_sync_pread(h, back, KB4, tu_path("f"), 8192), 1,
 		     "%s", nvs_last_error());
 	cr_assert(memcmp(buf, back, KB4) == 0);
-	st = stats(h);
+	st = tu_aio_stats(h);
 	cr_assert_eq(st.inline_ops, 2);
 	cr_assert_eq(st.requests, 0, "no worker request for either op");
 	cr_assert_eq(st.ops_completed, 2);
@@ -120,9 +113,10 @@ Test(inline_ops, a_callers_descriptor_runs_inline_and_is_described_once)
 	/* Its alignment still holds it to O_DIRECT's rules. */
 	cr_assert_eq(nvs_aio_pread_fd(h, back + 512, 512, fd, 0, false), 1);
 	cr_assert(memcmp(buf, back + 512, 512) == 0);
-	cr_assert_eq(stats(h).inline_ops, 4);
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 4);
 	cr_assert_eq(nvs_aio_pwrite_fd(h, buf, KB4, fd, 100, false), 1);
-	cr_assert_eq(stats(h).inline_ops, 4, "unaligned edges: a worker");
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 4,
+		     "unaligned edges: a worker");
 	close(fd);
 	nvs_aio_free_cpu_locked_buffer(h, buf);
 	nvs_aio_free_cpu_locked_buffer(h, back);
@@ -138,8 +132,8 @@ Test(inline_ops, inline_off_sends_every_op_to_a_worker)
 	cr_assert_eq(nvs_aio_sync_pwrite(h, buf, KB4, tu_path("f"), 0), 1);
 	cr_assert_eq(nvs_aio_sync_pread(h, back, KB4, tu_path("f"), 0), 1);
 	cr_assert(memcmp(buf, back, KB4) == 0);
-	cr_assert_eq(stats(h).inline_ops, 0);
-	cr_assert_geq(stats(h).requests, 2);
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 0);
+	cr_assert_geq(tu_aio_stats(h).requests, 2);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
@@ -156,20 +150,20 @@ Test(inline_ops, ops_a_worker_must_shape_go_to_the_workers)
 	cr_assert_eq(nvs_aio_sync_pwrite(h, pinned, 256 << 10, tu_path("f"), 0),
 		     1);
 	need_direct(h);
-	st = stats(h);
+	st = tu_aio_stats(h);
 	cr_assert_eq(st.inline_ops, 0);
 	cr_assert_eq(st.requests, 4);
 	/* Misaligned memory: a worker bounces it. */
 	cr_assert_eq(nvs_aio_sync_pread(h, back, KB4, tu_path("f"), 0), 1);
 	cr_assert(memcmp(back, pinned, KB4) == 0);
-	st = stats(h);
+	st = tu_aio_stats(h);
 	cr_assert_eq(st.inline_ops, 0);
 	cr_assert_eq(st.bounced_requests, 1);
 	/* Unaligned edges: buffered beside the direct body. */
 	cr_assert_eq(
 		nvs_aio_sync_pread(h, pinned + KB4, 3 * KB4, tu_path("f"), 100),
 		1);
-	st = stats(h);
+	st = tu_aio_stats(h);
 	cr_assert_eq(st.inline_ops, 0);
 	cr_assert_gt(st.edge_bytes, 0);
 	cr_assert_eq(nvs_aio_sync_pread(h, back, 3 * KB4, tu_path("f"), 100),
@@ -178,7 +172,7 @@ Test(inline_ops, ops_a_worker_must_shape_go_to_the_workers)
 	/* Aligned and small: inline. */
 	cr_assert_eq(nvs_aio_sync_pread(h, pinned, 2 * KB4, tu_path("f"), KB4),
 		     1);
-	cr_assert_eq(stats(h).inline_ops, 1);
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 1);
 	tu_free(back);
 	nvs_aio_free_cpu_locked_buffer(h, pinned);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
@@ -187,32 +181,46 @@ Test(inline_ops, ops_a_worker_must_shape_go_to_the_workers)
 /* Spin until @n ops have finished (the ticket stays uncollected). */
 static void until_completed(struct nvs_aio *h, uint64_t n)
 {
-	while (stats(h).ops_completed < n)
+	while (tu_aio_stats(h).ops_completed < n)
 		sched_yield();
+}
+
+/*
+ * A handle with a finished, uncollected ticket @t for a KB4 write of @a
+ * (pattern @seed) to "a"; @b is a second pinned buffer.
+ */
+static struct nvs_aio *ticket_done(char **a, char **b, uint64_t *t,
+				   unsigned seed)
+{
+	struct nvs_aio *h = mk(0, NVS_DIRECT_AUTO);
+	struct nvs_aio_io io = {NVS_AIO_WRITE, NULL, KB4, NULL, -1, 0};
+
+	*a = nvs_aio_new_cpu_locked_buffer(h, KB4);
+	*b = nvs_aio_new_cpu_locked_buffer(h, KB4);
+	cr_assert(*a && *b);
+	tu_fill(*a, KB4, seed);
+	io.buf = *a;
+	io.path = tu_path("a");
+	cr_assert_eq(nvs_aio_submit(h, &io, t), 0);
+	until_completed(h, 1);
+	return h;
 }
 
 Test(inline_ops, a_sync_call_collects_what_is_pending_through_the_workers)
 {
-	struct nvs_aio *h = mk(0, NVS_DIRECT_AUTO);
-	char *a = nvs_aio_new_cpu_locked_buffer(h, KB4);
-	char *b = nvs_aio_new_cpu_locked_buffer(h, KB4);
-	struct nvs_aio_io io = {NVS_AIO_WRITE, a, KB4, NULL, -1, 0};
+	char *a, *b;
 	uint64_t t;
+	struct nvs_aio *h = ticket_done(&a, &b, &t, 6);
 
-	cr_assert(a && b);
-	tu_fill(a, KB4, 6);
-	io.path = tu_path("a");
-	cr_assert_eq(nvs_aio_submit(h, &io, &t), 0);
-	until_completed(h, 1);
 	/* DeepNVMe's sync call returns what wait collects: both ops. */
 	cr_assert_eq(nvs_aio_sync_pwrite(h, a, KB4, tu_path("b"), 0), 2);
-	cr_assert_eq(stats(h).inline_ops, 0);
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 0);
 	cr_assert_eq(nvs_aio_wait_op(h, t), -ENOENT, "collected by the wait");
 	/* An untracked op still in flight or uncollected: the same. */
 	cr_assert_eq(nvs_aio_async_pread(h, b, KB4, tu_path("a"), 0), 0);
 	cr_assert_eq(nvs_aio_sync_pread(h, b, KB4, tu_path("b"), 0), 2);
 	cr_assert(memcmp(a, b, KB4) == 0);
-	cr_assert_eq(stats(h).inline_ops, 0);
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 0);
 	nvs_aio_free_cpu_locked_buffer(h, a);
 	nvs_aio_free_cpu_locked_buffer(h, b);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
@@ -220,22 +228,16 @@ Test(inline_ops, a_sync_call_collects_what_is_pending_through_the_workers)
 
 Test(inline_ops, submit_wait_runs_inline_beside_an_uncollected_ticket)
 {
-	struct nvs_aio *h = mk(0, NVS_DIRECT_AUTO);
-	char *a = nvs_aio_new_cpu_locked_buffer(h, KB4);
-	char *b = nvs_aio_new_cpu_locked_buffer(h, KB4);
-	struct nvs_aio_io io = {NVS_AIO_WRITE, a, KB4, NULL, -1, 0};
+	char *a, *b;
 	uint64_t t;
+	struct nvs_aio *h = ticket_done(&a, &b, &t, 7);
+	struct nvs_aio_io io;
 
-	cr_assert(a && b);
-	tu_fill(a, KB4, 7);
-	io.path = tu_path("a");
-	cr_assert_eq(nvs_aio_submit(h, &io, &t), 0);
-	until_completed(h, 1);
 	need_direct(h);
 	io = (struct nvs_aio_io){NVS_AIO_READ, b, KB4, tu_path("a"), -1, 0};
 	cr_assert_eq(nvs_aio_submit_wait(h, &io), 0, "%s", nvs_last_error());
 	cr_assert(memcmp(a, b, KB4) == 0);
-	cr_assert_eq(stats(h).inline_ops, 1);
+	cr_assert_eq(tu_aio_stats(h).inline_ops, 1);
 	cr_assert_eq(nvs_aio_wait_op(h, t), 0, "the ticket is still there");
 	/* Errors come back as from a submit. */
 	io.offset = 1 << 20;
@@ -274,7 +276,7 @@ Test(inline_ops, a_full_disk_on_the_callers_thread_is_enospc)
 	cr_assert(strstr(nvs_last_error(), "on the caller's thread"), "%s",
 		  nvs_last_error());
 	cr_assert(strstr(nvs_last_error(), "space"), "%s", nvs_last_error());
-	st = stats(h);
+	st = tu_aio_stats(h);
 	cr_assert_eq(st.inline_ops, (uint64_t)i);
 	cr_assert_eq(st.ops_failed, 1);
 	cr_assert_eq(st.requests, 0);
@@ -352,7 +354,7 @@ Test(inline_ops, threads_sharing_a_handle_each_get_their_own_bytes)
 			     w[i].bad, w[i].msg);
 	}
 	cr_assert_geq(nvs_aio_wait(h), 0);
-	st = stats(h);
+	st = tu_aio_stats(h);
 	cr_assert_eq(st.ops_completed, 4 * 400);
 	cr_assert_eq(st.ops_failed, 0);
 	cr_assert_eq(st.bytes_read, 4 * 200 * KB4);
