@@ -278,8 +278,13 @@ static void reap(struct nvs_worker *w)
 {
 	unsigned inflight = nvs__engine_inflight(w->eng);
 	/* Sliding window: refill after each completion. Batch-and-drain:
-	 * the whole batch completes before the next one is cut. */
-	unsigned min = w->h->opts.overlap_events ? 1 : inflight;
+	 * the whole batch completes before the next one is cut, except
+	 * while requests are staged: there a batch is only as deep as the
+	 * bounce slots (8 by default, not queue_depth), and draining it
+	 * would leave the disk idle during every copy (staged reads ran at
+	 * 0.70x pinned that way, 0.95x with the window). */
+	bool window = w->h->opts.overlap_events || w->nfree_slots < w->nslots;
+	unsigned min = window ? 1 : inflight;
 	unsigned n = nvs__engine_reap(w->eng, min, w->done, inflight);
 
 	/* Count retries before completing: a waiter woken by a completion
@@ -294,8 +299,8 @@ static void reap(struct nvs_worker *w)
 		/* A staged read frees its slot only after its copy-out: in a
 		 * sliding window, put the slot back to work before copying
 		 * the next one, so the disk never waits on our copies. */
-		bool refill = w->h->opts.overlap_events && r->slot >= 0 &&
-			      !r->s->op->write && i + 1 < n;
+		bool refill = window && r->slot >= 0 && !r->s->op->write &&
+			      i + 1 < n;
 
 		req_complete(w, r);
 		if (refill) {
