@@ -355,12 +355,18 @@ static void *worker_main(void *arg)
 			pthread_mutex_unlock(&w->lock);
 			break; /* stop, and nothing left */
 		}
-		while (w->qhead) {
-			struct nvs_slice *s = w->qhead;
-			w->qhead = s->next;
-			active_append(w, s);
+		/* Batch-and-drain: ops queued meanwhile join at a batch's
+		 * end, as they always did, even when the batch is reaped as
+		 * a window because it is staged (see reap()). */
+		if (w->h->opts.overlap_events ||
+		    nvs__engine_inflight(w->eng) == 0) {
+			while (w->qhead) {
+				struct nvs_slice *s = w->qhead;
+				w->qhead = s->next;
+				active_append(w, s);
+			}
+			w->qtail = NULL;
 		}
-		w->qtail = NULL;
 		pthread_mutex_unlock(&w->lock);
 
 		fill(w);
