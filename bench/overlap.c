@@ -12,13 +12,16 @@
  *
  *   nvswap-bench-overlap [--dir D] [--config F] [--layers N]
  *                        [--tensor-size N[K|M|G]] [--buffers N] [--reps N]
- *                        [--steps N] [--ratios R,R...]
+ *                        [--steps N] [--lookahead N] [--ratios R,R...]
  *
  * --ratios sweeps only the I/O:compute ratios listed (default 0.25, 0.5,
  * 1, 2, 4); bench/quick.py takes the balance point, 1, alone.
  *
  * With --config, the aio section (queue depth, parallelism, block size...)
- * and nvswap section of a DeepSpeed-style file set the handle.
+ * and nvswap section of a DeepSpeed-style file set the handle. The walk
+ * reads up to --lookahead layers ahead (default buffers - 2), as far as
+ * free buffers go: pass a config's offload_param.buffer_count as
+ * --buffers and its nvswap.lookahead as --lookahead to run its pool.
  */
 #include <nvswap/nvswap.h>
 
@@ -39,7 +42,8 @@ static struct {
 	const char *dir, *config;
 	unsigned layers, buffers, reps, steps;
 	size_t size;
-} cfg = {"nvme_swap", NULL, 16, 4, 5, 1, 32u << 20};
+	int lookahead; /* -1: buffers - 2 */
+} cfg = {"nvme_swap", NULL, 16, 4, 5, 1, 32u << 20, -1};
 
 static volatile double sink;
 
@@ -65,7 +69,7 @@ static void compute(double seconds)
 }
 
 /* One visit of layer @l walking in direction @dir: acquire it (at full
- * bandwidth when it still has to be read), read up to buffers - 2 layers
+ * bandwidth when it still has to be read), read up to lookahead layers
  * ahead into free buffers, compute, release it dirty and evict it. */
 static int visit(struct nvs_swapper *s, unsigned l, int dir, double c)
 {
@@ -74,7 +78,7 @@ static int visit(struct nvs_swapper *s, unsigned l, int dir, double c)
 
 	if ((ret = nvs_swapper_acquire(s, l, (void **)&p)) < 0)
 		return ret;
-	for (int k = 1; k <= (int)cfg.buffers - 2; k++) {
+	for (int k = 1; k <= cfg.lookahead; k++) {
 		long next = (long)l + dir * k;
 		if (next < 0 || next >= (long)cfg.layers)
 			break;
@@ -129,6 +133,7 @@ int main(int argc, char **argv)
 		{"reps", required_argument, NULL, 'r'},
 		{"steps", required_argument, NULL, 't'},
 		{"ratios", required_argument, NULL, 'x'},
+		{"lookahead", required_argument, NULL, 'a'},
 		{NULL, 0, NULL, 0},
 	};
 	double ratios[MAX_RATIOS] = {0.25, 0.5, 1, 2, 4};
@@ -174,15 +179,20 @@ int main(int argc, char **argv)
 			if (!nratios)
 				return 2;
 			break;
+		case 'a':
+			cfg.lookahead = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: nvswap-bench-overlap [--dir D] "
 				"[--config F] [--layers N] [--tensor-size N] "
 				"[--buffers N] [--reps N] [--steps N] "
-				"[--ratios R,R...]\n");
+				"[--lookahead N] [--ratios R,R...]\n");
 			return 2;
 		}
 	}
+	if (cfg.lookahead < 0)
+		cfg.lookahead = (int)cfg.buffers - 2;
 	if (cfg.layers < 2 || cfg.buffers < 2 || !cfg.reps || !cfg.steps ||
 	    cfg.reps > MAX_REPS)
 		return 2;
@@ -216,9 +226,11 @@ int main(int argc, char **argv)
 	}
 	printf("forward + backward walk: %u layers x %zu MiB (read + "
 	       "write-back a visit), %u "
-	       "buffers, qd %u, parallelism %u, block %u KiB, %u reps\n",
-	       cfg.layers, cfg.size >> 20, cfg.buffers, o.aio.queue_depth,
-	       o.aio.intra_op_parallelism, o.aio.block_size >> 10, cfg.reps);
+	       "buffers, lookahead %d, qd %u, parallelism %u, block %u KiB, "
+	       "%u reps\n",
+	       cfg.layers, cfg.size >> 20, cfg.buffers, cfg.lookahead,
+	       o.aio.queue_depth, o.aio.intra_op_parallelism,
+	       o.aio.block_size >> 10, cfg.reps);
 	printf("  I/O:compute   T_io(s)  T_step(s)  step/max(compute,io)"
 	       "         I/O not hidden\n");
 	for (unsigned k = 0; k < nratios; k++) {

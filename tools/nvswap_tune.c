@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
  * nvswap-tune: the ds_nvme_tune of nvswap. Sweeps the aio handle's
- * settings in-process on one or more swap paths with O_DIRECT, measures
- * the finalists again, interleaved with the default settings, and prints
- * (or merges into a config file) the winner as exactly the keys
- * nvs_config_load() reads. Public API only. Run with -h for every option.
+ * settings in-process on one or more swap paths with O_DIRECT (--workload
+ * seq), or the swap pool's shape and the aio settings together on the
+ * parameter swapper's layer walk (--workload swap, tune_swap*.c),
+ * measures the finalists again, interleaved with the default settings,
+ * and prints (or merges into a config file) the winner as exactly the
+ * keys nvs_config_load() reads. Public API only. Run with -h for every
+ * option.
  *
- * This file: main(), the state the steps share, the temporary files and
- * the cleanup on any exit; the steps are in tune_*.c (see tune.h).
+ * This file: main() and the sequential sweep's results, the state the
+ * steps share, the temporary files and the cleanup on any exit; the
+ * steps are in tune_*.c (see tune.h).
  */
 #include "tune.h"
 
@@ -63,7 +67,7 @@ static void tmp_remove(void)
 
 bool progress_shown;
 
-static void progress_end(void)
+void tune_progress_end(void)
 {
 	if (progress_shown)
 		fputs("\r\033[K", stderr);
@@ -77,11 +81,12 @@ json_t *sweep_root;
  * step (a failing gnuplot, the config write) dies. */
 static struct point **held_all, **held_fin;
 static json_t *held_snip;
+json_t *tune_held;
 char *sweep_text;
 
 static void cleanup(void)
 {
-	progress_end();
+	tune_progress_end();
 	tmp_remove();
 	json_decref(sweep_root);
 	sweep_root = NULL;
@@ -90,8 +95,13 @@ static void cleanup(void)
 	json_decref(held_snip);
 	held_all = held_fin = NULL;
 	held_snip = NULL;
+	json_decref(tune_held);
+	tune_held = NULL;
 	free(sweep_text);
 	sweep_text = NULL;
+	tune_swap_cleanup();
+	nvs_config_free(ucfg);
+	ucfg = NULL;
 }
 
 static void on_signal(int sig)
@@ -148,6 +158,8 @@ static void release(struct point **all, struct point **fin, json_t *snip)
 	json_decref(snip);
 	held_all = held_fin = NULL;
 	held_snip = NULL;
+	nvs_config_free(ucfg);
+	ucfg = NULL;
 }
 
 static const struct point *winner(struct point **fin, unsigned n, int c,
@@ -183,16 +195,21 @@ int main(int argc, char **argv)
 	tool_name = "nvswap-tune";
 	tool_cleanup = cleanup;
 	tune_parse(argc, argv);
+	tune_load_config();
 	tune_probe();
 	tune_default_space();
 	if (A.sweep)
 		tune_load_sweep();
 	tune_check_args();
-	tune_make_points();
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
 	rnd_state = A.seed;
+	if (A.workload == WL_SWAP) {
+		tune_swap_setup();
+		return tune_swap_main();
+	}
+	tune_make_points();
 
 	if (!A.json) {
 		printf("nvswap-tune %s: %u path%s, %s per op and path, "
@@ -244,7 +261,7 @@ int main(int argc, char **argv)
 	t0 = tool_now();
 	tune_run_round(fin, nfin, FINAL, A.loops);
 	final_s = tool_now() - t0;
-	progress_end();
+	tune_progress_end();
 	for (unsigned i = 0; i < A.npaths; i++)
 		close(fds[i]);
 	tmp_remove();
@@ -263,7 +280,7 @@ int main(int argc, char **argv)
 			tool_die(1, "the final round measured nothing");
 		snip = held_snip = tune_snippet(&best[c]->s);
 		if (A.write_config)
-			merged = tune_write_config(&best[c]->s);
+			merged = tune_write_config(snip, best[c]->s.be);
 	}
 	if (A.plot)
 		engine = tune_plot();
@@ -307,12 +324,12 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < A.npaths; i++)
 			json_array_append_new(paths, json_string(real[i]));
 		out = json_pack(
-			"{s:s, s:o, s:I, s:I, s:b, s:b, s:b, s:o, s:o, s:I, "
-			"s:I, s:o, s:o, s:o}",
-			"version", nvs_version(), "nvme_paths", paths,
-			"io_size", (json_int_t)A.io_size, "loops",
-			(json_int_t)A.loops, "quick", A.quick, "direct", 1,
-			"pinned", !A.unpinned, "sweep_seconds",
+			"{s:s, s:s, s:o, s:I, s:I, s:b, s:b, s:b, s:o, s:o, "
+			"s:I, s:I, s:o, s:o, s:o}",
+			"version", nvs_version(), "workload", "seq",
+			"nvme_paths", paths, "io_size", (json_int_t)A.io_size,
+			"loops", (json_int_t)A.loops, "quick", A.quick,
+			"direct", 1, "pinned", !A.unpinned, "sweep_seconds",
 			tune_num(sweep_s), "final_seconds", tune_num(final_s),
 			"points", (json_int_t)np, "skipped",
 			(json_int_t)skipped, "results", pts, "best", b,
@@ -423,8 +440,7 @@ int main(int argc, char **argv)
 		printf("(no \"backend\": auto picks %s here, the winner)\n",
 		       tune_bname(auto_be));
 	if (A.write_config)
-		printf("%s %s\n", merged ? "merged into" : "written to",
-		       A.write_config);
+		tune_print_written(merged);
 	else
 		printf("paste it into your DeepSpeed config, or pass "
 		       "--write-config FILE\n");

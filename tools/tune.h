@@ -2,8 +2,9 @@
 /*
  * nvswap-tune's internals, shared by its files (nvswap_tune.c: main and
  * the state; tune_args.c, tune_space.c, tune_measure.c, tune_results.c,
- * tune_plot.c): the search space, settings and points, the arguments,
- * and the functions one file calls in another. Not installed.
+ * tune_plot.c; the swap workload in tune_swap*.c, see tune_swap.h): the
+ * search space, settings and points, the arguments, and the functions
+ * one file calls in another. Not installed.
  */
 #ifndef NVSWAP_TUNE_H
 #define NVSWAP_TUNE_H
@@ -38,6 +39,9 @@ extern const char *const crit_name[NCRIT];
 enum { SWEEP = 0, NARROWED = 1, FINAL = 2, NROUNDS = 3 };
 extern const char *const round_name[NROUNDS];
 enum { PLOT_AUTO, PLOT_GNUPLOT, PLOT_SVG };
+/* --workload: unset until the arguments are checked (then swap when a
+ * --config was given, else seq). */
+enum { WL_UNSET = 0, WL_SEQ, WL_SWAP };
 
 struct space {
 	uint32_t bs[MAXV], qd[MAXV], par[MAXV];
@@ -78,6 +82,13 @@ struct args {
 	const char *sweep, *plot, *write_config;
 	int engine;
 	unsigned seed;
+	int workload;	    /* WL_* */
+	const char *config; /* --config: the DeepSpeed config tuned for */
+	unsigned layers;    /* --layers (swap), 0 = not given */
+	size_t tensor_size; /* --tensor-size (swap), 0 = not given */
+	size_t max_pinned;  /* --max-pinned (swap), 0 = the config's */
+	/* given on the command line (some belong to one workload only) */
+	bool io_size_set, dir_set;
 };
 
 /* The progress line's state (tune_measure.c draws it). */
@@ -104,6 +115,12 @@ extern bool progress_shown;
  * them: a refusal exits from deep inside, and cleanup() frees them then. */
 extern json_t *sweep_root;
 extern char *sweep_text;
+/* --config loaded (or "{}" without one): what the swap workload starts
+ * from; the nvme paths in A.paths may point into it. */
+extern struct nvs_config *ucfg;
+/* A config snippet being checked or written, for the cleanup when that
+ * dies. */
+extern json_t *tune_held;
 
 /* tune_space.c: the backends probed here. */
 extern bool be_ok[4];	    /* probed: this backend makes a handle */
@@ -118,19 +135,32 @@ const char *tune_tmp_add(const char *base, const char *mid, const char *ext);
 void tune_tmp_forget(const char *path);
 const char *tune_bname(enum nvs_backend b);
 const char *tune_setting_str(const struct setting *s, char *buf, size_t len);
+void tune_progress_end(void); /* clears the progress line */
 
 /* tune_args.c: command line and checks. */
 void tune_parse(int argc, char **argv);
+void tune_load_config(void);
 void tune_check_args(void);
+void tune_check_path(const char *dir, uint64_t need, const char *what);
+/* (consumes @snip) */
+void tune_check_write_config(json_t *snip, enum nvs_backend be);
 
 /* tune_space.c: the search space. */
 void tune_load_sweep(void);
 void tune_default_space(void);
 void tune_probe(void);
+struct setting *tune_space_settings(unsigned *n);
 void tune_make_points(void);
 
 /* tune_measure.c: measuring. */
+void tune_check_direct(unsigned i);
+void tune_progress(bool force);
+struct dstat tune_summarize(const double *samp, unsigned n);
+unsigned tune_rnd(void);
+void tune_shuffle(void *set, unsigned n, size_t size);
 void tune_prepare(void);
+/* nvs_last_error(), copied: why a point was skipped. */
+char *tune_skip_reason(void);
 double tune_round_bytes(struct point **set, unsigned n, int round,
 			unsigned loops);
 void tune_run_round(struct point **set, unsigned n, int round, unsigned loops);
@@ -145,13 +175,20 @@ json_t *tune_setting_json(const struct setting *s);
 json_t *tune_num(double v);
 json_t *tune_round_json(const struct point *p, int round);
 json_t *tune_snippet(const struct setting *s);
-char *tune_merged_config_or_die(const struct setting *best);
-bool tune_write_config(const struct setting *best);
+char *tune_merged_config_or_die(json_t *snip, enum nvs_backend be);
+bool tune_write_config(json_t *snip, enum nvs_backend be);
+void tune_print_written(bool merged);
 void tune_print_row(const struct point *p, int round, const char *mark);
 void tune_print_header(void);
+void tune_print_lists(void);
 void tune_print_space(void);
 
 /* tune_plot.c: the plot. */
 const char *tune_plot(void);
+
+/* tune_swap.c: the swap workload, from its checks to its output. */
+void tune_swap_setup(void);
+int tune_swap_main(void);
+void tune_swap_cleanup(void);
 
 #endif /* NVSWAP_TUNE_H */

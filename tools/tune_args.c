@@ -17,51 +17,80 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: nvswap-tune --nvme_path DIR [--nvme_path DIR ...] "
-	      "[options]\n"
+	fputs("usage: nvswap-tune [--nvme_path DIR ...] [--config FILE] "
+	      "[--workload seq|swap]\n"
+	      "                   [options]\n"
 	      "\n"
-	      "Finds the aio settings that move data fastest between memory "
-	      "and the disk(s)\n"
-	      "under DIR: sweeps block_size x queue_depth x "
+	      "Finds the settings that move data fastest between memory and "
+	      "the disk(s)\n"
+	      "under DIR, through the library, in this process, with "
+	      "O_DIRECT and\n"
+	      "page-locked buffers. Two workloads:\n"
+	      "\n"
+	      "seq (the default without --config): ds_nvme_tune's sweep. "
+	      "Large sequential\n"
+	      "reads and writes of one file per path (all paths at once, as "
+	      "the swapper\n"
+	      "stripes them), over block_size x queue_depth x "
 	      "intra_op_parallelism x\n"
-	      "overlap_events x single_submit x backend through the library, "
-	      "in this\n"
-	      "process, with O_DIRECT and page-locked buffers, reading and "
-	      "writing one\n"
-	      "file per path (all paths at once, as the swapper stripes "
-	      "them). The best\n"
-	      "points, and the settings a config without an \"aio\" section "
-	      "gets, are then\n"
-	      "measured again, interleaved; the winners come from that "
-	      "round. GB = 2^30\n"
-	      "bytes, as in ds_io and nvswap-io.\n"
+	      "overlap_events x single_submit x backend. The best points, "
+	      "and the settings\n"
+	      "a config without an \"aio\" section gets, are then measured "
+	      "again,\n"
+	      "interleaved; the winners come from that round. GB = 2^30 "
+	      "bytes, as in ds_io\n"
+	      "and nvswap-io.\n"
+	      "\n"
+	      "swap (the default with --config): the parameter swapper's "
+	      "layer walk through\n"
+	      "the swap manager (nvswap/offload.h), as bench/overlap.c runs "
+	      "it: --layers\n"
+	      "layers of --tensor-size bytes, forward then backward, each "
+	      "visit an acquire\n"
+	      "(its read; the next lookahead layers read ahead into free "
+	      "buffers), a dirty\n"
+	      "release and an evict (its write-back); I/O only, timed per "
+	      "step. It times\n"
+	      "the pool shapes (buffer_count x lookahead; buffer_size = the "
+	      "layer) with\n"
+	      "the config's aio settings, then the aio space with the best "
+	      "shape, then the\n"
+	      "best 3 shapes x the best 3 aio settings and the config's own "
+	      "settings again,\n"
+	      "interleaved; the fastest step wins. The pool never takes "
+	      "more pinned memory\n"
+	      "than the config's offload_param allows (buffer_count x "
+	      "buffer_size x 2 bytes)\n"
+	      "unless --max-pinned says so.\n"
 	      "\n"
 	      "  --nvme_path DIR       a directory on the disk to tune "
-	      "(required; repeat\n"
-	      "                        for several disks; also "
-	      "--nvme_dir)\n"
-	      "  --io_size N           bytes per op and path, K/M/G suffixes "
-	      "(default 256M)\n"
-	      "  --loops N             timed ops per point and direction "
-	      "(default 3)\n"
-	      "  --no_read, --no_write measure one direction only\n"
-	      "  --sweep_config FILE   the search space as JSON (see below)\n"
-	      "  --quick               prune as it goes: one op of 1/16 "
-	      "--io_size per point,\n"
-	      "                        the best 8 of each criterion again "
-	      "at 1/4, the best 3\n"
-	      "                        of those at full size: well under a "
-	      "minute\n"
-	      "  --plot FILE.svg       GB/s over block size x queue depth, "
-	      "one panel per\n"
-	      "                        direction\n"
-	      "  --plot-engine E       auto|gnuplot|svg (default auto: "
-	      "gnuplot when installed,\n"
-	      "                        else a self-contained SVG)\n"
-	      "  --write-config FILE   put the best combined settings into "
-	      "FILE: merged into\n"
-	      "                        its \"aio\" section when it exists, "
-	      "created otherwise\n"
+	      "(repeat for several\n"
+	      "                        disks; also --nvme_dir); default: the "
+	      "--config's\n"
+	      "                        nvswap.nvme_paths or nvme_path\n"
+	      "  --config FILE         the DeepSpeed config to tune for "
+	      "(makes swap the\n"
+	      "                        default workload); --write-config "
+	      "writes it back\n"
+	      "                        with the chosen keys\n"
+	      "  --workload W          seq or swap (see above)\n"
+	      "  --loops N             timed ops (seq) or steps (swap) per "
+	      "point (default 3)\n"
+	      "  --sweep_config FILE   the aio search space as JSON (see "
+	      "below)\n"
+	      "  --quick               prune as it goes. seq: one op of 1/16 "
+	      "--io_size per\n"
+	      "                        point, the best 8 of each criterion "
+	      "again at 1/4, the\n"
+	      "                        best 3 of those at full size. swap: "
+	      "one step per\n"
+	      "                        point, then the faster half again "
+	      "until 3 are left\n"
+	      "  --write-config FILE   put the best (combined) settings into "
+	      "FILE: --config\n"
+	      "                        with them merged in when given, else "
+	      "merged into\n"
+	      "                        FILE when it exists, else a new file\n"
 	      "  --json                results as one JSON object on stdout\n"
 	      "  --verbose             also print every point of the sweep\n"
 	      "  --unpinned            ordinary memory instead of page-locked "
@@ -72,16 +101,42 @@ static void usage(FILE *f)
 	      "  --seed N              order of the points (shuffled; "
 	      "default 1)\n"
 	      "  -h, --help            this text\n"
+	      "seq only:\n"
+	      "  --io_size N           bytes per op and path, K/M/G suffixes "
+	      "(default 256M)\n"
+	      "  --no_read, --no_write measure one direction only\n"
+	      "  --plot FILE.svg       GB/s over block size x queue depth, "
+	      "one panel per\n"
+	      "                        direction\n"
+	      "  --plot-engine E       auto|gnuplot|svg (default auto: "
+	      "gnuplot when installed,\n"
+	      "                        else a self-contained SVG)\n"
+	      "swap only:\n"
+	      "  --layers N            layers the model walks (at least 2; "
+	      "required)\n"
+	      "  --tensor-size N       parameter bytes per layer, K/M/G "
+	      "suffixes (required)\n"
+	      "  --max-pinned N        pinned memory the parameter pool may "
+	      "take (default:\n"
+	      "                        the config's offload_param buffer_count "
+	      "x buffer_size\n"
+	      "                        x 2 bytes; DeepSpeed's 5 x 1e8 x 2 "
+	      "without --config)\n"
 	      "\n"
-	      "Default search space (ds_nvme_tune's): block_size 1M 8M, "
+	      "Default aio space, seq (ds_nvme_tune's): block_size 1M 8M, "
 	      "queue_depth 32 128,\n"
 	      "intra_op_parallelism 1 2 4 8, overlap_events true false, "
 	      "single_submit false\n"
 	      "true, backend: every one that works here (psync runs each "
 	      "request on its\n"
-	      "worker, so only block size and parallelism vary for it). A "
-	      "--sweep_config\n"
-	      "file replaces any of these lists, e.g.\n"
+	      "worker, so only block size and parallelism vary for it). "
+	      "swap: block_size\n"
+	      "1M 8M (none above the layer), queue_depth 8 32 128, "
+	      "intra_op_parallelism\n"
+	      "1 2 4, overlap_events true false, single_submit false, the "
+	      "backend auto\n"
+	      "picks. A --sweep_config file replaces any of these lists, "
+	      "e.g.\n"
 	      "  {\"block_size\": [\"256K\", \"1M\"], \"queue_depth\": [8, "
 	      "32],\n"
 	      "   \"intra_op_parallelism\": [1, 2], \"backend\": "
@@ -100,11 +155,30 @@ static void usage(FILE *f)
 	      "intra_op_parallelism, single_submit, overlap_events, and "
 	      "\"nvswap\" backend\n"
 	      "(when it differs from what auto picks here) and nvme_paths "
-	      "(several paths).\n"
-	      "Ctrl-C removes the test files. Exit status: 0, 1 when the run "
-	      "fails, 2 on\n"
-	      "bad usage.\n",
+	      "(several paths);\n"
+	      "swap adds zero_optimization.offload_param buffer_count and "
+	      "buffer_size\n"
+	      "(elements of 2 bytes; device and nvme_path when the file has "
+	      "none) and\n"
+	      "nvswap.lookahead. Ctrl-C removes the test files. Exit status: "
+	      "0, 1 when the\n"
+	      "run fails, 2 on bad usage.\n",
 	      f);
+}
+
+/* The index of @v in @names (NULL-terminated), or a usage error that
+ * lists them. */
+static int one_of(const char *opt, const char *v, const char *const *names)
+{
+	char list[128] = "";
+
+	for (int i = 0; names[i]; i++) {
+		if (!strcmp(v, names[i]))
+			return i;
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i ? ", " : "", names[i]);
+	}
+	tool_die(2, "%s: '%s' is not one of %s", opt, v, list);
 }
 
 void tune_parse(int argc, char **argv)
@@ -126,6 +200,11 @@ void tune_parse(int argc, char **argv)
 		OPT_PROGRESS,
 		OPT_NOPROGRESS,
 		OPT_SEED,
+		OPT_WORKLOAD,
+		OPT_CONFIG,
+		OPT_LAYERS,
+		OPT_TSIZE,
+		OPT_MAXPINNED,
 	};
 	static const struct option lo[] = {
 		{"nvme_path", required_argument, NULL, OPT_PATH},
@@ -146,6 +225,13 @@ void tune_parse(int argc, char **argv)
 		{"progress", no_argument, NULL, OPT_PROGRESS},
 		{"no-progress", no_argument, NULL, OPT_NOPROGRESS},
 		{"seed", required_argument, NULL, OPT_SEED},
+		{"workload", required_argument, NULL, OPT_WORKLOAD},
+		{"config", required_argument, NULL, OPT_CONFIG},
+		{"layers", required_argument, NULL, OPT_LAYERS},
+		{"tensor-size", required_argument, NULL, OPT_TSIZE},
+		{"tensor_size", required_argument, NULL, OPT_TSIZE},
+		{"max-pinned", required_argument, NULL, OPT_MAXPINNED},
+		{"max_pinned", required_argument, NULL, OPT_MAXPINNED},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -167,6 +253,7 @@ void tune_parse(int argc, char **argv)
 			break;
 		case OPT_IOSIZE:
 			A.io_size = tool_size_arg("--io_size", optarg);
+			A.io_size_set = true;
 			break;
 		case OPT_LOOPS:
 			A.loops = tool_uint_arg("--loops", optarg, 1);
@@ -175,9 +262,29 @@ void tune_parse(int argc, char **argv)
 			break;
 		case OPT_NOREAD:
 			A.dir[RD] = false;
+			A.dir_set = true;
 			break;
 		case OPT_NOWRITE:
 			A.dir[WR] = false;
+			A.dir_set = true;
+			break;
+		case OPT_WORKLOAD:
+			/* WL_SEQ, WL_SWAP */
+			A.workload = 1 + one_of("--workload", optarg,
+						(const char *[]){"seq", "swap",
+								 NULL});
+			break;
+		case OPT_CONFIG:
+			A.config = optarg;
+			break;
+		case OPT_LAYERS:
+			A.layers = tool_uint_arg("--layers", optarg, 2);
+			break;
+		case OPT_TSIZE:
+			A.tensor_size = tool_size_arg("--tensor-size", optarg);
+			break;
+		case OPT_MAXPINNED:
+			A.max_pinned = tool_size_arg("--max-pinned", optarg);
 			break;
 		case OPT_SWEEP:
 			A.sweep = optarg;
@@ -190,17 +297,10 @@ void tune_parse(int argc, char **argv)
 			break;
 		case OPT_ENGINE:
 			engine_set = true;
-			if (!strcmp(optarg, "auto"))
-				A.engine = PLOT_AUTO;
-			else if (!strcmp(optarg, "gnuplot"))
-				A.engine = PLOT_GNUPLOT;
-			else if (!strcmp(optarg, "svg"))
-				A.engine = PLOT_SVG;
-			else
-				tool_die(2,
-					 "--plot-engine: '%s' is not one of "
-					 "auto, gnuplot, svg",
-					 optarg);
+			/* PLOT_AUTO, PLOT_GNUPLOT, PLOT_SVG */
+			A.engine = one_of("--plot-engine", optarg,
+					  (const char *[]){"auto", "gnuplot",
+							   "svg", NULL});
 			break;
 		case OPT_WRITECFG:
 			A.write_config = optarg;
@@ -233,9 +333,6 @@ void tune_parse(int argc, char **argv)
 	}
 	if (optind < argc)
 		tool_die(2, "unexpected argument '%s' (see -h)", argv[optind]);
-	if (!A.npaths)
-		tool_die(2, "--nvme_path is required: a directory on the disk "
-			    "to tune (see -h)");
 	if (!A.dir[RD] && !A.dir[WR])
 		tool_die(2, "--no_read and --no_write together leave nothing "
 			    "to measure");
@@ -247,12 +344,95 @@ void tune_parse(int argc, char **argv)
 }
 /* ---------------------------------------------------------- set-up */
 
-static void check_path(const char *dir)
+struct nvs_config *ucfg;
+
+/* Without --nvme_path: the paths the config swaps to. */
+static void paths_from_config(void)
+{
+	struct nvs_nvswap_config nv;
+	struct nvs_offload_config off;
+
+	if (nvs_config_nvswap(ucfg, &nv) == 0 && nv.npaths) {
+		for (unsigned i = 0; i < nv.npaths && i < MAXPATHS; i++)
+			A.paths[A.npaths++] = nv.nvme_paths[i];
+		return;
+	}
+	for (int k = NVS_OFFLOAD_PARAM; k <= NVS_OFFLOAD_OPTIMIZER; k++)
+		if (nvs_config_offload(ucfg, (enum nvs_offload_kind)k, &off) ==
+			    0 &&
+		    off.device == NVS_DEVICE_NVME && off.nvme_path) {
+			A.paths[A.npaths++] = off.nvme_path;
+			return;
+		}
+}
+
+/* --config (or "{}"), the workload it implies, the paths it names, and
+ * the flags that belong to the other workload. */
+void tune_load_config(void)
+{
+	struct nvs_offload_config off;
+	bool by_default;
+	int ret;
+
+	if (A.config) {
+		ret = nvs_config_load(A.config, &ucfg);
+		if (ret < 0)
+			tool_die(ret == -EINVAL ? 2 : 1, "--config: %s",
+				 nvs_last_error());
+	} else if (nvs_config_load_string("{}", "<defaults>", &ucfg) < 0) {
+		tool_die(1, "default config: %s", nvs_last_error());
+	}
+	by_default = A.workload == WL_UNSET;
+	if (by_default)
+		A.workload = A.config ? WL_SWAP : WL_SEQ;
+	if (!A.npaths && A.config)
+		paths_from_config();
+	if (!A.npaths)
+		tool_die(2,
+			 "--nvme_path is required: a directory on the disk "
+			 "to tune%s (see -h)",
+			 A.config ? " (the --config names none)" : "");
+	if (A.workload == WL_SEQ) {
+		if (A.layers || A.tensor_size || A.max_pinned)
+			tool_die(2, "--layers, --tensor-size and --max-pinned "
+				    "describe the swap workload: drop them or "
+				    "use --workload swap");
+		return;
+	}
+	if (A.io_size_set || A.dir_set || A.plot)
+		tool_die(2, "--io_size, --no_read, --no_write and --plot "
+			    "belong to the sequential sweep (--workload seq); "
+			    "the swap workload reads and writes whole "
+			    "layers");
+	if (!A.layers || !A.tensor_size)
+		tool_die(2,
+			 "the swap workload%s needs the model's layers, which "
+			 "%s: give --layers N and --tensor-size SIZE (bytes "
+			 "of parameters per layer), or --workload seq for the "
+			 "sequential sweep",
+			 by_default ? " (the default with --config)" : "",
+			 A.config ? "a DeepSpeed config does not hold"
+				  : "were not given");
+	if (A.tensor_size < 4096)
+		tool_die(2, "--tensor-size: at least 4K (a layer smaller "
+			    "than a page is no swap workload)");
+	if (A.config &&
+	    nvs_config_offload(ucfg, NVS_OFFLOAD_PARAM, &off) == 0 &&
+	    off.device != NVS_DEVICE_NVME)
+		tool_die(2,
+			 "--config %s: zero_optimization.offload_param.device "
+			 "is \"%s\", not \"nvme\": the parameter swapper the "
+			 "swap workload replays is not used; tune the aio "
+			 "settings with --workload seq",
+			 A.config,
+			 off.device == NVS_DEVICE_CPU ? "cpu" : "none");
+}
+
+void tune_check_path(const char *dir, uint64_t need, const char *what)
 {
 	struct statvfs vfs;
 	struct stat st;
 	uint64_t avail;
-	char need[32];
 
 	if (stat(dir, &st) < 0)
 		tool_die(1, "--nvme_path %s: %s", dir, strerror(errno));
@@ -267,15 +447,12 @@ static void check_path(const char *dir)
 			 strerror(errno));
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	/* f_blocks 0: a filesystem with no size to report (ramfs) */
-	if (vfs.f_blocks && avail < A.io_size + (A.io_size >> 6))
+	if (vfs.f_blocks && avail < need + (need >> 6))
 		tool_die(1,
-			 "--nvme_path %s: %.1f MiB free, not enough for "
-			 "--io_size %s (and 2%% slack); lower --io_size or "
-			 "free some space",
-			 dir, (double)avail / MIB,
-			 tool_size_str(A.io_size, need, sizeof(need)));
+			 "--nvme_path %s: %.1f MiB free, not enough for %s "
+			 "(and 2%% slack); lower it or free some space",
+			 dir, (double)avail / MIB, what);
 }
-
 /* Can @path be written when the sweep is done? Asked without creating
  * anything, so an interrupted sweep leaves no file behind: an existing
  * file must be writable, and its directory must take new files when the
@@ -308,12 +485,28 @@ static void check_target(const char *opt, const char *path, bool by_rename)
 			 dir, strerror(errno));
 }
 
+/* The config --write-config will get (@snip merged in; the snippet is
+ * consumed) loads, and the file can be written: found now, not after
+ * the sweep. */
+void tune_check_write_config(json_t *snip, enum nvs_backend be)
+{
+	tune_held = snip; /* freed by the cleanup when this dies */
+	free(tune_merged_config_or_die(snip, be));
+	tune_held = NULL;
+	json_decref(snip);
+	check_target("--write-config", A.write_config, true);
+}
+
 void tune_check_args(void)
 {
 	uint32_t maxbs = 0;
+	char what[64], sz[32];
 
+	snprintf(what, sizeof(what), "--io_size %s",
+		 tool_size_str(A.io_size, sz, sizeof(sz)));
 	for (unsigned i = 0; i < A.npaths; i++) {
-		check_path(A.paths[i]);
+		if (A.workload == WL_SEQ)
+			tune_check_path(A.paths[i], A.io_size, what);
 		if (!realpath(A.paths[i], real[i]))
 			tool_die(1, "--nvme_path %s: %s", A.paths[i],
 				 strerror(errno));
@@ -322,12 +515,12 @@ void tune_check_args(void)
 				tool_die(2, "--nvme_path %s is given twice",
 					 A.paths[i]);
 	}
+	if (A.workload == WL_SWAP)
+		return; /* tune_swap_setup() goes on */
 	/* A config file or plot that cannot be written is found now, not
 	 * after the sweep. */
-	if (A.write_config) {
-		free(tune_merged_config_or_die(&dflt));
-		check_target("--write-config", A.write_config, true);
-	}
+	if (A.write_config)
+		tune_check_write_config(tune_snippet(&dflt), dflt.be);
 	if (A.plot)
 		check_target("--plot", A.plot, false);
 	for (unsigned i = 0; i < S.nbs; i++)

@@ -12,6 +12,37 @@
 #include <string.h>
 #include <unistd.h>
 
+/* @f on path @i, created with O_DIRECT, or a refusal that names the
+ * path when its filesystem does not take O_DIRECT. */
+static int open_direct(unsigned i, const char *f)
+{
+	int fd = open(f, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+
+	if (fd < 0 && errno == EINVAL)
+		tool_die(1,
+			 "--nvme_path %s: the filesystem refuses "
+			 "O_DIRECT, so every figure would measure the "
+			 "page cache, not the disk (ramfs, or tmpfs "
+			 "before Linux 6.6?); tune a path on the disk "
+			 "itself",
+			 A.paths[i]);
+	if (fd < 0)
+		tool_die(1, "%s: %s", f, strerror(errno));
+	return fd;
+}
+
+/* Path @i takes O_DIRECT (the swap workload's files are the swapper's,
+ * which would fall back to the page cache): tried on a file of its own,
+ * removed at once. */
+void tune_check_direct(unsigned i)
+{
+	const char *f = tune_tmp_add(A.paths[i], "/nvswap-tune.", ".probe");
+
+	close(open_direct(i, f));
+	unlink(f);
+	tune_tmp_forget(f);
+}
+
 /* One file per path, written in full (the reads' data, the writes'
  * target: every point overwrites the same blocks), and synced. */
 void tune_prepare(void)
@@ -47,17 +78,7 @@ void tune_prepare(void)
 					 nvs_last_error());
 		}
 		tool_pattern(wbuf[i], A.io_size, 1000 + i);
-		fds[i] = open(f, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
-		if (fds[i] < 0 && errno == EINVAL)
-			tool_die(1,
-				 "--nvme_path %s: the filesystem refuses "
-				 "O_DIRECT, so every figure would measure the "
-				 "page cache, not the disk (ramfs, or tmpfs "
-				 "before Linux 6.6?); tune a path on the disk "
-				 "itself",
-				 A.paths[i]);
-		if (fds[i] < 0)
-			tool_die(1, "%s: %s", f, strerror(errno));
+		fds[i] = open_direct(i, f);
 		ret = nvs_aio_pwrite_fd(h, wbuf[i], A.io_size, fds[i], 0,
 					false);
 		if (ret < 0)
@@ -70,7 +91,7 @@ void tune_prepare(void)
 
 struct progress prog;
 
-static void progress_draw(bool force)
+void tune_progress(bool force)
 {
 	double now = tool_now(), el = now - prog.t0, frac;
 	char eta[48] = "estimating";
@@ -187,6 +208,15 @@ static void verify_written(const struct point *p, size_t n)
 	verify(p, WR, n);
 }
 
+char *tune_skip_reason(void)
+{
+	char *why = strdup(nvs_last_error());
+
+	if (!why)
+		tool_die(1, "out of memory");
+	return why;
+}
+
 /* @loops timed ops in direction @d with @p's settings, after one
  * untimed op (workers started, buffers registered). */
 static void measure(struct point *p, int d, size_t n, unsigned loops)
@@ -214,9 +244,7 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 	if (ret < 0) {
 		/* A kernel limit (aio-max-nr for libaio, memlock for the
 		 * rings): the point cannot run here; the sweep goes on. */
-		p->skip = strdup(nvs_last_error());
-		if (!p->skip)
-			tool_die(1, "out of memory");
+		p->skip = tune_skip_reason();
 		return;
 	}
 	one_op(h, p, d, warm < n ? warm : n);
@@ -232,7 +260,7 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 			p->samp[d][p->nsamp[d]++] =
 				(double)n * A.npaths / t / GIB;
 		prog.done += (double)n * A.npaths;
-		progress_draw(false);
+		tune_progress(false);
 	}
 	ret = nvs_aio_destroy(h);
 	if (ret < 0)
@@ -243,7 +271,7 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 		verify_written(p, n);
 }
 
-static struct dstat summarize(const double *samp, unsigned n)
+struct dstat tune_summarize(const double *samp, unsigned n)
 {
 	double v[MAXLOOPS];
 	struct dstat st = {.n = n};
@@ -260,19 +288,23 @@ static struct dstat summarize(const double *samp, unsigned n)
 
 unsigned rnd_state;
 
-static unsigned rnd(void)
+unsigned tune_rnd(void)
 {
 	rnd_state = rnd_state * 1103515245u + 12345u;
 	return rnd_state >> 8;
 }
 
-static void shuffle(struct point **set, unsigned n)
+/* @n elements of @size bytes (at most a pointer's: the sets of
+ * points), in a random order from --seed. */
+void tune_shuffle(void *set, unsigned n, size_t size)
 {
+	unsigned char *e = set, t[sizeof(void *)];
+
 	for (unsigned i = n; i > 1; i--) {
-		unsigned j = rnd() % i;
-		struct point *t = set[i - 1];
-		set[i - 1] = set[j];
-		set[j] = t;
+		unsigned j = tune_rnd() % i;
+		memcpy(t, e + (i - 1) * size, size);
+		memcpy(e + (i - 1) * size, e + j * size, size);
+		memcpy(e + j * size, t, size);
 	}
 }
 
@@ -299,14 +331,14 @@ void tune_run_round(struct point **set, unsigned n, int round, unsigned loops)
 	prog.what = round_name[round];
 	prog.pts = 0;
 	prog.npts = n;
-	progress_draw(true);
+	tune_progress(true);
 	for (int d = 0; d < NDIR; d++) {
 		if (!A.dir[d])
 			continue;
 		for (unsigned i = 0; i < n; i++)
 			set[i]->nsamp[d] = 0;
 		for (unsigned l = 0; l < (interleave ? loops : 1); l++) {
-			shuffle(set, n);
+			tune_shuffle(set, n, sizeof(*set));
 			for (unsigned i = 0; i < n; i++) {
 				prog.pts = i + 1;
 				prog.npts = n;
@@ -315,8 +347,8 @@ void tune_run_round(struct point **set, unsigned n, int round, unsigned loops)
 			}
 		}
 		for (unsigned i = 0; i < n; i++)
-			set[i]->st[round][d] =
-				summarize(set[i]->samp[d], set[i]->nsamp[d]);
+			set[i]->st[round][d] = tune_summarize(set[i]->samp[d],
+							      set[i]->nsamp[d]);
 	}
-	progress_draw(true);
+	tune_progress(true);
 }

@@ -154,21 +154,50 @@ json_t *tune_snippet(const struct setting *s)
 	return c;
 }
 
-/* The config file A.write_config with @best's keys merged in (or just
- * them when it does not exist), checked to load. NULL, with the reason in
- * @why, when it cannot be done; else the text, for the caller to free. */
-static char *merged_config(const struct setting *best, char *why, size_t len)
+/* @snip's keys into @root: an object into an object key by key, any
+ * other value replaces what was there (a copy: @snip stays the
+ * caller's). */
+static void merge(json_t *root, json_t *snip)
 {
-	const char *path = A.write_config, *key;
-	json_t *root, *aio, *nv, *v, *snip;
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(snip, key, v)
+	{
+		json_t *old = json_object_get(root, key);
+
+		if (json_is_object(v) && json_is_object(old))
+			merge(old, v);
+		else
+			json_object_set_new(root, key, json_deep_copy(v));
+	}
+}
+
+/* The file the config is written from: --config when given, else
+ * --write-config itself when it exists; NULL: none, a new file. */
+static const char *base_file(void)
+{
+	if (A.config)
+		return A.config;
+	return access(A.write_config, F_OK) == 0 ? A.write_config : NULL;
+}
+
+/* The base file with @snip merged in (or just @snip without one),
+ * checked to load; @be is the tuned backend. NULL, with the reason in
+ * @why, when it cannot be done; else the text, for the caller to free. */
+static char *merged_config(json_t *snip, enum nvs_backend be, char *why,
+			   size_t len)
+{
+	const char *path = base_file();
 	struct nvs_config *cfg = NULL;
 	json_error_t err;
+	json_t *root, *aio, *nv;
 	char *text;
 
-	if (access(path, F_OK) == 0) {
+	if (path) {
 		/* The config loader names whatever is wrong with the file
 		 * (JSON, types, keys) at its own line and column; after
-		 * that, root is an object and so are aio and nvswap. */
+		 * that, root is an object and so are its sections. */
 		if (nvs_config_load(path, &cfg) < 0) {
 			snprintf(why, len, "%s", nvs_last_error());
 			return NULL;
@@ -183,65 +212,52 @@ static char *merged_config(const struct setting *best, char *why, size_t len)
 	} else {
 		root = json_object();
 	}
-	aio = json_object_get(root, "aio");
-	nv = json_object_get(root, "nvswap");
-	snip = tune_snippet(best);
-	if (!aio) {
-		aio = json_object();
-		json_object_set_new(root, "aio", aio);
-	}
 	/* The older spellings of intra_op_parallelism would now say it
 	 * twice. */
-	json_object_del(aio, "thread_count");
-	json_object_del(aio, "num_threads");
-	json_object_update(aio, json_object_get(snip, "aio"));
-	json_object_foreach(json_object_get(snip, "nvswap"), key, v)
-	{
-		if (!nv) {
-			nv = json_object();
-			json_object_set_new(root, "nvswap", nv);
-		}
-		json_object_set(nv, key, v);
+	aio = json_object_get(root, "aio");
+	if (aio && json_object_get(snip, "aio")) {
+		json_object_del(aio, "thread_count");
+		json_object_del(aio, "num_threads");
 	}
+	merge(root, snip);
 	/* A backend the file names explicitly becomes the tuned one. */
+	nv = json_object_get(root, "nvswap");
 	if (nv && json_object_get(nv, "backend"))
-		json_object_set_new(nv, "backend",
-				    json_string(tune_bname(best->be)));
+		json_object_set_new(nv, "backend", json_string(tune_bname(be)));
 	text = json_dumps(root, JSON_INDENT(2));
 	if (!text) {
-		snprintf(why, len, "%s: out of memory", path);
-	} else if (nvs_config_load_string(text, path, &cfg) < 0) {
+		snprintf(why, len, "%s: out of memory", A.write_config);
+	} else if (nvs_config_load_string(text, A.write_config, &cfg) < 0) {
 		/* A safety net: what we add is valid by construction. */
-		snprintf(why, len, "%s: the result would not load: %s", path,
-			 nvs_last_error());
+		snprintf(why, len, "%s: the result would not load: %s",
+			 A.write_config, nvs_last_error());
 		free(text);
 		text = NULL;
 	} else {
 		nvs_config_free(cfg);
 	}
-	json_decref(snip);
 	json_decref(root);
 	return text;
 }
 
 /* merged_config() or a fatal error naming the file. */
-char *tune_merged_config_or_die(const struct setting *best)
+char *tune_merged_config_or_die(json_t *snip, enum nvs_backend be)
 {
 	char why[1024];
-	char *text = merged_config(best, why, sizeof(why));
+	char *text = merged_config(snip, be, why, sizeof(why));
 
 	if (!text)
 		tool_die(1, "--write-config %s (file not changed)", why);
 	return text;
 }
 
-/* Replace (or create) A.write_config with @best's keys merged in, in one
- * rename. True when it merged into an existing file. */
-bool tune_write_config(const struct setting *best)
+/* Replace (or create) A.write_config with the base file and @snip merged
+ * in, in one rename. True when it merged into a file that existed. */
+bool tune_write_config(json_t *snip, enum nvs_backend be)
 {
 	const char *path = A.write_config, *t;
-	bool merged = access(path, F_OK) == 0;
-	char *text = tune_merged_config_or_die(best);
+	bool merged = base_file() != NULL;
+	char *text = tune_merged_config_or_die(snip, be);
 	FILE *f;
 
 	t = tune_tmp_add(path, ".nvswap-tune.", ".tmp");
@@ -256,6 +272,17 @@ bool tune_write_config(const struct setting *best)
 	tune_tmp_forget(t);
 	free(text);
 	return merged;
+}
+
+/* Where tune_write_config() put it. */
+void tune_print_written(bool merged)
+{
+	if (A.config && strcmp(A.config, A.write_config))
+		printf("written to %s: %s with the chosen keys\n",
+		       A.write_config, A.config);
+	else
+		printf("%s %s\n", merged ? "merged into" : "written to",
+		       A.write_config);
 }
 
 void tune_print_row(const struct point *p, int round, const char *mark)
@@ -290,11 +317,12 @@ void tune_print_header(void)
 	       "write GB/s", tune_crit_on(CRIT_COMBINED) ? "combined" : "");
 }
 
-void tune_print_space(void)
+/* " block_size 1M 8M; queue_depth 32 128; ...; backend io_uring": the
+ * lists of the search space. */
+void tune_print_lists(void)
 {
 	char b[32];
 
-	printf("search space: %u points:", np);
 	printf(" block_size");
 	for (unsigned i = 0; i < S.nbs; i++)
 		printf(" %s", tool_size_str(S.bs[i], b, sizeof(b)));
@@ -313,6 +341,12 @@ void tune_print_space(void)
 	printf("; backend");
 	for (unsigned i = 0; i < S.nbe; i++)
 		printf(" %s", tune_bname(S.be[i]));
+}
+
+void tune_print_space(void)
+{
+	printf("search space: %u points:", np);
+	tune_print_lists();
 	printf("; plus the default settings\n");
 	for (int k = NVS_BACKEND_IO_URING; k <= NVS_BACKEND_PSYNC; k++)
 		if (!be_ok[k])

@@ -253,30 +253,43 @@ void tune_load_sweep(void)
 	free(text);
 }
 
+/* seq: ds_nvme_tune's space. swap: each point is a swapper and whole
+ * walks (seconds, where a seq point takes a fraction), so a smaller one
+ * that keeps the aio stage near a minute: queue depths down to
+ * DeepSpeed's 8, parallelism up to 4, single_submit false and the
+ * backend auto picks only (--sweep_config widens any of it). */
 void tune_default_space(void)
 {
 	static const uint32_t bs[] = {1u << 20, 8u << 20};
-	static const uint32_t qd[] = {32, 128};
+	static const uint32_t qd[] = {32, 128}, sqd[] = {8, 32, 128};
 	static const uint32_t par[] = {1, 2, 4, 8};
+	bool swap = A.workload == WL_SWAP;
 
 	memcpy(S.bs, bs, sizeof(bs));
 	S.nbs = 2;
-	memcpy(S.qd, qd, sizeof(qd));
-	S.nqd = 2;
+	if (swap) {
+		memcpy(S.qd, sqd, sizeof(sqd));
+		S.nqd = 3;
+	} else {
+		memcpy(S.qd, qd, sizeof(qd));
+		S.nqd = 2;
+	}
 	memcpy(S.par, par, sizeof(par));
-	S.npar = 4;
+	S.npar = swap ? 3 : 4;
 	S.ov[0] = true;
 	S.ov[1] = false;
 	S.nov = 2;
 	S.ss[0] = false;
 	S.ss[1] = true;
-	S.nss = 2;
+	S.nss = swap ? 1 : 2;
 	S.nbe = 0;
 	if (backend_env) {
 		int b = tool_backend(backend_env);
 		if (b > 0 && be_ok[b])
 			add_backend((enum nvs_backend)b);
 	}
+	if (!S.nbe && swap)
+		add_backend(auto_be);
 	if (!S.nbe)
 		add_available_backends();
 }
@@ -351,29 +364,50 @@ static struct point *add_point(const struct setting *s)
 	return p;
 }
 
+/* Every setting of the space S, in order (backend, block size, queue
+ * depth, parallelism, events, submit; the last varies fastest), but
+ * psync's only once per block size and parallelism: it ignores the
+ * queue settings. A new array of *@n, for the caller to free. */
+struct setting *tune_space_settings(unsigned *n)
+{
+	unsigned total = S.nbe * S.nbs * S.nqd * S.npar * S.nov * S.nss;
+	struct setting *all = malloc((total ? total : 1) * sizeof(*all));
+
+	if (!all)
+		tool_die(1, "out of memory");
+	*n = 0;
+	for (unsigned i = 0; i < total; i++) {
+		unsigned r = i, m, o, t, q, b;
+
+		m = r % S.nss;
+		r /= S.nss;
+		o = r % S.nov;
+		r /= S.nov;
+		t = r % S.npar;
+		r /= S.npar;
+		q = r % S.nqd;
+		r /= S.nqd;
+		b = r % S.nbs;
+		r /= S.nbs;
+		if (S.be[r] == NVS_BACKEND_PSYNC && (q || o || m))
+			continue;
+		all[(*n)++] = (struct setting){.be = S.be[r],
+					       .bs = S.bs[b],
+					       .qd = S.qd[q],
+					       .par = S.par[t],
+					       .ov = S.ov[o],
+					       .ss = S.ss[m]};
+	}
+	return all;
+}
+
 void tune_make_points(void)
 {
-	for (unsigned b = 0; b < S.nbe; b++)
-		for (unsigned i = 0; i < S.nbs; i++)
-			for (unsigned q = 0; q < S.nqd; q++)
-				for (unsigned t = 0; t < S.npar; t++)
-					for (unsigned o = 0; o < S.nov; o++)
-						for (unsigned m = 0; m < S.nss;
-						     m++) {
-							/* psync ignores the
-							 * queue settings */
-							if (S.be[b] ==
-								    NVS_BACKEND_PSYNC &&
-							    (q || o || m))
-								continue;
-							add_point(&(
-								struct setting){
-								.be = S.be[b],
-								.bs = S.bs[i],
-								.qd = S.qd[q],
-								.par = S.par[t],
-								.ov = S.ov[o],
-								.ss = S.ss[m]});
-						}
+	unsigned n;
+	struct setting *all = tune_space_settings(&n);
+
+	for (unsigned i = 0; i < n; i++)
+		add_point(&all[i]);
+	free(all);
 	add_point(&dflt)->is_default = true;
 }

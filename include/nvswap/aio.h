@@ -89,6 +89,8 @@ enum nvs_uring_flag {
 #define NVS_AIO_MAX_PARALLELISM 256u
 /** nvs_aio_opts.open_files value that turns the open-file cache off. */
 #define NVS_AIO_FILES_OFF UINT32_MAX
+/* nvs_aio_opts.inline_max: every op goes through a worker. */
+#define NVS_AIO_INLINE_OFF UINT32_MAX
 
 /**
  * struct nvs_aio_opts - settings of an aio handle.
@@ -129,7 +131,14 @@ struct nvs_aio_opts {
 	enum nvs_staging staging;      /* default NVS_STAGE_AUTO */
 	uint32_t uring_flags;	       /* enum nvs_uring_flag bits,
 					  default 0 */
-	uint32_t reserved32;	       /* zero */
+	uint32_t inline_max;	       /* a synchronous op of at most this
+					  many bytes, with nothing else in
+					  flight, runs on the caller's
+					  thread (pread/pwrite, no worker
+					  hand-off; see
+					  nvs_aio_submit_wait); 0 = default
+					  min(block_size, 64 KiB);
+					  NVS_AIO_INLINE_OFF = never */
 	uint64_t reserved[6];	       /* zero */
 };
 
@@ -183,7 +192,10 @@ struct nvs_aio_stats {
 	char backend_notes[240];
 	enum nvs_backend_reason backend_reason; /* who chose backend */
 	uint32_t reserved32;
-	uint64_t reserved[4];
+	uint64_t inline_ops; /* synchronous ops done on the caller's thread
+				(see nvs_aio_opts.inline_max); counted in
+				ops_completed, not in requests */
+	uint64_t reserved[3];
 };
 
 struct nvs_aio;
@@ -292,6 +304,24 @@ NVS_API int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 			   uint64_t *op_id);
 
 /**
+ * nvs_aio_submit_wait() - one synchronous op: submit @io and wait for it
+ * alone (other ops in flight are neither waited for nor collected).
+ * @h:  handle.
+ * @io: the op (see struct nvs_aio_io).
+ *
+ * When nothing else is in flight and the op is one request's worth (at
+ * most nvs_aio_opts.inline_max bytes, aligned memory and edges for
+ * O_DIRECT), it runs on the calling thread with pread(2)/pwrite(2) and no
+ * worker hand-off: the latency of fio's psync engine, counted in
+ * nvs_aio_stats.inline_ops. Otherwise it goes through the workers like
+ * nvs_aio_submit() and this call waits for it.
+ *
+ * Return: 0, or -errno as nvs_aio_submit() and nvs_aio_wait_op() (with
+ * nvs_last_error() set). Threading: as nvs_aio_submit().
+ */
+NVS_API int nvs_aio_submit_wait(struct nvs_aio *h, const struct nvs_aio_io *io);
+
+/**
  * nvs_aio_wait_op() - wait for the op behind a ticket and collect it.
  * Return: 0 when it succeeded, its -errno when it failed (with
  * nvs_last_error() set), -ENOENT for an unknown ticket or one already
@@ -325,6 +355,9 @@ NVS_API int nvs_aio_wait(struct nvs_aio *h);
  *
  * Return: async: 0 or a submit error. Sync: what nvs_aio_wait() returns,
  * 1 when nothing else was pending. Errors as nvs_aio_submit().
+ * A sync op with nothing else pending (no op in flight, none finished and
+ * uncollected) runs on the calling thread when it can, as
+ * nvs_aio_submit_wait() says.
  */
 NVS_API int nvs_aio_pread(struct nvs_aio *h, void *buf, size_t nbytes,
 			  const char *path, int64_t file_offset, bool async);

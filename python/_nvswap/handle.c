@@ -344,7 +344,8 @@ static PyObject *do_op(struct ext_handle *self, int opcode, PyObject *bufobj,
 
 /*
  * sync_pread/sync_pwrite with nothing else pending: submit and wait in one
- * GIL release, with no Op object. Returns 1 (DeepNVMe's count).
+ * GIL release, with no Op object (a small op then runs on this thread, see
+ * nvs_aio_submit_wait). Returns 1 (DeepNVMe's count).
  */
 static PyObject *fast_sync(struct ext_handle *self, int opcode,
 			   PyObject *bufobj, PyObject *file, PyObject *offobj)
@@ -365,11 +366,7 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 	io.fd = fd;
 	io.offset = off;
 	Py_BEGIN_ALLOW_THREADS
-	uint64_t ticket;
-
-	rc = nvs_aio_submit(self->h, &io, &ticket);
-	if (rc == 0)
-		rc = nvs_aio_wait_op(self->h, ticket);
+	rc = nvs_aio_submit_wait(self->h, &io);
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 	Py_END_ALLOW_THREADS

@@ -106,6 +106,7 @@ PyObject *ext_aio_stats_dict(const struct nvs_aio_stats *st)
 			 PyBool_FromLong(st->bounce_locked)) ||
 	    ext_dict_put(&d, "files_opened", U64(st->files_opened)) ||
 	    ext_dict_put(&d, "files_reused", U64(st->files_reused)) ||
+	    ext_dict_put(&d, "inline_ops", U64(st->inline_ops)) ||
 	    ext_dict_put(&d, "backend",
 			 PyUnicode_FromString(nvs_backend_name(st->backend))) ||
 	    ext_dict_put(&d, "backend_reason",

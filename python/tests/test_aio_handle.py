@@ -346,6 +346,34 @@ def test_stats_count_a_known_sequence(diskdir):
         assert isinstance(st["backend_notes"], str)
 
 
+def test_small_sync_ops_run_on_the_calling_thread(diskdir):
+    # No worker hand-off for a small sync op on an idle handle
+    # (nvs_aio_submit_wait); buffered, so any bytearray qualifies.
+    p = os.path.join(diskdir, "small")
+    data = rand(4096)
+    with nvswap.aio_handle(direct=False) as h:
+        assert h.sync_pwrite(data, p) == 1
+        buf = bytearray(4096)
+        assert h.sync_pread(buf, p) == 1
+        assert buf == data
+        st = h.stats()
+        assert (st["inline_ops"], st["requests"]) == (2, 0)
+        assert counters(h)[:4] == (2, 0, 4096, 4096)
+        # Another op pending: the sync one goes through the workers too.
+        h.async_pread(bytearray(4096), p)
+        assert h.sync_pread(buf, p) == 2
+        assert h.stats()["inline_ops"] == 2
+        # Larger than inline_max (64 KiB by default): a worker.
+        big = rand(1 * MiB)
+        assert h.sync_pwrite(big, p) == 1
+        assert h.stats()["inline_ops"] == 2
+        with pytest.raises(nvswap.Error) as e:
+            h.sync_pwrite(b"x" * 10, "/dev/full")
+        assert e.value.errno == errno.ENOSPC
+        assert "caller's thread" in str(e.value)
+        assert h.stats()["inline_ops"] == 3
+
+
 def test_close_is_idempotent_and_io_after_close_raises(diskdir):
     p = os.path.join(diskdir, "f")
     h = nvswap.aio_handle()

@@ -5,6 +5,7 @@
  * 64-bit hashes beats any allocation on the submit path.
  */
 #include "aio/files.h"
+#include "aio/align.h"
 #include "internal/alloc.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #define KEY_MAX 1024 /* longer paths are not cached */
+#define MEMO 8	     /* inodes whose O_DIRECT description is remembered */
 
 struct entry {
 	struct nvs_file f; /* first: handed out */
@@ -32,11 +34,21 @@ struct entry {
 	char path[KEY_MAX];
 };
 
+/* What O_DIRECT needs for one inode: the same through every descriptor. */
+struct memo {
+	dev_t dev, rdev;
+	ino_t ino;
+	struct nvs_dio_align al;
+	unsigned max_segments;
+};
+
 struct nvs_files {
 	pthread_mutex_t lock; /* protects everything below */
 	struct entry *e;
 	unsigned cap;
 	uint64_t clock;
+	struct memo memo[MEMO];
+	unsigned nmemo, memo_next;
 	/* Bumped under lock, read by workers without it: relaxed, since a
 	 * worker only needs to see it before the op that follows a close,
 	 * and that op reaches it through the worker queue's mutex. */
@@ -205,25 +217,29 @@ struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 	return slot ? &slot->f : NULL;
 }
 
-int nvs__files_set_bfd(struct nvs_files *c, struct nvs_file *f, int bfd)
-{
-	int use;
-
-	pthread_mutex_lock(&c->lock);
-	if (f->bfd < 0)
-		f->bfd = bfd;
-	use = f->bfd;
-	pthread_mutex_unlock(&c->lock);
-	if (use != bfd)
-		close(bfd);
-	return use;
-}
-
-int nvs__files_bfd(struct nvs_files *c, struct nvs_file *f)
+/*
+ * The buffered descriptor of @f for unaligned edges: the cached one, else
+ * @path opened with @flags here, outside the lock, and kept (when another
+ * thread installed one meanwhile, ours is closed and theirs returned).
+ */
+int nvs__files_bfd(struct nvs_files *c, struct nvs_file *f, const char *path,
+		   int flags)
 {
 	int bfd;
 
 	pthread_mutex_lock(&c->lock);
+	bfd = f->bfd;
+	pthread_mutex_unlock(&c->lock);
+	if (bfd >= 0)
+		return bfd;
+	bfd = nvs__files_open(c, path, flags, 0);
+	if (bfd < 0)
+		return -1;
+	pthread_mutex_lock(&c->lock);
+	if (f->bfd < 0)
+		f->bfd = bfd;
+	else
+		close(bfd);
 	bfd = f->bfd;
 	pthread_mutex_unlock(&c->lock);
 	return bfd;
@@ -266,6 +282,47 @@ static unsigned close_idle(struct nvs_files *c, bool deleted_only)
 	}
 	pthread_mutex_unlock(&c->lock);
 	return n;
+}
+
+static bool memo_is(const struct memo *m, const struct stat *st)
+{
+	return m->dev == st->st_dev && m->ino == st->st_ino &&
+	       m->rdev == st->st_rdev;
+}
+
+int nvs__files_describe(struct nvs_files *c, int fd, const struct stat *st,
+			struct nvs_dio_align *al, unsigned *max_segments)
+{
+	struct memo m = {st->st_dev, st->st_rdev, st->st_ino, {0}, 0};
+	int ret;
+
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		for (unsigned i = 0; i < c->nmemo; i++) {
+			if (memo_is(&c->memo[i], st)) {
+				*al = c->memo[i].al;
+				*max_segments = c->memo[i].max_segments;
+				pthread_mutex_unlock(&c->lock);
+				return 0;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	ret = nvs_dio_alignment(fd, &m.al);
+	if (ret < 0)
+		return ret;
+	m.max_segments = nvs__dio_max_segments(fd);
+	*al = m.al;
+	*max_segments = m.max_segments;
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		c->memo[c->memo_next] = m;
+		c->memo_next = (c->memo_next + 1) % MEMO;
+		if (c->nmemo < MEMO)
+			c->nmemo++;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return 0;
 }
 
 unsigned nvs__files_close_idle(struct nvs_files *c)

@@ -22,7 +22,7 @@
 #include "nvswap/aio.h"
 
 /* One cached file. Fields are read-only while a reference is held, except
- * bfd, which is set once through nvs__files_set_bfd(). */
+ * bfd, which is set once through nvs__files_bfd(). */
 struct nvs_file {
 	uint64_t id; /* unique for the process's life: engines key on it */
 	int fd;	     /* O_DIRECT unless the filesystem refused it */
@@ -55,11 +55,18 @@ struct nvs_file *nvs__files_add(struct nvs_files *c, const char *path,
 				bool write, const struct stat *st, int fd,
 				bool direct, const struct nvs_dio_align *al,
 				unsigned max_segments);
-/* Give @f its buffered descriptor @bfd (transferred); returns the one to
- * use (another thread may have set one first: @bfd is then closed). */
-int nvs__files_set_bfd(struct nvs_files *c, struct nvs_file *f, int bfd);
-/* @f's buffered descriptor, or -1 when none was set yet. */
-int nvs__files_bfd(struct nvs_files *c, struct nvs_file *f);
+/* @f's buffered descriptor for unaligned edges, opened from @path with
+ * @flags on first use and kept; -1 with errno when the open fails. */
+int nvs__files_bfd(struct nvs_files *c, struct nvs_file *f, const char *path,
+		   int flags);
+/*
+ * O_DIRECT alignment and the disk queue's max segments for the inode @st
+ * describes, open as @fd: remembered for the last few inodes (@c may be
+ * NULL: nothing remembered), so a caller's descriptor costs one fstat per
+ * op, not a statx and a sysfs read. 0 or -errno (nvs_dio_alignment's).
+ */
+int nvs__files_describe(struct nvs_files *c, int fd, const struct stat *st,
+			struct nvs_dio_align *al, unsigned *max_segments);
 /* Drop a reference taken by get or add. */
 void nvs__files_release(struct nvs_files *c, struct nvs_file *f);
 /* Descriptors closed so far: when it changes, engines drop the files they

@@ -8,6 +8,7 @@
  */
 #include "aio/handle.h"
 #include "aio/handle_types.h"
+#include "aio/inline.h"
 #include "aio/opts.h"
 #include "aio/target.h"
 #include "aio/ticket.h"
@@ -146,7 +147,7 @@ static int create(const struct nvs_aio_opts *opts,
 	for (unsigned i = h->nops; i-- > 0;) {
 		struct nvs_op *op = &h->ops[i];
 		op->gen = 1;
-		op->fd = op->bfd = -1;
+		op->t.fd = op->t.bfd = -1;
 		op->slices = &h->slices[(size_t)i * h->nworkers];
 		op->next_free = h->free_ops;
 		h->free_ops = op;
@@ -235,8 +236,20 @@ static int refused(struct nvs_aio *h, const struct nvs_aio_io *io)
 	return 0;
 }
 
-int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
-		   uint64_t *op_id)
+enum submit_mode {
+	QUEUE,	    /* the caller waits later, or never */
+	SYNC_ALONE, /* the caller waits for this op alone, now */
+	SYNC_ALL,   /* the caller waits for every op, now (DeepNVMe sync) */
+};
+
+/*
+ * The submit path, top to bottom: check the op, resolve its target (one
+ * call: descriptors, O_DIRECT, alignment, edges), then either run it here
+ * (a small synchronous op on an idle handle: *ran is set and the result
+ * returned) or take a slot and cut it into slices for the workers.
+ */
+static int submit(struct nvs_aio *h, const struct nvs_aio_io *io,
+		  uint64_t *op_id, enum submit_mode mode, bool *ran)
 {
 	char fdname[32];
 	const char *path;
@@ -257,23 +270,27 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 				       "refused by the fault plan (%s)",
 				       nvs_strerror(ret));
 	ret = nvs__target_open(h, io, path, &t);
-	if (ret == 0 && nvs__target_needs_edges(&t, io->offset, io->nbytes))
-		ret = nvs__target_open_buffered(h, io, path, &t);
+	if (ret == 0 && mode != QUEUE && nvs__inline_fits(h, io, &t) &&
+	    nvs__inline_begin(h, mode == SYNC_ALONE)) {
+		*ran = true;
+		ret = nvs__inline_run(h, io, path, &t);
+		nvs__target_close(h, &t);
+		return ret;
+	}
 	if (ret == 0)
-		ret = nvs__op_get_slot(h, op_id != NULL, &op);
+		ret = nvs__op_get_slot(h,
+				       mode == SYNC_ALONE ? NVS_OP_OWNED
+				       : op_id		  ? NVS_OP_TICKET
+							  : NVS_OP_UNTRACKED,
+				       &op);
 	if (ret < 0) {
 		nvs__target_close(h, &t);
 		return ret;
 	}
 	op->write = io->opcode == NVS_AIO_WRITE;
-	op->direct = t.direct;
+	op->t = t; /* the op releases it when it ends */
 	op->stage_all = t.direct && nvs__target_stage_unpinned(h, &t) &&
 			!nvs_pinned_contains(io->buf, io->nbytes);
-	op->fd = t.fd;
-	op->bfd = t.bfd;
-	op->own_fd = t.own_fd;
-	op->own_bfd = t.own_bfd;
-	op->file = t.file;
 	op->offset = io->offset;
 	op->nbytes = io->nbytes;
 	snprintf(op->path, sizeof(op->path), "%s", path);
@@ -309,6 +326,25 @@ int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	return 0;
 }
 
+int nvs_aio_submit(struct nvs_aio *h, const struct nvs_aio_io *io,
+		   uint64_t *op_id)
+{
+	bool ran = false;
+
+	return submit(h, io, op_id, QUEUE, &ran);
+}
+
+int nvs_aio_submit_wait(struct nvs_aio *h, const struct nvs_aio_io *io)
+{
+	uint64_t id;
+	bool ran = false;
+	int ret = submit(h, io, &id, SYNC_ALONE, &ran);
+
+	if (ret < 0 || ran)
+		return ret;
+	return nvs_aio_wait_op(h, id);
+}
+
 /* ------------------------------------------------------ DeepNVMe calls */
 
 static int do_io(struct nvs_aio *h, enum nvs_aio_opcode opc, void *buf,
@@ -323,8 +359,11 @@ static int do_io(struct nvs_aio *h, enum nvs_aio_opcode opc, void *buf,
 		.fd = path ? -1 : fd,
 		.offset = off,
 	};
-	int ret = nvs_aio_submit(h, &io, NULL);
+	bool ran = false;
+	int ret = submit(h, &io, NULL, async ? QUEUE : SYNC_ALL, &ran);
 
+	if (ran)
+		return ret < 0 ? ret : 1; /* what nvs_aio_wait would say */
 	if (ret < 0 || async)
 		return ret;
 	return nvs_aio_wait(h);

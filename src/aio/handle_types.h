@@ -24,6 +24,18 @@
 enum nvs_op_state { NVS_OP_FREE = 0, NVS_OP_RUNNING, NVS_OP_DONE };
 
 struct nvs_op;
+struct nvs_file;
+
+/* What an op runs on (aio/target.h resolves and releases it). */
+struct nvs_target {
+	int fd, bfd;
+	bool own_fd, own_bfd, direct;
+	bool edges; /* unaligned head or tail: bfd is open for them */
+	struct nvs_dio_align al;
+	unsigned max_segments; /* of the disk's queue, 0 = unknown */
+	struct nvs_file *file; /* from the cache: fd and bfd belong to it */
+	unsigned closed;       /* idle cached files this op closed */
+};
 
 struct nvs_edge {
 	char *buf;
@@ -50,6 +62,7 @@ struct nvs_op {
 	/* Protected by h->lock. */
 	enum nvs_op_state state;
 	bool ticket;
+	bool owned;   /* a ticket nvs_aio_wait leaves to its owner */
 	uint32_t gen; /* bumped on every reuse: stale tickets miss */
 	uint64_t seq; /* submission order, for "first failed op" */
 	int err;
@@ -57,11 +70,8 @@ struct nvs_op {
 	struct nvs_op *next_free;
 	/* Written by the submitter before dispatch, then read-only. */
 	bool write;
-	bool direct;
-	bool stage_all; /* bounce every request, aligned or not */
-	int fd, bfd;	/* body descriptor; buffered one for edges or -1 */
-	bool own_fd, own_bfd;
-	struct nvs_file *file; /* cached descriptors, released at the end */
+	bool stage_all;	     /* bounce every request, aligned or not */
+	struct nvs_target t; /* descriptors, released when the op ends */
 	uint32_t mem_align;
 	uint32_t grain; /* body boundaries: edges never share a page */
 	size_t chunk;	/* request size for this file */
@@ -132,6 +142,7 @@ struct nvs_aio {
 	unsigned inflight;     /* ops submitted and not finished */
 	unsigned finished;     /* untracked ops finished since last wait */
 	unsigned tickets_done; /* finished ticketed ops not yet collected */
+	unsigned owned_done;   /* the same for owned ones (their owner will) */
 	uint64_t next_seq;
 	unsigned rr;   /* first worker of the next op */
 	int first_err; /* first failed untracked op since last wait */

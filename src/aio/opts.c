@@ -7,6 +7,7 @@
 #include "aio/opts.h"
 #include "aio/choice.h"
 #include "aio/handle_types.h"
+#include "aio/inline.h"
 #include "internal/errors.h"
 
 #include <errno.h>
@@ -82,6 +83,10 @@ int nvs__aio_opts_check(struct nvs_aio_opts *o, const struct nvs_aio_opts *in,
 				"nvs_aio_create: open_files %" PRIu32
 				" above %u",
 				o->open_files, MAX_OPEN_FILES);
+	if (o->inline_max == 0)
+		o->inline_max = nvs__inline_default(o);
+	else if (o->inline_max == NVS_AIO_INLINE_OFF)
+		o->inline_max = 0;
 	return nvs__backend_choose(&o->backend, why);
 }
 

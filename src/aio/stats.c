@@ -75,6 +75,7 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 	st->direct_fallbacks = load(&h->c.fallbacks);
 	st->files_opened = load(&h->c.opened);
 	st->files_reused = load(&h->c.reused);
+	st->inline_ops = load(&h->c.inline_ops);
 	st->bounce_locked = true;
 	st->backend = h->backend;
 	st->backend_reason = h->backend_reason;

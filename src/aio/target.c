@@ -28,6 +28,7 @@ void nvs__target_close(struct nvs_aio *h, struct nvs_target *t)
 		close(t->bfd);
 	if (t->own_fd && t->fd >= 0)
 		close(t->fd);
+	*t = (struct nvs_target){.fd = -1, .bfd = -1};
 }
 
 static int open_path(struct nvs_aio *h, const struct nvs_aio_io *io,
@@ -121,8 +122,8 @@ static int preallocate(int fd, const struct stat *st,
 }
 
 /* fstat an open target and, for O_DIRECT, learn its alignment. */
-static int describe_fd(const struct nvs_aio_io *io, const char *path,
-		       struct nvs_target *t, struct stat *st)
+static int describe_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
+		       const char *path, struct nvs_target *t, struct stat *st)
 {
 	int ret;
 
@@ -132,8 +133,8 @@ static int describe_fd(const struct nvs_aio_io *io, const char *path,
 	}
 	if (!t->direct)
 		return 0;
-	t->max_segments = nvs__dio_max_segments(t->fd);
-	return nvs_dio_alignment(t->fd, &t->al);
+	return nvs__files_describe(h->files, t->fd, st, &t->al,
+				   &t->max_segments);
 }
 
 /*
@@ -161,7 +162,7 @@ static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
 	t->closed = nvs__files_prune(h->files); /* deleted files' blocks */
 	ret = open_path(h, io, path, t);
 	if (ret == 0)
-		ret = describe_fd(io, path, t, st);
+		ret = describe_fd(h, io, path, t, st);
 	if (ret < 0)
 		return ret;
 	if (h->files && S_ISREG(st->st_mode)) {
@@ -169,6 +170,97 @@ static int path_fd(struct nvs_aio *h, const struct nvs_aio_io *io,
 					 t->direct, &t->al, t->max_segments);
 		if (t->file)
 			t->own_fd = false;
+	}
+	return 0;
+}
+
+/* Body boundaries for a direct file: a page or the offset alignment. */
+uint32_t nvs__target_edge_grain(const struct nvs_target *t)
+{
+	uint64_t g = NVS_MAX((uint64_t)t->al.offset_align,
+			     (uint64_t)sysconf(_SC_PAGESIZE));
+	return (uint32_t)NVS_MAX(g, (uint64_t)4096);
+}
+
+/* Whether @n bytes at @off have unaligned edges to do buffered. */
+static bool needs_edges(const struct nvs_target *t, int64_t off, size_t n)
+{
+	uint64_t g = nvs__target_edge_grain(t);
+
+	if (!t->direct || n == 0)
+		return false;
+	return (uint64_t)off % g || ((uint64_t)off + n) % g;
+}
+
+/* Buffered descriptor on the same file, for the unaligned edges: the
+ * cached file's, else opened for this op alone. */
+static int open_buffered(struct nvs_aio *h, const struct nvs_aio_io *io,
+			 const char *path, struct nvs_target *t)
+{
+	char proc[64];
+	const char *p = io->path;
+	int flags =
+		(io->opcode == NVS_AIO_WRITE ? O_WRONLY : O_RDONLY) | O_CLOEXEC;
+	int err;
+
+	if (!p) {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", io->fd);
+		p = proc;
+	}
+	if (t->file) {
+		t->bfd = nvs__files_bfd(h->files, t->file, p, flags);
+	} else {
+		t->bfd = nvs__files_open(h->files, p, flags, 0);
+		t->own_bfd = t->bfd >= 0;
+	}
+	if (t->bfd < 0) {
+		err = errno;
+		return NVS__SUBMIT_ERR(-err, io,
+				       "opening a buffered descriptor "
+				       "for the unaligned edges: %s",
+				       nvs_strerror(err));
+	}
+	return 0;
+}
+
+/* A read's range, a write's blocks (or an empty write's new size). */
+static int check_range(struct nvs_aio *h, const struct nvs_aio_io *io,
+		       const char *path, struct nvs_target *t,
+		       const struct stat *st)
+{
+	int ret;
+
+	if (io->opcode == NVS_AIO_READ) {
+		int64_t size = target_size(t->fd, st);
+		if (size < 0)
+			return NVS__SUBMIT_ERR((int)size, io, "size: %s",
+					       nvs_strerror((int)size));
+		if (io->offset > size ||
+		    (int64_t)io->nbytes > size - io->offset)
+			return NVS__SUBMIT_ERR(
+				-EINVAL, io,
+				"read ends beyond the end of the "
+				"file (%" PRId64 " bytes); buffer "
+				"untouched",
+				size);
+	} else if (t->direct && io->nbytes > 0 && S_ISREG(st->st_mode) &&
+		   io->offset + (int64_t)io->nbytes > st->st_size) {
+		ret = preallocate(t->fd, st, io);
+		/* Closed deleted files free space once the worker drops
+		 * the engine's hold, before it writes: the write decides. */
+		if (ret == -ENOSPC && (t->closed || nvs__files_prune(h->files)))
+			ret = 0;
+		if (ret < 0)
+			return NVS__SUBMIT_ERR(ret, io, "preallocating: %s",
+					       nvs_strerror(ret));
+	} else if (io->nbytes == 0 && st->st_size < io->offset &&
+		   S_ISREG(st->st_mode)) {
+		/* The file ends at max(old size, offset + nbytes). */
+		if (ftruncate(t->fd, io->offset) < 0) {
+			ret = -errno;
+			return NVS__SUBMIT_ERR(ret, io, "ftruncate: %s",
+					       nvs_strerror(ret));
+		}
 	}
 	return 0;
 }
@@ -184,104 +276,24 @@ int nvs__target_open(struct nvs_aio *h, const struct nvs_aio_io *io,
 	} else {
 		ret = check_fd(io, path, t);
 		if (ret == 0)
-			ret = describe_fd(io, path, t, &st);
+			ret = describe_fd(h, io, path, t, &st);
 	}
 	if (ret < 0)
 		return ret;
 	if (S_ISDIR(st.st_mode))
 		return NVS__SUBMIT_ERR(-EISDIR, io, "%s", "is a directory");
-	if (io->opcode == NVS_AIO_READ) {
-		int64_t size = target_size(t->fd, &st);
-		if (size < 0)
-			return NVS__SUBMIT_ERR((int)size, io, "size: %s",
-					       nvs_strerror((int)size));
-		if (io->offset > size ||
-		    (int64_t)io->nbytes > size - io->offset)
-			return NVS__SUBMIT_ERR(
-				-EINVAL, io,
-				"read ends beyond the end of the "
-				"file (%" PRId64 " bytes); buffer "
-				"untouched",
-				size);
-	} else if (t->direct && io->nbytes > 0 && S_ISREG(st.st_mode) &&
-		   io->offset + (int64_t)io->nbytes > st.st_size) {
-		ret = preallocate(t->fd, &st, io);
-		/* Closed deleted files free space once the worker drops
-		 * the engine's hold, before it writes: the write decides. */
-		if (ret == -ENOSPC && (t->closed || nvs__files_prune(h->files)))
-			ret = 0;
-		if (ret < 0)
-			return NVS__SUBMIT_ERR(ret, io, "preallocating: %s",
-					       nvs_strerror(ret));
-	} else if (io->nbytes == 0 && st.st_size < io->offset &&
-		   S_ISREG(st.st_mode)) {
-		/* The file ends at max(old size, offset + nbytes). */
-		if (ftruncate(t->fd, io->offset) < 0) {
-			ret = -errno;
-			return NVS__SUBMIT_ERR(ret, io, "ftruncate: %s",
-					       nvs_strerror(ret));
-		}
-	}
-	if (t->direct) {
-		if (t->al.offset_align > NVS_BOUNCE_GRAIN)
-			return NVS__SUBMIT_ERR(
-				-EINVAL, io,
-				"O_DIRECT offset alignment %" PRIu32
-				" is above the supported %u",
-				t->al.offset_align, NVS_BOUNCE_GRAIN);
-	}
+	ret = check_range(h, io, path, t, &st);
+	if (ret < 0)
+		return ret;
+	if (t->direct && t->al.offset_align > NVS_BOUNCE_GRAIN)
+		return NVS__SUBMIT_ERR(-EINVAL, io,
+				       "O_DIRECT offset alignment %" PRIu32
+				       " is above the supported %u",
+				       t->al.offset_align, NVS_BOUNCE_GRAIN);
+	t->edges = needs_edges(t, io->offset, io->nbytes);
+	if (t->edges)
+		return open_buffered(h, io, path, t);
 	return 0;
-}
-
-/* Buffered descriptor on the same file, for the unaligned edges. */
-int nvs__target_open_buffered(struct nvs_aio *h, const struct nvs_aio_io *io,
-			      const char *path, struct nvs_target *t)
-{
-	char proc[64];
-	const char *p = io->path;
-	int flags =
-		(io->opcode == NVS_AIO_WRITE ? O_WRONLY : O_RDONLY) | O_CLOEXEC;
-	int err;
-
-	if (t->file) {
-		t->bfd = nvs__files_bfd(h->files, t->file);
-		if (t->bfd >= 0)
-			return 0;
-	}
-	if (!p) {
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", io->fd);
-		p = proc;
-	}
-	t->bfd = nvs__files_open(h->files, p, flags, 0);
-	if (t->bfd < 0) {
-		err = errno;
-		return NVS__SUBMIT_ERR(-err, io,
-				       "opening a buffered descriptor "
-				       "for the unaligned edges: %s",
-				       nvs_strerror(err));
-	}
-	if (t->file)
-		t->bfd = nvs__files_set_bfd(h->files, t->file, t->bfd);
-	else
-		t->own_bfd = true;
-	return 0;
-}
-
-/* Body boundaries for a direct file: a page or the offset alignment. */
-uint32_t nvs__target_edge_grain(const struct nvs_target *t)
-{
-	uint64_t g = NVS_MAX((uint64_t)t->al.offset_align,
-			     (uint64_t)sysconf(_SC_PAGESIZE));
-	return (uint32_t)NVS_MAX(g, (uint64_t)4096);
-}
-
-bool nvs__target_needs_edges(const struct nvs_target *t, int64_t off, size_t n)
-{
-	uint64_t g = nvs__target_edge_grain(t);
-
-	if (!t->direct || n == 0)
-		return false;
-	return (uint64_t)off % g || ((uint64_t)off + n) % g;
 }
 
 /*

@@ -6,7 +6,7 @@
  * nvs_aio_wait_op, nvs_aio_poll_op or nvs_aio_wait collects it.
  */
 #include "aio/ticket.h"
-#include "aio/files.h"
+#include "aio/target.h"
 #include "internal/errors.h"
 #include "internal/fork.h"
 #include "internal/util.h"
@@ -18,19 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-static void op_close_fds(struct nvs_aio *h, struct nvs_op *op)
-{
-	if (op->file)
-		nvs__files_release(h->files, op->file);
-	op->file = NULL;
-	if (op->own_bfd && op->bfd >= 0)
-		close(op->bfd);
-	if (op->own_fd && op->fd >= 0)
-		close(op->fd);
-	op->fd = op->bfd = -1;
-	op->own_fd = op->own_bfd = false;
-}
 
 static void op_free_locked(struct nvs_aio *h, struct nvs_op *op)
 {
@@ -65,7 +52,10 @@ static void op_finish_locked(struct nvs_aio *h, struct nvs_op *op)
 		nvs__aio_count(&h->c.bytes_read, op->nbytes);
 	if (op->ticket) {
 		op->state = NVS_OP_DONE;
-		h->tickets_done++;
+		if (op->owned)
+			h->owned_done++;
+		else
+			h->tickets_done++;
 	} else {
 		h->finished++;
 		if (op->err && (!h->first_err || op->seq < h->first_seq)) {
@@ -84,19 +74,20 @@ void nvs__op_slice_done(struct nvs_aio *h, struct nvs_op *op)
 	if (atomic_fetch_sub_explicit(&op->slices_left, 1,
 				      memory_order_acq_rel) != 1)
 		return;
-	op_close_fds(h, op);
+	nvs__target_close(h, &op->t);
 	pthread_mutex_lock(&h->lock);
 	op_finish_locked(h, op);
 	pthread_mutex_unlock(&h->lock);
 }
 
-int nvs__op_get_slot(struct nvs_aio *h, bool ticket, struct nvs_op **out)
+int nvs__op_get_slot(struct nvs_aio *h, enum nvs_op_kind kind,
+		     struct nvs_op **out)
 {
 	struct nvs_op *op;
 
 	pthread_mutex_lock(&h->lock);
 	while (!h->free_ops) {
-		if (h->inflight == 0) {
+		if (h->inflight == 0 && h->owned_done == 0) {
 			pthread_mutex_unlock(&h->lock);
 			return nvs__err(-EAGAIN,
 					"nvs_aio_submit: all %u op slots hold "
@@ -108,7 +99,8 @@ int nvs__op_get_slot(struct nvs_aio *h, bool ticket, struct nvs_op **out)
 	op = h->free_ops;
 	h->free_ops = op->next_free;
 	op->state = NVS_OP_RUNNING;
-	op->ticket = ticket;
+	op->ticket = kind != NVS_OP_UNTRACKED;
+	op->owned = kind == NVS_OP_OWNED;
 	op->err = 0;
 	op->msg[0] = '\0';
 	op->seq = h->next_seq++;
@@ -129,7 +121,7 @@ static int collect_all_locked(struct nvs_aio *h, char *msg)
 		memcpy(msg, h->first_msg, NVS_ERRMSG_MAX);
 	for (unsigned i = 0; h->tickets_done && i < h->nops; i++) {
 		struct nvs_op *op = &h->ops[i];
-		if (op->state != NVS_OP_DONE)
+		if (op->state != NVS_OP_DONE || op->owned)
 			continue;
 		n++;
 		if (op->err && (!err || op->seq < seq)) {
@@ -204,7 +196,10 @@ static int collect_op(struct nvs_aio *h, uint64_t id, bool block,
 		ret = op->err;
 		if (ret)
 			memcpy(msg, op->msg, sizeof(msg));
-		h->tickets_done--;
+		if (op->owned)
+			h->owned_done--;
+		else
+			h->tickets_done--;
 		op_free_locked(h, op);
 		pthread_cond_broadcast(&h->cond);
 	}

@@ -9,9 +9,19 @@
 
 #include "aio/handle_types.h"
 
+/* How the op behind a slot is collected. */
+enum nvs_op_kind {
+	NVS_OP_UNTRACKED, /* by nvs_aio_wait, which counts it */
+	NVS_OP_TICKET,	  /* by its ticket, or by nvs_aio_wait */
+	NVS_OP_OWNED,	  /* by its ticket only: nvs_aio_submit_wait's op,
+			     which another thread's wait must not take */
+};
+
 /* Take a free op slot (waiting for one while ops are in flight), counted
- * in flight; a ticketed one stays until collected. 0 or -EAGAIN. */
-int nvs__op_get_slot(struct nvs_aio *h, bool ticket, struct nvs_op **out);
+ * in flight; a ticketed or owned one stays until collected. 0 or
+ * -EAGAIN. */
+int nvs__op_get_slot(struct nvs_aio *h, enum nvs_op_kind kind,
+		     struct nvs_op **out);
 /* Record @err for @op unless it already failed. Any thread. */
 void nvs__op_fail(struct nvs_aio *h, struct nvs_op *op, int err,
 		  const char *msg);

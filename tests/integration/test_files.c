@@ -13,6 +13,7 @@
 
 #include "nvswap/aio.h"
 #include "testutil.h"
+#include "tu_aio.h"
 
 static struct nvs_aio *mk(uint32_t open_files)
 {
@@ -24,14 +25,6 @@ static struct nvs_aio *mk(uint32_t open_files)
 	o.open_files = open_files;
 	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
 	return h;
-}
-
-static struct nvs_aio_stats stats(struct nvs_aio *h)
-{
-	struct nvs_aio_stats st;
-
-	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
-	return st;
 }
 
 static void fini(void)
@@ -56,8 +49,8 @@ Test(files, repeated_ops_on_a_path_open_it_once_per_direction)
 			     1);
 		cr_assert(memcmp(buf, back, sizeof(buf)) == 0);
 	}
-	cr_assert_eq(stats(h).files_opened, 2);
-	cr_assert_eq(stats(h).files_reused, 18);
+	cr_assert_eq(tu_aio_stats(h).files_opened, 2);
+	cr_assert_eq(tu_aio_stats(h).files_reused, 18);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
@@ -78,7 +71,7 @@ Test(files, a_replaced_file_is_reopened)
 	cr_assert_eq(nvs_aio_sync_pread(h, back, sizeof(back), tu_path("r"), 0),
 		     1);
 	cr_assert(memcmp(back, b, sizeof(b)) == 0, "read the old inode");
-	cr_assert_eq(stats(h).files_opened, 2);
+	cr_assert_eq(tu_aio_stats(h).files_opened, 2);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
@@ -123,7 +116,8 @@ Test(files, more_files_than_slots_all_round_trip)
 			cr_assert(memcmp(buf, back, sizeof(buf)) == 0);
 		}
 	}
-	cr_assert_eq(stats(h).files_opened, 60, "LRU of 4 over 10 files");
+	cr_assert_eq(tu_aio_stats(h).files_opened, 60,
+		     "LRU of 4 over 10 files");
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 
@@ -136,8 +130,8 @@ Test(files, cache_off_opens_on_every_op)
 		cr_assert_eq(nvs_aio_sync_pwrite(h, buf, sizeof(buf),
 						 tu_path("o"), 0),
 			     1);
-	cr_assert_eq(stats(h).files_opened, 5);
-	cr_assert_eq(stats(h).files_reused, 0);
+	cr_assert_eq(tu_aio_stats(h).files_opened, 5);
+	cr_assert_eq(tu_aio_stats(h).files_reused, 0);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
 

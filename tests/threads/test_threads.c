@@ -109,6 +109,38 @@ static void *waits(void *arg)
 	return NULL;
 }
 
+/* Even threads: small aligned sync ops (on the caller's thread when the
+ * handle is idle, else through the workers); odd ones: waits(). */
+static void *small_sync(void *arg)
+{
+	struct thr *t = arg;
+	unsigned char *src, *dst;
+
+	if (t->idx % 2)
+		return waits(arg);
+	if (posix_memalign((void **)&src, 4096, 4096) ||
+	    posix_memalign((void **)&dst, 4096, 4096)) {
+		t->bad++;
+		return NULL;
+	}
+	for (int it = 0; it < 20; it++) {
+		fill(src, 4096, (unsigned)(t->idx * 100 + it));
+		struct nvs_aio_io io = {NVS_AIO_WRITE,	    src, 4096,
+					path("ss", t->idx), -1,	 it * 4096};
+		if (nvs_aio_submit_wait(t->h, &io))
+			t->bad++;
+		io.opcode = NVS_AIO_READ;
+		io.buf = dst;
+		if (nvs_aio_submit_wait(t->h, &io))
+			t->bad++;
+		if (memcmp(src, dst, 4096))
+			t->bad++;
+	}
+	free(src);
+	free(dst);
+	return NULL;
+}
+
 static void run_threads(struct nvs_aio *h, void *(*fn)(void *), int n)
 {
 	pthread_t th[8];
@@ -131,9 +163,10 @@ static void threads_share_a_handle(void)
 
 	run_threads(h, tickets, 4);
 	run_threads(h, waits, 4);
+	run_threads(h, small_sync, 4);
 	CHECK(nvs_aio_wait(h) == 0, "nothing left");
 	nvs_aio_get_stats(h, &st);
-	CHECK(st.ops_completed == 4 * 20 + 4 * 10, "%llu ops",
+	CHECK(st.ops_completed == 4 * 20 + 4 * 10 + 2 * 40 + 2 * 10, "%llu ops",
 	      (unsigned long long)st.ops_completed);
 	CHECK(st.ops_failed == 0, "no failures");
 	CHECK(nvs_aio_destroy(h) == 0, "destroy");

@@ -8,26 +8,17 @@
  * test files.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <nvswap/nvswap.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "testutil.h"
-
-extern char **environ;
+#include "tuneutil.h"
 
 static void fini(void)
 {
@@ -36,153 +27,22 @@ static void fini(void)
 
 TestSuite(nvswap_tune, .fini = fini);
 
-/* "<tu_dir>/<name>", kept for the test (tu_path's few buffers rotate;
- * no test keeps more than these). */
-static const char *keep(const char *name)
-{
-	static char kept[32][4096];
-	static unsigned next;
-	char *p = kept[next++ % 32];
-
-	snprintf(p, sizeof(kept[0]), "%s", tu_path(name));
-	return p;
-}
-
-static void write_text(const char *path, const char *text)
-{
-	tu_write_file(path, text, strlen(text));
-}
-
-static char *read_text(const char *path)
-{
-	size_t n;
-	char *p = tu_read_file(path, &n);
-
-	p[n] = 0; /* tu_read_file allocates one byte more */
-	return p;
-}
-
-/* A search space of 2 x 2 x 2 points per backend, and small ops. */
-static const char *small_sweep(void)
-{
-	const char *p = keep("sweep.json");
-
-	write_text(p, "{\n"
-		      "  \"block_size\": [\"64K\", \"256K\"],\n"
-		      "  \"queue_depth\": [4, 16],\n"
-		      "  \"intra_op_parallelism\": [1, 2],\n"
-		      "  \"overlap_events\": true,\n"
-		      "  \"single_submit\": false,\n"
-		      "  \"backend\": [\"io_uring\", \"psync\"]\n"
-		      "}\n");
-	return p;
-}
-
-static struct tu_out tune(const char *prefix, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static struct tu_out tune(const char *prefix, const char *fmt, ...)
-{
-	const char *bin = getenv("NVSWAP_TUNE");
-	char args[8192], cmd[9000];
-	va_list ap;
-
-	cr_assert_not_null(bin, "NVSWAP_TUNE is set by tests/meson.build");
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s %s %s", prefix ? prefix : "", bin, args);
-	return tu_run(cmd);
-}
-
-static json_t *parse(const char *text)
-{
-	json_error_t err;
-	json_t *r = json_loads(text, 0, &err);
-
-	cr_assert_not_null(r, "%d:%d: %s in\n%s", err.line, err.column,
-			   err.text, text);
-	return r;
-}
-
-/* @o ended with @status and said @what on stderr. */
-static void refused(struct tu_out o, int status, const char *what)
-{
-	cr_assert_eq(o.status, status, "exit %d for %s: %s%s", o.status, what,
-		     o.out, o.err);
-	cr_assert(strstr(o.err, what), "'%s' in: %s", what, o.err);
-	tu_out_free(&o);
-}
-
-static json_int_t int_of(json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-
-	cr_assert(json_is_integer(v), "%s is an integer", key);
-	return json_integer_value(v);
-}
-
-/* Nothing of the tuner's is left in @dir. */
-static void no_leftovers(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d)))
-		cr_assert_null(strstr(e->d_name, "nvswap-tune"),
-			       "left behind: %s/%s", dir, e->d_name);
-	closedir(d);
-}
-
-/* @cfg's aio options and backend are @best's settings. */
-static void config_is(const char *path, json_t *best)
-{
-	struct nvs_config *cfg;
-	struct nvs_aio_opts o;
-	struct nvs_nvswap_config nv;
-	const char *be = json_string_value(json_object_get(best, "backend"));
-	struct nvs_aio_stats st;
-	struct nvs_aio *h;
-
-	cr_assert_eq(nvs_config_load(path, &cfg), 0, "%s", nvs_last_error());
-	cr_assert_null(nvs_config_warning(cfg, 0), "a warning: %s",
-		       nvs_config_warning(cfg, 0));
-	cr_assert_eq(nvs_config_aio_opts(cfg, &o), 0);
-	cr_assert_eq(o.block_size, int_of(best, "block_size"));
-	cr_assert_eq(o.queue_depth, int_of(best, "queue_depth"));
-	cr_assert_eq(o.intra_op_parallelism,
-		     int_of(best, "intra_op_parallelism"));
-	cr_assert_eq(o.overlap_events,
-		     json_is_true(json_object_get(best, "overlap_events")));
-	cr_assert_eq(o.single_submit,
-		     json_is_true(json_object_get(best, "single_submit")));
-	cr_assert_eq(nvs_config_nvswap(cfg, &nv), 0);
-	/* Either named, or left to auto, which must pick it here. */
-	unsetenv("NVSWAP_BACKEND");
-	o.backend = nv.backend;
-	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
-	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
-	cr_assert_str_eq(nvs_backend_name(st.backend), be);
-	cr_assert_eq(nvs_aio_destroy(h), 0);
-	nvs_config_free(cfg);
-}
-
 Test(nvswap_tune, the_chosen_config_loads_and_round_trips)
 {
-	const char *out = keep("tuned.json");
+	const char *out = tt_keep("tuned.json");
 	struct tu_out o;
 	json_t *r, *pts, *best, *p;
 	size_t i;
 	unsigned finalists = 0, io_uring = 0, psync = 0;
 
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 2 "
-		 "--json --write-config %s",
-		 tu_dir(), small_sweep(), out);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 2 "
+		    "--json --write-config %s",
+		    tu_dir(), tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
-	r = parse(o.out);
-	cr_assert_eq(int_of(r, "io_size"), 1 << 20);
-	cr_assert_eq(int_of(r, "loops"), 2);
+	r = tt_parse(o.out);
+	cr_assert_eq(tt_int(r, "io_size"), 1 << 20);
+	cr_assert_eq(tt_int(r, "loops"), 2);
 	cr_assert(json_is_true(json_object_get(r, "direct")));
 	cr_assert_str_eq(json_string_value(json_object_get(r, "config_file")),
 			 out);
@@ -190,8 +50,8 @@ Test(nvswap_tune, the_chosen_config_loads_and_round_trips)
 	 * the default settings (io_uring 1M qd 8 par 1: not in the grid). */
 	pts = json_object_get(r, "results");
 	cr_assert_eq(json_array_size(pts), 13);
-	cr_assert_eq(int_of(r, "points"), 13);
-	cr_assert_eq(int_of(r, "skipped"), 0);
+	cr_assert_eq(tt_int(r, "points"), 13);
+	cr_assert_eq(tt_int(r, "skipped"), 0);
 	json_array_foreach(pts, i, p)
 	{
 		const char *be =
@@ -200,8 +60,8 @@ Test(nvswap_tune, the_chosen_config_loads_and_round_trips)
 
 		io_uring += !strcmp(be, "io_uring");
 		psync += !strcmp(be, "psync");
-		cr_assert_eq(int_of(json_object_get(sw, "read"), "ops"), 2);
-		cr_assert_eq(int_of(json_object_get(sw, "write"), "ops"), 2);
+		cr_assert_eq(tt_int(json_object_get(sw, "read"), "ops"), 2);
+		cr_assert_eq(tt_int(json_object_get(sw, "write"), "ops"), 2);
 		cr_assert_gt(json_real_value(json_object_get(
 				     json_object_get(sw, "read"), "median")),
 			     0);
@@ -210,7 +70,7 @@ Test(nvswap_tune, the_chosen_config_loads_and_round_trips)
 		if (json_is_true(json_object_get(p, "finalist")) ||
 		    json_is_true(json_object_get(p, "default"))) {
 			json_t *fi = json_object_get(p, "final");
-			cr_assert_eq(int_of(json_object_get(fi, "read"), "ops"),
+			cr_assert_eq(tt_int(json_object_get(fi, "read"), "ops"),
 				     2);
 			finalists++;
 		}
@@ -224,48 +84,35 @@ Test(nvswap_tune, the_chosen_config_loads_and_round_trips)
 	cr_assert_not_null(json_object_get(json_object_get(r, "best"), "read"));
 	cr_assert_not_null(
 		json_object_get(json_object_get(r, "vs_default"), "combined"));
-	config_is(out, best);
+	tt_config_is(out, best);
 	/* The file is the printed snippet, nothing more. */
 	json_t *file = json_load_file(out, 0, NULL);
 	cr_assert(json_equal(file, json_object_get(r, "config")));
 	json_decref(file);
 	json_decref(r);
 	tu_out_free(&o);
-	no_leftovers(tu_dir());
+	tt_no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, write_config_merges_into_a_deepspeed_config)
 {
-	const char *cfg = keep("ds_config.json");
-	char text[8192];
+	const char *cfg = tt_ds_config("ds_config.json", 5, 100000000);
 	struct tu_out o;
 	json_t *r, *file, *aio;
 
-	snprintf(text, sizeof(text),
-		 "{\n"
-		 "  \"train_batch_size\": 8,\n"
-		 "  \"zero_optimization\": {\n"
-		 "    \"stage\": 3,\n"
-		 "    \"offload_param\": {\"device\": \"nvme\", "
-		 "\"nvme_path\": \"%s\", \"buffer_count\": 5}\n"
-		 "  },\n"
-		 "  \"aio\": {\"thread_count\": 4, \"queue_depth\": 8, "
-		 "\"use_gds\": false}\n"
-		 "}\n",
-		 tu_dir());
-	write_text(cfg, text);
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--json --write-config %s",
-		 tu_dir(), small_sweep(), cfg);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--json --write-config %s",
+		    tu_dir(), tt_small_sweep(), cfg);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
-	r = parse(o.out);
-	config_is(cfg, json_object_get(json_object_get(r, "best"), "combined"));
+	r = tt_parse(o.out);
+	tt_config_is(cfg,
+		     json_object_get(json_object_get(r, "best"), "combined"));
 	file = json_load_file(cfg, 0, NULL);
 	cr_assert_not_null(file);
 	/* Everything else is kept; the old spelling of
 	 * intra_op_parallelism is gone (it would say it twice). */
-	cr_assert_eq(int_of(file, "train_batch_size"), 8);
+	cr_assert_eq(tt_int(file, "train_batch_size"), 8);
 	cr_assert_str_eq(
 		json_string_value(json_object_get(
 			json_object_get(
@@ -281,40 +128,40 @@ Test(nvswap_tune, write_config_merges_into_a_deepspeed_config)
 	json_decref(r);
 	tu_out_free(&o);
 	/* The human form says where it went. */
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--write-config %s",
-		 tu_dir(), small_sweep(), cfg);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--write-config %s",
+		    tu_dir(), tt_small_sweep(), cfg);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "merged into"), "%s", o.out);
 	cr_assert(strstr(o.out, "best combined"), "%s", o.out);
 	cr_assert(strstr(o.out, "tuned vs default"), "%s", o.out);
 	tu_out_free(&o);
-	no_leftovers(tu_dir());
+	tt_no_leftovers(tu_dir());
 }
 
 /* A config file holding @text cannot take the result: the tuner says
  * @what before it sweeps, and the file is left as it was. */
 static void config_refused(const char *text, const char *what)
 {
-	const char *cfg = keep("broken.json");
+	const char *cfg = tt_keep("broken.json");
 	struct tu_out o;
 	char *after;
 
-	write_text(cfg, text);
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M "
-		 "--write-config %s",
-		 tu_dir(), small_sweep(), cfg);
+	tt_write_text(cfg, text);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M "
+		    "--write-config %s",
+		    tu_dir(), tt_small_sweep(), cfg);
 	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.err, what), "'%s' in %s", what, o.err);
 	cr_assert(strstr(o.err, "not changed"), "%s", o.err);
 	cr_assert_null(strstr(o.out, "sweep:"), "no sweep ran: %s", o.out);
-	after = read_text(cfg);
+	after = tt_read_text(cfg);
 	cr_assert_str_eq(after, text);
 	free(after);
 	tu_out_free(&o);
-	no_leftovers(tu_dir());
+	tt_no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, a_broken_config_file_is_refused_before_the_sweep)
@@ -342,7 +189,7 @@ static void svg_ok(const char *path)
 	o = tu_run(cmd);
 	cr_assert_eq(o.status, 0, "not well-formed XML: %s", o.err);
 	tu_out_free(&o);
-	text = read_text(path);
+	text = tt_read_text(path);
 	cr_assert(strstr(text, "<svg"), "an SVG document");
 	cr_assert(strstr(text, ">read<"), "a read panel");
 	cr_assert(strstr(text, ">write<"), "a write panel");
@@ -352,19 +199,19 @@ static void svg_ok(const char *path)
 
 Test(nvswap_tune, the_plot_is_well_formed_svg_from_either_engine)
 {
-	const char *own = keep("own.svg"), *gp = keep("gnuplot.svg");
+	const char *own = tt_keep("own.svg"), *gp = tt_keep("gnuplot.svg");
 	struct tu_out o;
 	json_t *r;
 
 	if (system("command -v xmllint >/dev/null") != 0)
 		cr_skip_test("xmllint (libxml2-utils) is not installed; "
 			     "make test installs it");
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--plot %s --plot-engine svg --json",
-		 tu_dir(), small_sweep(), own);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--plot %s --plot-engine svg --json",
+		    tu_dir(), tt_small_sweep(), own);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
-	r = parse(o.out);
+	r = tt_parse(o.out);
 	cr_assert_str_eq(json_string_value(json_object_get(
 				 json_object_get(r, "plot"), "engine")),
 			 "svg");
@@ -375,10 +222,10 @@ Test(nvswap_tune, the_plot_is_well_formed_svg_from_either_engine)
 	if (system("command -v gnuplot >/dev/null") != 0)
 		cr_skip_test("gnuplot is not installed (make test installs "
 			     "gnuplot-nox); the SVG engine passed");
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--plot %s --plot-engine gnuplot",
-		 tu_dir(), small_sweep(), gp);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--plot %s --plot-engine gnuplot",
+		    tu_dir(), tt_small_sweep(), gp);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "(gnuplot)"), "%s", o.out);
 	tu_out_free(&o);
@@ -387,7 +234,7 @@ Test(nvswap_tune, the_plot_is_well_formed_svg_from_either_engine)
 
 Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
 {
-	const char *bin = keep("fakebin"), *out = keep("fallback.svg");
+	const char *bin = tt_keep("fakebin"), *out = tt_keep("fallback.svg");
 	char fake[4200], prefix[4300];
 	struct tu_out o;
 	json_t *r;
@@ -398,18 +245,18 @@ Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
 	/* A stand-in gnuplot that fails: the fault to inject. */
 	cr_assert_eq(mkdir(bin, 0755), 0);
 	snprintf(fake, sizeof(fake), "%s/gnuplot", bin);
-	write_text(fake, "#!/bin/sh\necho 'fake gnuplot: no' >&2\nexit 1\n");
+	tt_write_text(fake, "#!/bin/sh\necho 'fake gnuplot: no' >&2\nexit 1\n");
 	cr_assert_eq(chmod(fake, 0755), 0);
 	snprintf(prefix, sizeof(prefix), "PATH=%s:$PATH", bin);
 	/* auto: falls back to its own SVG, and says so. */
-	o = tune(prefix,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--plot %s --json",
-		 tu_dir(), small_sweep(), out);
+	o = tt_tune(prefix,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--plot %s --json",
+		    tu_dir(), tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.err, "gnuplot failed; drawing the SVG without it"),
 		  "%s", o.err);
-	r = parse(o.out);
+	r = tt_parse(o.out);
 	cr_assert_str_eq(json_string_value(json_object_get(
 				 json_object_get(r, "plot"), "engine")),
 			 "svg");
@@ -417,20 +264,22 @@ Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
 	tu_out_free(&o);
 	svg_ok(out);
 	/* Asked for by name, its failure is the run's. */
-	refused(tune(prefix,
-		     "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		     "--plot %s --plot-engine gnuplot",
-		     tu_dir(), small_sweep(), out),
+	tt_refused(
+		tt_tune(prefix,
+			"--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+			"--plot %s --plot-engine gnuplot",
+			tu_dir(), tt_small_sweep(), out),
 		1, "gnuplot failed");
 	/* And with none on the PATH, it says how to get one. */
 	snprintf(prefix, sizeof(prefix), "PATH=%s", bin);
 	cr_assert_eq(unlink(fake), 0);
-	refused(tune(prefix,
-		     "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		     "--plot %s --plot-engine gnuplot",
-		     tu_dir(), small_sweep(), out),
+	tt_refused(
+		tt_tune(prefix,
+			"--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+			"--plot %s --plot-engine gnuplot",
+			tu_dir(), tt_small_sweep(), out),
 		1, "gnuplot is not installed (apt-get install gnuplot-nox)");
-	no_leftovers(tu_dir());
+	tt_no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, one_direction_and_quick_mode)
@@ -438,12 +287,12 @@ Test(nvswap_tune, one_direction_and_quick_mode)
 	struct tu_out o;
 	json_t *r, *best;
 
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 2M --loops 3 "
-		 "--no_write --quick --json",
-		 tu_dir(), small_sweep());
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 2M --loops 3 "
+		    "--no_write --quick --json",
+		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
-	r = parse(o.out);
+	r = tt_parse(o.out);
 	best = json_object_get(r, "best");
 	cr_assert_not_null(json_object_get(best, "read"));
 	cr_assert_null(json_object_get(best, "write"));
@@ -453,7 +302,7 @@ Test(nvswap_tune, one_direction_and_quick_mode)
 	 * the final round. */
 	json_t *p = json_array_get(json_object_get(r, "results"), 0);
 	cr_assert_eq(
-		int_of(json_object_get(json_object_get(p, "sweep"), "read"),
+		tt_int(json_object_get(json_object_get(p, "sweep"), "read"),
 		       "ops"),
 		1);
 	cr_assert_null(json_object_get(json_object_get(p, "sweep"), "write"));
@@ -466,13 +315,13 @@ Test(nvswap_tune, one_direction_and_quick_mode)
 		json_t *nr = json_object_get(p, "narrow");
 		if (nr) {
 			narrowed++;
-			cr_assert_eq(int_of(json_object_get(nr, "read"), "ops"),
+			cr_assert_eq(tt_int(json_object_get(nr, "read"), "ops"),
 				     1);
 		}
 		if (json_object_get(p, "final")) {
 			final++;
 			cr_assert_not_null(nr, "a finalist was narrowed first");
-			cr_assert_eq(int_of(json_object_get(
+			cr_assert_eq(tt_int(json_object_get(
 						    json_object_get(p, "final"),
 						    "read"),
 					    "ops"),
@@ -490,16 +339,16 @@ Test(nvswap_tune, one_direction_and_quick_mode)
 	}
 	/* The config carries the best read settings. */
 	json_t *aio = json_object_get(json_object_get(r, "config"), "aio");
-	cr_assert_eq(int_of(aio, "block_size"),
-		     int_of(json_object_get(best, "read"), "block_size"));
+	cr_assert_eq(tt_int(aio, "block_size"),
+		     tt_int(json_object_get(best, "read"), "block_size"));
 	json_decref(r);
 	tu_out_free(&o);
 }
 
 Test(nvswap_tune, several_paths_are_tuned_together_and_named_in_the_config)
 {
-	const char *a = keep("a"), *b = keep("b");
-	const char *out = keep("two.json");
+	const char *a = tt_keep("a"), *b = tt_keep("b");
+	const char *out = tt_keep("two.json");
 	char ra[4096], rb[4096];
 	struct tu_out o;
 	json_t *r, *paths;
@@ -508,23 +357,24 @@ Test(nvswap_tune, several_paths_are_tuned_together_and_named_in_the_config)
 	cr_assert_eq(mkdir(b, 0755), 0);
 	cr_assert_not_null(realpath(a, ra));
 	cr_assert_not_null(realpath(b, rb));
-	o = tune(NULL,
-		 "--nvme_path %s --nvme_path %s --sweep_config %s "
-		 "--io_size 1M --loops 1 --json --write-config %s",
-		 a, b, small_sweep(), out);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --nvme_path %s --sweep_config %s "
+		    "--io_size 1M --loops 1 --json --write-config %s",
+		    a, b, tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
-	r = parse(o.out);
+	r = tt_parse(o.out);
 	paths = json_object_get(
 		json_object_get(json_object_get(r, "config"), "nvswap"),
 		"nvme_paths");
 	cr_assert_eq(json_array_size(paths), 2);
 	cr_assert_str_eq(json_string_value(json_array_get(paths, 0)), ra);
 	cr_assert_str_eq(json_string_value(json_array_get(paths, 1)), rb);
-	config_is(out, json_object_get(json_object_get(r, "best"), "combined"));
+	tt_config_is(out,
+		     json_object_get(json_object_get(r, "best"), "combined"));
 	json_decref(r);
 	tu_out_free(&o);
-	no_leftovers(a);
-	no_leftovers(b);
+	tt_no_leftovers(a);
+	tt_no_leftovers(b);
 }
 
 Test(nvswap_tune, nvswap_backend_in_the_environment_tunes_that_backend)
@@ -533,13 +383,13 @@ Test(nvswap_tune, nvswap_backend_in_the_environment_tunes_that_backend)
 	json_t *r, *p;
 	size_t i;
 
-	o = tune("NVSWAP_BACKEND=psync",
-		 "--nvme_path %s --io_size 8M --loops 1 --json --quick",
-		 tu_dir());
+	o = tt_tune("NVSWAP_BACKEND=psync",
+		    "--nvme_path %s --io_size 8M --loops 1 --json --quick",
+		    tu_dir());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
-	r = parse(o.out);
+	r = tt_parse(o.out);
 	/* psync: 2 block sizes x 4 parallelisms, plus the default. */
-	cr_assert_eq(int_of(r, "points"), 9);
+	cr_assert_eq(tt_int(r, "points"), 9);
 	json_array_foreach(json_object_get(r, "results"), i, p)
 	{
 		if (!json_is_true(json_object_get(p, "default")))
@@ -555,10 +405,10 @@ Test(nvswap_tune, the_progress_bar_shows_points_elapsed_and_time_left)
 {
 	struct tu_out o;
 
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--progress",
-		 tu_dir(), small_sweep());
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--progress",
+		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.err, "sweep "), "%s", o.err);
 	cr_assert(strstr(o.err, "/13 points,"), "%s", o.err);
@@ -571,62 +421,66 @@ Test(nvswap_tune, the_progress_bar_shows_points_elapsed_and_time_left)
 
 Test(nvswap_tune, a_missing_or_unusable_path_is_refused)
 {
-	const char *mnt = keep("mnt");
+	const char *mnt = tt_keep("mnt");
 
-	refused(tune(NULL, "--nvme_path /nonexistent/nvme --io_size 1M"), 1,
-		"--nvme_path /nonexistent/nvme: No such file or directory");
-	refused(tune(NULL, "--io_size 1M"), 2, "--nvme_path is required");
+	tt_refused(tt_tune(NULL, "--nvme_path /nonexistent/nvme --io_size 1M"),
+		   1,
+		   "--nvme_path /nonexistent/nvme: No such file or directory");
+	tt_refused(tt_tune(NULL, "--io_size 1M"), 2, "--nvme_path is required");
 	if (!tu_mount_private(mnt, "tmpfs", MS_RDONLY, "size=1m"))
 		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
 			     "mount namespaces",
 			     strerror(errno));
-	refused(tune(NULL, "--nvme_path %s --io_size 1M", mnt), 1,
-		"on a read-only filesystem");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 1M", mnt), 1,
+		   "on a read-only filesystem");
 	umount2(mnt, MNT_DETACH);
 	cr_assert(tu_mount_private(mnt, "tmpfs", 0, "size=2m"));
-	refused(tune(NULL, "--nvme_path %s --io_size 4M", mnt), 1,
-		"MiB free, not enough for --io_size 4M");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 4M", mnt), 1,
+		   "MiB free, not enough for --io_size 4M");
 	umount2(mnt, MNT_DETACH);
 	/* ramfs refuses O_DIRECT: tuning there would time the page cache. */
 	cr_assert(tu_mount_private(mnt, "ramfs", 0, NULL));
-	refused(tune(NULL, "--nvme_path %s --sweep_config %s --io_size 1M", mnt,
-		     small_sweep()),
-		1, "the filesystem refuses O_DIRECT");
-	no_leftovers(mnt);
+	tt_refused(tt_tune(NULL,
+			   "--nvme_path %s --sweep_config %s --io_size 1M", mnt,
+			   tt_small_sweep()),
+		   1, "the filesystem refuses O_DIRECT");
+	tt_no_leftovers(mnt);
 	umount2(mnt, MNT_DETACH);
 }
 
 static struct tu_out with_sweep(const char *text)
 {
-	write_text(tu_path("bad.json"), text);
-	return tune(NULL, "--nvme_path %s --io_size 1M --sweep_config %s",
-		    tu_dir(), tu_path("bad.json"));
+	tt_write_text(tu_path("bad.json"), text);
+	return tt_tune(NULL, "--nvme_path %s --io_size 1M --sweep_config %s",
+		       tu_dir(), tu_path("bad.json"));
 }
 
 Test(nvswap_tune, an_invalid_sweep_config_names_line_and_column)
 {
-	refused(with_sweep("{\n  \"block_size\": [1M]\n}\n"), 2, "bad.json:2:");
-	refused(with_sweep("{\n  \"queue_depth\": [8],\n  \"blocksize\": "
-			   "[4096]\n}\n"),
-		2, "bad.json:3:3: blocksize: not a sweep key");
-	refused(with_sweep("{\"queue_depth\": [8, 0]}"), 2,
-		"bad.json:1:2: queue_depth: 0 is not from 1 to 32768");
-	refused(with_sweep("{\"block_size\": [\"1000\"]}"), 2,
-		"block_size: 1000 is not a multiple of 512");
-	refused(with_sweep("{\"backend\": [\"spdk\"]}"), 2,
-		"backend: each value is one of");
-	refused(with_sweep("{\"overlap_events\": [true], "
-			   "\"sequential_requests\": [true]}"),
-		2, "say the same thing");
-	refused(with_sweep("{\"io_parallel\": [1], "
-			   "\"intra_op_parallelism\": [2]}"),
-		2, "are one key");
-	refused(with_sweep("{\"queue_depth\": []}"), 2, "an empty list");
-	refused(with_sweep("[1, 2]"), 2, "is a JSON object");
-	refused(tune(NULL, "--nvme_path %s --sweep_config /nonexistent.json",
-		     tu_dir()),
-		1, "/nonexistent.json: No such file");
-	no_leftovers(tu_dir());
+	tt_refused(with_sweep("{\n  \"block_size\": [1M]\n}\n"), 2,
+		   "bad.json:2:");
+	tt_refused(with_sweep("{\n  \"queue_depth\": [8],\n  \"blocksize\": "
+			      "[4096]\n}\n"),
+		   2, "bad.json:3:3: blocksize: not a sweep key");
+	tt_refused(with_sweep("{\"queue_depth\": [8, 0]}"), 2,
+		   "bad.json:1:2: queue_depth: 0 is not from 1 to 32768");
+	tt_refused(with_sweep("{\"block_size\": [\"1000\"]}"), 2,
+		   "block_size: 1000 is not a multiple of 512");
+	tt_refused(with_sweep("{\"backend\": [\"spdk\"]}"), 2,
+		   "backend: each value is one of");
+	tt_refused(with_sweep("{\"overlap_events\": [true], "
+			      "\"sequential_requests\": [true]}"),
+		   2, "say the same thing");
+	tt_refused(with_sweep("{\"io_parallel\": [1], "
+			      "\"intra_op_parallelism\": [2]}"),
+		   2, "are one key");
+	tt_refused(with_sweep("{\"queue_depth\": []}"), 2, "an empty list");
+	tt_refused(with_sweep("[1, 2]"), 2, "is a JSON object");
+	tt_refused(tt_tune(NULL,
+			   "--nvme_path %s --sweep_config /nonexistent.json",
+			   tu_dir()),
+		   1, "/nonexistent.json: No such file");
+	tt_no_leftovers(tu_dir());
 }
 
 /* Hostile input 14: a --write-config or --plot target that cannot be
@@ -639,10 +493,10 @@ Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
 	struct tu_out o;
 
 	for (int i = 0; i < 2; i++) {
-		o = tune(NULL,
-			 "--nvme_path %s --sweep_config %s --io_size 1M %s "
-			 "/nonexistent/dir/out",
-			 tu_dir(), small_sweep(), opts[i]);
+		o = tt_tune(NULL,
+			    "--nvme_path %s --sweep_config %s --io_size 1M %s "
+			    "/nonexistent/dir/out",
+			    tu_dir(), tt_small_sweep(), opts[i]);
 		cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
 		cr_assert(strstr(o.err, "/nonexistent/dir/out: cannot create "
 					"files in /nonexistent/dir"),
@@ -652,44 +506,46 @@ Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
 		tu_out_free(&o);
 	}
 	/* An existing directory is no file to write. */
-	refused(tune(NULL, "--nvme_path %s --io_size 1M --plot %s", tu_dir(),
-		     tu_dir()),
-		1, "a directory, not a file");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 1M --plot %s",
+			   tu_dir(), tu_dir()),
+		   1, "a directory, not a file");
 	snprintf(mnt, sizeof(mnt), "%s", tu_path("ro"));
 	if (!tu_mount_private(mnt, "tmpfs", MS_RDONLY, "size=1m"))
 		cr_skip_test("cannot mount a read-only tmpfs here (%s)",
 			     strerror(errno));
 	snprintf(target, sizeof(target), "%s/plot.svg", mnt);
-	o = tune(NULL,
-		 "--nvme_path %s --sweep_config %s --io_size 1M --plot %s",
-		 tu_dir(), small_sweep(), target);
+	o = tt_tune(NULL,
+		    "--nvme_path %s --sweep_config %s --io_size 1M --plot %s",
+		    tu_dir(), tt_small_sweep(), target);
 	umount2(mnt, MNT_DETACH);
 	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.err, target), "%s", o.err);
 	cr_assert(strstr(o.err, "Read-only file system"), "%s", o.err);
 	cr_assert_null(strstr(o.out, "sweep:"), "%s", o.out);
 	tu_out_free(&o);
-	no_leftovers(tu_dir());
+	tt_no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, contradictory_flags_are_refused)
 {
-	refused(tune(NULL, "--nvme_path %s --no_read --no_write", tu_dir()), 2,
-		"leave nothing to measure");
-	refused(tune(NULL, "--nvme_path %s --plot-engine svg", tu_dir()), 2,
-		"--plot-engine without --plot");
-	refused(tune(NULL, "--nvme_path %s --io_size 4M", tu_dir()), 2,
-		"--io_size 4M is smaller than block_size 8M");
-	refused(tune(NULL, "--nvme_path %s --nvme_path %s/.", tu_dir(),
-		     tu_dir()),
-		2, "is given twice");
-	refused(tune(NULL, "--nvme_path %s --loops 0", tu_dir()), 2,
-		"--loops: '0' is out of range (from 1 to 1048576)");
-	refused(tune(NULL, "--nvme_path %s --plot-engine pdf --plot x.svg",
-		     tu_dir()),
-		2, "not one of auto, gnuplot, svg");
-	refused(tune(NULL, "--bogus"), 2, "usage: nvswap-tune");
-	no_leftovers(tu_dir());
+	tt_refused(
+		tt_tune(NULL, "--nvme_path %s --no_read --no_write", tu_dir()),
+		2, "leave nothing to measure");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --plot-engine svg", tu_dir()),
+		   2, "--plot-engine without --plot");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 4M", tu_dir()), 2,
+		   "--io_size 4M is smaller than block_size 8M");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --nvme_path %s/.", tu_dir(),
+			   tu_dir()),
+		   2, "is given twice");
+	tt_refused(tt_tune(NULL, "--nvme_path %s --loops 0", tu_dir()), 2,
+		   "--loops: '0' is out of range (from 1 to 1048576)");
+	tt_refused(tt_tune(NULL,
+			   "--nvme_path %s --plot-engine pdf --plot x.svg",
+			   tu_dir()),
+		   2, "not one of auto, gnuplot, svg");
+	tt_refused(tt_tune(NULL, "--bogus"), 2, "usage: nvswap-tune");
+	tt_no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
@@ -700,72 +556,30 @@ Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
 		cr_skip_test("needs root, setpriv and prlimit to run as "
 			     "nobody under a small memlock limit");
 	cr_assert_eq(chmod(tu_dir(), 0777), 0);
-	cr_assert_eq(chmod(small_sweep(), 0644), 0);
-	refused(tune(tu_nobody_prefix(4 << 20),
-		     "--nvme_path %s --sweep_config %s --io_size 4M", tu_dir(),
-		     small_sweep()),
-		1, "raise the memlock limit (ulimit -l)");
+	cr_assert_eq(chmod(tt_small_sweep(), 0644), 0);
+	tt_refused(tt_tune(tu_nobody_prefix(4 << 20),
+			   "--nvme_path %s --sweep_config %s --io_size 4M",
+			   tu_dir(), tt_small_sweep()),
+		   1, "raise the memlock limit (ulimit -l)");
 	/* ... and --unpinned is the way around it. */
-	o = tune(tu_nobody_prefix(4 << 20),
-		 "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
-		 "--unpinned",
-		 tu_dir(), small_sweep());
+	o = tt_tune(tu_nobody_prefix(4 << 20),
+		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--unpinned",
+		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "pageable buffers"), "%s", o.out);
 	tu_out_free(&o);
-	no_leftovers(tu_dir());
-}
-
-/* Whether @dir holds one of the tuner's test files. */
-static bool has_test_file(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	bool found = false;
-
-	while (d && (e = readdir(d)))
-		found |= strstr(e->d_name, "nvswap-tune.") != NULL;
-	if (d)
-		closedir(d);
-	return found;
+	tt_no_leftovers(tu_dir());
 }
 
 Test(nvswap_tune, ctrl_c_removes_the_test_files)
 {
-	const char *bin = getenv("NVSWAP_TUNE");
 	char a0[] = "nvswap-tune", a1[] = "--nvme_path", a2[4096],
 	     a3[] = "--io_size", a4[] = "64M", a5[] = "--loops", a6[] = "5",
 	     a7[] = "--json";
 	char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, NULL};
-	struct timespec ms = {0, 10 * 1000 * 1000};
-	pid_t pid;
-	int status, i;
-
-	const char *err = keep("tune.err");
-	posix_spawn_file_actions_t fa;
-	char *said;
 
 	snprintf(a2, sizeof(a2), "%s", tu_dir());
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
-					 O_WRONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err,
-					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	for (i = 0; i < 1000 && !has_test_file(tu_dir()); i++)
-		nanosleep(&ms, NULL);
-	cr_assert(has_test_file(tu_dir()), "the tuner made its file");
-	/* Well into the sweep: the file is written, handles are busy. */
-	nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
-	cr_assert_eq(kill(pid, SIGINT), 0);
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
-		  "status %#x: ended by the signal, as Ctrl-C should", status);
-	said = read_text(err);
-	cr_assert(strstr(said, "interrupted; temporary files removed"), "%s",
-		  said);
-	free(said);
-	cr_assert_eq(unlink(err), 0);
-	no_leftovers(tu_dir());
+	tt_interrupt(argv, "nvswap-tune.");
+	tt_no_leftovers(tu_dir());
 }

@@ -33,6 +33,7 @@ static int neg(const void *p)
 	}
 ROW(nvs_aio_create, nvs_aio_create(NULL, NULL))
 ROW(nvs_aio_submit, nvs_aio_submit(NULL, NULL, NULL))
+ROW(nvs_aio_submit_wait, nvs_aio_submit_wait(NULL, NULL))
 ROW(nvs_aio_wait_op, nvs_aio_wait_op(NULL, 1))
 ROW(nvs_aio_poll_op, nvs_aio_poll_op(NULL, 1))
 ROW(nvs_aio_wait, nvs_aio_wait(NULL))
@@ -125,6 +126,7 @@ struct row {
 static const struct row rows[] = {
 	R(nvs_aio_create),
 	R(nvs_aio_submit),
+	SUBMIT(nvs_aio_submit_wait),
 	R(nvs_aio_wait_op),
 	R(nvs_aio_poll_op),
 	R(nvs_aio_wait),
