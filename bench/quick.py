@@ -8,8 +8,9 @@ ONE table of ratios with the target each should meet:
   --compare-fio (nvswap and fio with huge-page buffers, interleaved),
   GB/s and CPU seconds per GiB;
 - 4 KiB random O_DIRECT reads at queue depth 1 through the synchronous
-  call (nvswap-bench-small) against fio --ioengine=psync --iodepth=1 on a
-  file of the same size in the same folder, interleaved run by run;
+  call (nvswap-bench-small's default path, on the caller's thread)
+  against fio --ioengine=psync --iodepth=1 on the same file, interleaved
+  run by run (bench/small_ops.py's two runs);
 - the overlap balance point (nvswap-bench-overlap at I/O:compute 1): the
   step's time against its own max(I/O time, compute time);
 - the swap walk (nvswap-bench-swap): the swap manager against the same
@@ -32,6 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import small_ops  # noqa: E402
 from benchutil import fs_type, loadavg  # noqa: E402
 
 ROWS = []  # (name, value, reference, ratio, low, high, target, ok)
@@ -74,24 +76,25 @@ def sequential(a):
 
 
 def small(a):
-    """nvswap-bench-small's open-file-cache figure against fio psync."""
-    ops, path = 5000, os.path.join(a.dir, "quick_small.swp")
-    fio = ["fio", "--name=quick-small", f"--filename={path}", "--size=64M",
-           "--rw=randread", "--bs=4k", "--ioengine=psync", "--iodepth=1",
-           "--direct=1", "--norandommap", f"--number_ios={ops}",
-           "--output-format=json"]
+    """bench/small_ops.py's default path against its fio psync, on the
+    same 64 MiB file, alternating after a warm-up round of each."""
+    o = argparse.Namespace(tool=f"{a.build}/bench/nvswap-bench-small",
+                           dir=a.dir, size=4096, ops=5000, write=False,
+                           buffered=False,
+                           file=os.path.join(a.dir, "small_ops.swp"))
     nv, ref = [], []
     try:
+        small_ops.run(o, "inline")
+        small_ops.run(o, "fio")
         for _ in range(a.reps):
-            out = run([f"{a.build}/bench/nvswap-bench-small", "-d", a.dir,
-                       "-n", str(ops), "-r", "1"])
-            nv.append(float(re.search(r"\| on +\| (\d+) \|", out)[1]))
-            out = run(fio)
-            ref.append(json.loads(out[out.index("{"):])
-                       ["jobs"][0]["read"]["iops"])
+            nv.append(small_ops.run(o, "inline"))
+            ref.append(small_ops.run(o, "fio"))
+    except subprocess.CalledProcessError as e:
+        raise RuntimeError(f"{' '.join(e.cmd)} failed ({e.returncode}):\n"
+                           f"{e.stdout}{e.stderr}") from e
     finally:
-        if os.path.exists(path):
-            os.unlink(path)
+        if os.path.exists(o.file):
+            os.unlink(o.file)
     add("4 KiB random read, O_DIRECT, qd 1, sync call: ops/s",
         f"{statistics.median(nv):.0f}",
         f"fio psync {statistics.median(ref):.0f}",
