@@ -22,7 +22,7 @@ or nvswap. Needs root (perf tracepoints) and fio. Three modes:
 
 Requests are told apart by thread (nvswap's workers, fio's job thread),
 so other I/O on the machine stays out of the figures. footprint and aa
-reserve the huge pages fio's buffers need and give them back.
+add the huge pages fio's buffers need and take them back.
 """
 import argparse
 import collections
@@ -167,11 +167,12 @@ def main():
         return compare(a)
     path = os.path.join(os.path.abspath(a.dir), "device_time.dat")
     pages = "/proc/sys/vm/nr_hugepages"
-    with open(pages) as f:
-        old = int(f.read())
     ring = max(a.qd * parse_size(a.bs), 16 << 20)  # aa's read: 1M x 16
+    added = 2 * (ring >> 21) + 2  # as nvswap-io reckons fio's need
+    with open(pages) as f:
+        cur = int(f.read())
     with open(pages, "w") as f:
-        f.write(str(old + 2 * (ring >> 21) + 2))
+        f.write(str(cur + added))
     subprocess.run(["fio", "--name=prep", f"--filename={path}",
                     f"--size={a.size}", "--rw=write", "--bs=1M",
                     "--direct=1", "--output-format=json"], check=True,
@@ -180,8 +181,10 @@ def main():
         footprint(a, path) if a.mode == "footprint" else aa(a, path)
     finally:
         os.unlink(path)
+        with open(pages) as f:  # take back ours only
+            cur = int(f.read())
         with open(pages, "w") as f:
-            f.write(str(old))
+            f.write(str(max(cur - added, 0)))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ thread alone, is shown beside it.
                         [--fio-default] [--extra "--unpinned"]
                         [--raw results.jsonl]
 
-As root it reserves the huge pages fio needs for the largest point once,
-for the whole matrix, and gives them back at the end.
+As root, nvswap-io adds the huge pages fio needs at each point and takes
+them back after it.
 """
 import argparse
 import json
@@ -29,14 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchutil import fs_type, loadavg, parse_size  # noqa: E402
 
-HUGEPAGES = "/proc/sys/vm/nr_hugepages"
-HUGE = 2 << 20
 TPUT, CPU = 0.95, 1.1  # the targets of issue 19
-
-
-def huge_need(bs, qd, par):
-    """Pages nvswap-io asks for one point (tools/io_fio.c, reserve_huge)."""
-    return (2 * ((qd * bs + HUGE - 1) // HUGE) + 2) * par
 
 
 def check_fio(cmd, bs, qd, size, par, engine, op):
@@ -128,14 +121,6 @@ def main():
     engines, pars = a.engines.split(","), [int(p) for p in a.par.split(",")]
     os.makedirs(a.dir, exist_ok=True)
 
-    old_huge = None
-    if os.geteuid() == 0:
-        need = max(huge_need(b, q, p) for b in bss for q in qds
-                   for p in pars)
-        with open(HUGEPAGES) as f:
-            old_huge = int(f.read())
-        with open(HUGEPAGES, "w") as f:
-            f.write(str(max(old_huge, need)))
     show_eng, show_par = len(engines) > 1, len(pars) > 1
     head = ["op", "bs", "qd"] + (["engine"] if show_eng else []) + \
         (["par"] if show_par else []) + \
@@ -165,9 +150,6 @@ def main():
     finally:
         if raw:
             raw.close()
-        if old_huge is not None:
-            with open(HUGEPAGES, "w") as f:
-                f.write(str(old_huge))
     print(f"\n{time.time() - t0:.0f} s in all, load {loadavg()}")
 
 

@@ -79,7 +79,7 @@ void io_remove_files(void);
  * the caller frees r->lat. Dies on any failure. */
 void io_one_run(const struct args *a, struct run *r);
 
-/* io_fio.c: put back the huge-page count reserve_huge() raised; called
+/* io_fio.c: take back the huge pages reserve_huge() added; called
  * from the signal handler, so async-signal-safe. */
 void io_restore_huge(void);
 /* io_fio.c: remove fio's hook directory (FIFOs, hook logs); called from

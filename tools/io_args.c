@@ -91,9 +91,9 @@ static void usage(FILE *f)
 	      "1 MiB request past the disk's segment limit, so fio's default "
 	      "buffers\n"
 	      "are a weaker reference (their figure is printed too). As root "
-	      "it reserves\n"
-	      "the huge pages in " HUGEPAGES
-	      " and restores the old value after.\n"
+	      "it adds the\n"
+	      "huge pages fio needs to " HUGEPAGES
+	      " and takes them back after.\n"
 	      "fio runs with --scramble_buffers=0 (no data generation in its "
 	      "CPU time).\n"
 	      "CPU time is the whole process's (every thread) during the I/O "

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,27 +56,68 @@ static long meminfo(const char *key)
 	return v;
 }
 
-static long saved_huge = -1;
+/* Every nvswap-io takes this lock around its change of nr_hugepages. */
+#define HUGE_LOCK "/run/lock/nvswap-io-hugepages.lock"
+
+static long added_huge; /* pages this process added to the pool */
+
+/*
+ * Add @delta (negative: take back) to nr_hugepages. Several nvswap-io may
+ * run at once (the test suite runs its cases in parallel): each adds its
+ * own pages and takes back just those, and the read-modify-write is done
+ * under a lock they share. Restoring a saved absolute value instead would
+ * take away pages another run is about to use. Async-signal-safe: open,
+ * flock, read, write, close and digit loops only. Return: 0, or -1.
+ */
+static int huge_adjust(long delta)
+{
+	char buf[32], out[32];
+	int lk = open(HUGE_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+		      0600);
+	int fd, n = 0, rc = -1;
+	ssize_t got = -1;
+	long cur = 0;
+
+	if (lk >= 0)
+		flock(lk, LOCK_EX);
+	fd = open(HUGEPAGES, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		got = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+	}
+	for (ssize_t i = 0; i < got && buf[i] >= '0' && buf[i] <= '9'; i++)
+		cur = cur * 10 + (buf[i] - '0');
+	cur = cur + delta < 0 ? 0 : cur + delta;
+	do { /* the digits backwards, then turned */
+		buf[n++] = (char)('0' + cur % 10);
+		cur /= 10;
+	} while (cur > 0);
+	for (int i = 0; i < n; i++)
+		out[i] = buf[n - 1 - i];
+	out[n++] = '\n';
+	fd = got > 0 ? open(HUGEPAGES, O_WRONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		if (write(fd, out, (size_t)n) == n)
+			rc = 0;
+		close(fd);
+	}
+	if (lk >= 0)
+		close(lk); /* and the lock with it */
+	return rc;
+}
 
 /* Also called from the signal handler: only async-signal-safe calls. */
 void io_restore_huge(void)
 {
-	char buf[32];
-	int fd, n;
+	long n = added_huge;
 
-	if (saved_huge < 0)
-		return;
-	n = snprintf(buf, sizeof(buf), "%ld\n", saved_huge);
-	fd = open(HUGEPAGES, O_WRONLY);
-	if (fd >= 0) {
-		if (write(fd, buf, (size_t)n) != n)
-			saved_huge = -1; /* nothing more we can do */
-		close(fd);
-	}
-	saved_huge = -1;
+	added_huge = 0;
+	if (n > 0)
+		huge_adjust(-n);
 }
 
-/* Huge pages for fio's buffers: true when there are enough. */
+/* Huge pages for fio's buffers: true when there are enough. As root, this
+ * run's own, added to the pool (see huge_adjust). */
 static bool reserve_huge(const struct args *a, char *why, size_t n)
 {
 	/* fio's shm segment for iodepth x bs was measured to need about
@@ -87,11 +129,10 @@ static bool reserve_huge(const struct args *a, char *why, size_t n)
 		    (long)a->parallel;
 	long have = meminfo("HugePages_Free");
 	long total = read_long(HUGEPAGES);
-	FILE *f;
 
-	if (have >= need)
-		return true;
 	if (geteuid() != 0) {
+		if (have >= need)
+			return true;
 		snprintf(why, n,
 			 "fio needs %ld free huge pages for --iomem=shmhuge "
 			 "and has %ld; as root run: echo %ld > " HUGEPAGES,
@@ -100,16 +141,15 @@ static bool reserve_huge(const struct args *a, char *why, size_t n)
 				 (have < 0 ? 0 : have));
 		return false;
 	}
-	f = fopen(HUGEPAGES, "w");
-	if (!f) {
-		snprintf(why, n, "cannot write " HUGEPAGES ": %s",
+	if (huge_adjust(need) < 0) {
+		if (have >= need) /* a read-only /proc: use what is free */
+			return true;
+		snprintf(why, n, "cannot change " HUGEPAGES ": %s",
 			 strerror(errno));
 		return false;
 	}
-	saved_huge = total;
+	added_huge = need;
 	atexit(io_restore_huge);
-	fprintf(f, "%ld\n", total + need - have);
-	fclose(f);
 	if (meminfo("HugePages_Free") < need) {
 		snprintf(why, n,
 			 "the kernel found only %ld of %ld huge pages (memory "
