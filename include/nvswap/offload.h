@@ -272,8 +272,10 @@ NVS_API int nvs_grad_flush(struct nvs_grad_swapper *g, unsigned group);
 
 /**
  * nvs_grad_acquire() - @group's region for the optimizer step (flushes
- * pending writes first; waits only for this region's I/O). Release with
- * nvs_grad_release(). Return: as nvs_swapper_acquire().
+ * pending writes first; waits only for a read of this region: one whose
+ * write-back is still in flight is handed out from the buffer being
+ * written, see nvs_swapper_acquire()). Release with nvs_grad_release().
+ * Return: as nvs_swapper_acquire().
  */
 NVS_API int nvs_grad_acquire(struct nvs_grad_swapper *g, unsigned group,
 			     const void **ptr);

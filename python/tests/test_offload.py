@@ -292,6 +292,7 @@ def test_gradients_are_written_behind_and_read_back(swapper):
     g.release(0)
     with pytest.raises(ValueError):
         mv[0]
+    swapper.wait(0)  # the acquire took the buffer during the write-back
     st = swapper.info(0)
     assert (st["state"], st["on_disk"]) == ("on_nvme", True)
     g.zero(0)
