@@ -8,6 +8,7 @@
 #include "swapper/gset.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "swapper/swapper.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -183,7 +184,7 @@ int nvs__gset_readahead(struct gset *gs, unsigned group)
 
 	if (!g || g->in_cpu)
 		return 0;
-	r = nvs_swapper_try_prefetch(gs->core, nvs__gset_id(gs, group));
+	r = nvs__swapper_readahead(gs->core, nvs__gset_id(gs, group));
 	return r == -EAGAIN ? 0 : r; /* a full pool: less overlap, fine */
 }
 

@@ -63,8 +63,9 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 /* Unregister and free every group; the first unregister error. */
 int nvs__gset_fini(struct gset *gs);
 
-/* Read @group ahead into a free buffer only (never waits for one): 0 (a
- * full pool too: less overlap, fine) or a submit error. */
+/* Read @group ahead into a free buffer only (never waits for one): 1 when
+ * that started its read or kept its write-back's buffer, 0 when nothing
+ * was needed or no buffer was free, or a submit error. */
 int nvs__gset_readahead(struct gset *gs, unsigned group);
 
 /* The group's tensors resident and held: @ptrs one pointer each. */
