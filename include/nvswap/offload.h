@@ -108,12 +108,25 @@ NVS_API int nvs_param_prefetch_layer(struct nvs_param_swapper *p,
  * forward after the first going backward (the next step). Acquiring the
  * neighbour ahead moves one on; the neighbour behind turns the
  * direction and moves there; any other layer moves to its next
- * occurrence ahead, else to its first occurrence going forward. Then the
- * next lookahead distinct layers along the walk in its direction, other
- * than the one acquired, are read ahead (none past the walk's ends). A
- * layer not in the walk is acquired without read-ahead and leaves the
- * position as it was. Take the walk from the first step's acquires, as
- * ZeRO-3 traces it; a later step that strays only reads less ahead.
+ * occurrence ahead, else to its first occurrence going forward (after
+ * the last entry, the first entry there is a new pass: the forward
+ * after an optimizer pass that went forward too). Then the next
+ * lookahead distinct layers along the walk in its direction, other
+ * than the one acquired, are read ahead, on past the walk's end into
+ * the next pass or step: the swapper remembers what the acquire after
+ * each end did (turned, or started over from the first entry) and
+ * expects the same as one cycle of those ago (the shortest period they
+ * repeat with: a turn every time for forward and backward alone; turn,
+ * start over, turn... with an optimizer pass going forward; a turn
+ * until something else was seen). So the next step's first layers are
+ * read during this step's last ones, and the layers after the turn
+ * during the last ones before it. A layer not in the walk is acquired
+ * without read-ahead and leaves the position as it was. Take the walk
+ * from the first step's acquires, as ZeRO-3 traces it; a later step
+ * that strays only reads less ahead (or, past an end, reads a few
+ * layers it does not use: with auto_evict, the default, the swapper
+ * drops them when buffers run short; without, they hold their buffers
+ * until evicted). A new walk forgets what was learned.
  * Return: 0, -EINVAL (@p NULL, @layers NULL with @n > 0, @n above
  * NVS_OFFLOAD_MAX_WALK), -ENOENT (an entry is not an added layer; the
  * message names the entry and the layer), -ENOMEM. On failure the
@@ -141,7 +154,12 @@ NVS_API int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 /**
  * nvs_param_release_layer() - end an acquire. @dirty: the parameters
  * changed (written back at eviction; clean layers are dropped without
- * I/O). Return: 0, -ENOENT, -EBUSY (not acquired).
+ * I/O). Then the read-ahead of the last acquire is tried again: a layer
+ * ahead that found no free buffer then may find one now (a write-back
+ * ended during the compute), and its read goes in before the write-back
+ * that evicting this layer starts (a read that cannot start now is left
+ * to the acquire that needs the layer).
+ * Return: 0, -ENOENT, -EBUSY (not acquired).
  */
 NVS_API int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,
 				    bool dirty);
@@ -149,6 +167,12 @@ NVS_API int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,
 /**
  * nvs_param_evict_layer() - give @layer's buffers back (write-back of
  * changed tensors starts now; a no-op for layers kept in CPU memory).
+ * One exception: with a walk, an unchanged layer that the walk turns on
+ * (the layer acquired last, at an end, expected again next: see
+ * nvs_param_set_walk()) keeps its buffer until the next acquire, which
+ * gets it without I/O; when that acquire is of another layer, the
+ * buffer is given back first. (A changed layer is written back; an
+ * acquire during that write gets the buffer at once too.)
  * Return: 0, -ENOENT, -EBUSY (acquired), or a write submit error.
  */
 NVS_API int nvs_param_evict_layer(struct nvs_param_swapper *p, unsigned layer);
@@ -156,6 +180,37 @@ NVS_API int nvs_param_evict_layer(struct nvs_param_swapper *p, unsigned layer);
 /** nvs_param_layer_in_cpu() - whether @layer is kept in CPU memory. */
 NVS_API bool nvs_param_layer_in_cpu(const struct nvs_param_swapper *p,
 				    unsigned layer);
+
+/**
+ * struct nvs_param_stats - counters of a parameter swapper since its
+ * creation (the I/O itself is counted by the swapper's nvs_swap_stats).
+ */
+struct nvs_param_stats {
+	uint64_t acquires;   /* successful nvs_param_acquire_layer() */
+	uint64_t readaheads; /* layers the read-ahead brought in: a read
+				started, or the buffer of a write-back in
+				flight kept (none for layers resident or
+				on their way already, nor when no buffer
+				was free) */
+	uint64_t readaheads_past_end; /* of those, listed past an end of
+					 the walk: after the turn, or the
+					 next step's first layers */
+	uint64_t turns;	       /* acquires that turned the walk at an end */
+	uint64_t restarts;     /* acquires after the last entry going forward
+				  that started over from the first */
+	uint64_t kept;	       /* clean evictions put off because the walk
+				  turns on the layer */
+	uint64_t kept_dropped; /* of those, given back at the next acquire,
+				  which was of another layer */
+	uint64_t reserved[8];
+};
+
+/**
+ * nvs_param_swapper_stats() - copy @p's counters into @st.
+ * Return: 0, -EINVAL (a NULL argument).
+ */
+NVS_API int nvs_param_swapper_stats(const struct nvs_param_swapper *p,
+				    struct nvs_param_stats *st);
 
 /* ------------------------------------------------------- optimizer state */
 
@@ -272,8 +327,10 @@ NVS_API int nvs_grad_flush(struct nvs_grad_swapper *g, unsigned group);
 
 /**
  * nvs_grad_acquire() - @group's region for the optimizer step (flushes
- * pending writes first; waits only for this region's I/O). Release with
- * nvs_grad_release(). Return: as nvs_swapper_acquire().
+ * pending writes first; waits only for a read of this region: one whose
+ * write-back is still in flight is handed out from the buffer being
+ * written, see nvs_swapper_acquire()). Release with nvs_grad_release().
+ * Return: as nvs_swapper_acquire().
  */
 NVS_API int nvs_grad_acquire(struct nvs_grad_swapper *g, unsigned group,
 			     const void **ptr);

@@ -45,7 +45,9 @@ extern "C" {
  * A failed read goes back to ON_NVME (retry with prefetch or acquire); a
  * failed write goes back to RESIDENT, still dirty (nothing is lost; retry
  * with evict). A prefetch or acquire of a WRITING tensor keeps its buffer
- * when the write ends (RESIDENT, clean) instead of reading it back.
+ * when the write ends (RESIDENT; clean unless released dirty meanwhile)
+ * instead of reading it back; an acquire hands the buffer out at once,
+ * while the write goes on (see nvs_swapper_acquire()).
  */
 enum nvs_tensor_state {
 	NVS_TENSOR_ON_NVME = 0,
@@ -157,7 +159,10 @@ struct nvs_swap_stats {
 	uint64_t path_bytes_written[NVS_SWAPPER_MAX_PATHS];
 	uint64_t path_space_used[NVS_SWAPPER_MAX_PATHS]; /* allocated bytes */
 	uint64_t path_file_size[NVS_SWAPPER_MAX_PATHS];	 /* swap file size */
-	uint64_t reserved[8];
+	uint64_t write_hits; /* acquires of a tensor being written back,
+				served from its buffer without waiting for
+				the write (counted in acquire_hits too) */
+	uint64_t reserved[7];
 };
 
 /** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */
@@ -293,8 +298,16 @@ NVS_API int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id);
  *       the caller's until nvs_swapper_release(); write to it and release
  *       with dirty = true to keep the change.
  *
- * Starts a read when the tensor is on NVMe; waits only for what is still
- * in flight for this tensor. Acquires nest: each needs a release.
+ * Starts a read when the tensor is on NVMe; waits only for a read still
+ * in flight for this tensor. A tensor whose write-back is in flight
+ * (evicted dirty) is handed out at once, from the buffer being written
+ * (the tensor is WRITING, acquired, until the write ends; it keeps the
+ * buffer then): re-acquiring a layer just evicted, as the next training
+ * step does with the last layer of this one, costs no wait and no read.
+ * Changes made to it before that write ends may or may not reach the
+ * disk with it; the release must then say dirty, and the next evict
+ * waits for the write in flight and writes the tensor again.
+ * Acquires nest: each needs a release.
  * Return: 0, or -ENOENT, -EDEADLK, -ETIMEDOUT as nvs_swapper_prefetch();
  *   -EIO (or another -errno) the read failed: the tensor is ON_NVME and a
  *        later acquire retries it (-EIO also when the swap file was cut
@@ -318,7 +331,9 @@ NVS_API int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty);
  * nvs_swapper_evict() - free tensor @id's buffer: start the write-back when
  * it is dirty (the buffer returns to the pool when the write ends), else
  * give the buffer back at once. A no-op on ON_NVME and WRITING tensors; a
- * READING one is waited for, then dropped.
+ * READING one is waited for, then dropped; a WRITING one released dirty
+ * since its write began (acquired during the write) is waited for, then
+ * written again.
  * Return: 0, -ENOENT, -EBUSY (acquired), or the -errno of a write that
  * could not be submitted (the tensor stays resident and dirty).
  */

@@ -44,6 +44,7 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	    ext_dict_put(&d, "auto_evictions", U64(st->auto_evictions)) ||
 	    ext_dict_put(&d, "zero_fills", U64(st->zero_fills)) ||
 	    ext_dict_put(&d, "revived", U64(st->revived)) ||
+	    ext_dict_put(&d, "write_hits", U64(st->write_hits)) ||
 	    ext_dict_put(&d, "buffer_waits", U64(st->buffer_waits)) ||
 	    ext_dict_put(&d, "buffer_wait_ns", U64(st->buffer_wait_ns)) ||
 	    ext_dict_put(&d, "buffer_count", U64(st->buffer_count)) ||

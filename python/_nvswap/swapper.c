@@ -696,7 +696,7 @@ static PyMethodDef swapper_methods[] = {
 	  "bytes_written, reads, writes, io_ops, io_errors,\n"
 	  "checksum_errors, prefetches, acquires, acquire_hits,\n"
 	  "acquire_wait_ns, clean_evictions, auto_evictions, zero_fills,\n"
-	  "revived, buffer_waits, buffer_wait_ns, buffer_count,\n"
+	  "revived, write_hits, buffer_waits, buffer_wait_ns, buffer_count,\n"
 	  "buffers_in_use, pool_high_water, tensors, buffer_size, pinned,\n"
 	  "backend, tensor_bytes, npaths, and per path (lists of npaths):\n"
 	  "path_bytes_read, path_bytes_written, path_space_used,\n"

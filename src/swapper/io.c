@@ -133,29 +133,34 @@ static void finish(struct nvs_swapper *s, struct tensor *t, int err)
 			nvs__tlist_push(&s->lru, t);
 		}
 	} else {
+		/* An acquire may hold the buffer (it was handed out during
+		 * the write): then it is on no list until released. */
 		if (err) {
 			/* Nothing is lost: the data stays, still dirty. */
 			t->state = NVS_TENSOR_RESIDENT;
 			s->st.io_errors++;
 			nvs__keep_error(t, err, nvs_last_error());
-			nvs__tlist_push(&s->lru, t);
+			if (!t->pins)
+				nvs__tlist_push(&s->lru, t);
 		} else {
-			t->dirty = false;
+			t->dirty = t->redirty;
 			t->on_disk = true;
 			t->crc = t->wcrc;
 			s->st.writes++;
 			s->st.bytes_written += t->nbytes;
 			nvs__count_path_bytes(s, t, true);
-			if (t->revive) {
+			if (t->revive || t->redirty || t->pins) {
 				t->state = NVS_TENSOR_RESIDENT;
 				s->st.revived++;
-				nvs__tlist_push(&s->lru, t);
+				if (!t->pins)
+					nvs__tlist_push(&s->lru, t);
 			} else {
 				t->state = NVS_TENSOR_ON_NVME;
 				nvs__buffer_put(s, t);
 			}
 		}
 		t->revive = false;
+		t->redirty = false;
 	}
 	pthread_cond_broadcast(&s->cond);
 }
@@ -224,6 +229,7 @@ int nvs__start_write(struct nvs_swapper *s, struct tensor *t)
 
 	nvs__tlist_remove(t);
 	t->state = NVS_TENSOR_WRITING;
+	t->redirty = false;
 	nvs__tlist_push(&s->flight, t);
 	t->busy = true;
 	pthread_mutex_unlock(&s->lock);

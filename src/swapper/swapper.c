@@ -84,9 +84,11 @@ int nvs_swapper_destroy(struct nvs_swapper *s)
 }
 
 /* Bring ON_NVME @id toward residence. Lock held; loops until the tensor
- * is READING, RESIDENT or WRITING-with-revive, or fails. */
+ * is READING, RESIDENT or WRITING-with-revive, or fails. @brought (or
+ * NULL) is set when this call started the read or kept the buffer of a
+ * write-back. */
 static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
-		       bool *waited, bool prefetch, bool try)
+		       bool *waited, bool prefetch, bool try, bool *brought)
 {
 	uint64_t deadline = nvs__room_deadline(s->wait_ms), t0 = 0;
 	int ret;
@@ -96,8 +98,11 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 		void *buf;
 		if ((ret = nvs__tensor_idle(s, id, call, &t, waited)) < 0)
 			break;
-		if (t->state == NVS_TENSOR_WRITING)
+		if (t->state == NVS_TENSOR_WRITING && !t->revive) {
 			t->revive = true;
+			if (brought)
+				*brought = true;
+		}
 		if (t->state != NVS_TENSOR_ON_NVME)
 			break;
 		buf = nvs__buffer_get(s);
@@ -108,6 +113,8 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 			ret = nvs__start_read(s, t, buf);
 			if (ret == 0 && prefetch)
 				s->st.prefetches++;
+			if (ret == 0 && brought)
+				*brought = true;
 			break;
 		}
 		if (try) {
@@ -143,7 +150,8 @@ int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id)
 		return nvs__err(-EINVAL, "nvs_swapper_prefetch: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_prefetch", "swapper");
 	pthread_mutex_lock(&s->lock);
-	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true, false);
+	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true, false,
+			  NULL);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -159,9 +167,22 @@ int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id)
 	NVS__PARENT_ONLY(s, "nvs_swapper_try_prefetch", "swapper");
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
-			  true);
+			  true, NULL);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
+}
+
+int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id)
+{
+	bool waited = false, brought = false;
+	int ret;
+
+	NVS__PARENT_ONLY(s, "nvs_swapper_try_prefetch", "swapper");
+	pthread_mutex_lock(&s->lock);
+	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
+			  true, &brought);
+	pthread_mutex_unlock(&s->lock);
+	return ret < 0 ? ret : brought;
 }
 
 /* Count the acquire just made (pins already counts it) for its thread. */
@@ -195,6 +216,24 @@ static void unpin_owner(struct tensor *t)
 	}
 }
 
+/* Pin resident (or being written) @t for the calling thread; *@ptr its
+ * buffer. */
+static void hand_out(struct nvs_swapper *s, struct tensor *t, void **ptr,
+		     bool waited)
+{
+	if (t->pins++ == 0) {
+		if (t->state == NVS_TENSOR_RESIDENT)
+			nvs__tlist_remove(t); /* off the lru */
+		t->holder = pthread_self();
+		t->holder_pins = 0;
+	}
+	pin_owner(t);
+	*ptr = t->buf;
+	s->st.acquires++;
+	if (!waited)
+		s->st.acquire_hits++;
+}
+
 int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 {
 	uint64_t t0 = nvs__now_ns();
@@ -214,16 +253,18 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		if (ret < 0)
 			break;
 		if (t->state == NVS_TENSOR_RESIDENT) {
-			if (t->pins++ == 0) {
-				nvs__tlist_remove(t);
-				t->holder = pthread_self();
-				t->holder_pins = 0;
-			}
-			pin_owner(t);
-			*ptr = t->buf;
-			s->st.acquires++;
-			if (!waited)
-				s->st.acquire_hits++;
+			hand_out(s, t, ptr, waited);
+			ret = 0;
+			break;
+		}
+		if (t->state == NVS_TENSOR_WRITING) {
+			/* The buffer holds what is being written: hand it
+			 * out now, not after the write (a step's last
+			 * write-back is often the next step's first layer),
+			 * and keep it when the write ends. */
+			t->revive = true;
+			hand_out(s, t, ptr, waited);
+			s->st.write_hits++;
 			ret = 0;
 			break;
 		}
@@ -235,14 +276,12 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		}
 		if (t->state == NVS_TENSOR_ON_NVME) {
 			ret = start_fetch(s, id, "nvs_swapper_acquire", &waited,
-					  false, false);
+					  false, false, NULL);
 			if (ret < 0)
 				break;
 			continue;
 		}
-		if (t->state == NVS_TENSOR_WRITING)
-			t->revive = true;
-		waited = true;
+		waited = true; /* READING */
 		nvs__collect(s, t);
 		if (t->state == NVS_TENSOR_ON_NVME && t->err) {
 			ret = nvs__take_error(t);
@@ -276,9 +315,12 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 				id);
 	}
 	t->dirty |= dirty;
+	if (dirty && t->state == NVS_TENSOR_WRITING)
+		t->redirty = true; /* the write in flight may miss it */
 	unpin_owner(t);
 	if (--t->pins == 0) {
-		nvs__tlist_push(&s->lru, t);
+		if (t->state == NVS_TENSOR_RESIDENT)
+			nvs__tlist_push(&s->lru, t);
 		pthread_cond_broadcast(&s->cond);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -303,7 +345,11 @@ int nvs_swapper_evict(struct nvs_swapper *s, uint64_t id)
 				       id, t->pins);
 			break;
 		}
-		if (t->state == NVS_TENSOR_READING) {
+		/* READING; or WRITING and changed since the write began
+		 * (acquired meanwhile): what it writes may not be the
+		 * data, so it is waited for and written again. */
+		if (t->state == NVS_TENSOR_READING ||
+		    (t->state == NVS_TENSOR_WRITING && t->redirty)) {
 			nvs__collect(s, t);
 			continue;
 		}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Internal seam of the swap manager (the public API is nvswap/swapper.h):
- * a swapper whose aio handle injects faults, and that handle, for tests.
+ * a read-ahead that says what it did, for the role swappers; a swapper
+ * whose aio handle injects faults, and that handle, for tests.
  */
 #ifndef NVS_SWAPPER_SWAPPER_H
 #define NVS_SWAPPER_SWAPPER_H
@@ -13,6 +14,13 @@
 int nvs__swapper_create_fault(const struct nvs_swapper_opts *opts,
 			      const struct nvs_fault_plan *plan,
 			      struct nvs_swapper **out);
+
+/* nvs_swapper_try_prefetch() that says what it did: 1 when it started
+ * the read (or the zero fill) or kept the buffer of a write-back in
+ * flight, 0 when the tensor was resident or on its way already; else
+ * the -errno (-EAGAIN: no free buffer). For the role swappers'
+ * counters. */
+int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id);
 
 /* The swapper's aio handle, for tests that check nothing was left in
  * flight or uncollected (nvs_aio_wait() on it then returns 0). */

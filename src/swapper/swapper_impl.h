@@ -43,6 +43,8 @@ struct tensor {
 	bool dirty;   /* RESIDENT data differs from the disk's */
 	bool on_disk; /* written at least once; else reads as zeros */
 	bool revive;  /* WRITING: keep the buffer when the write ends */
+	bool redirty; /* WRITING: released dirty since the write started (it
+			 was acquired meanwhile): still dirty when it ends */
 	/* A thread works on this tensor with the lock dropped (collects its
 	 * tickets, checksums, writes its init data); others wait on cond and
 	 * look the tensor up again. */

@@ -257,7 +257,8 @@ Test(offload, parameter_bad_input)
 
 /* Acquire @l: exactly the layers @want (END-terminated) are read ahead
  * (started reads, layers off the disk); then everything goes back to
- * the disk, so each step starts from the same state. */
+ * the disk (but the layer the walk turns on, kept for its repeat), so
+ * each step starts from the same state. */
 static void walk_step(struct nvs_swapper *s, struct nvs_param_swapper *p,
 		      unsigned l, const unsigned *want)
 {
@@ -292,17 +293,19 @@ Test(offload, a_permuted_walk_reads_ahead_in_its_order_both_ways)
 	struct nvs_param_swapper *p = params_la(s, 0, 2);
 
 	cr_assert_eq(nvs_param_set_walk(p, L, walk), 0, "%s", nvs_last_error());
+	/* forward; near the end on past the turn, back along the walk */
 	for (unsigned i = 0; i < L; i++)
 		walk_step(s, p, walk[i],
 			  i + 2 < L   ? A(walk[i + 1], walk[i + 2])
-			  : i + 1 < L ? A(walk[i + 1])
-				      : NOTHING);
-	/* backward: the last layer again turns the walk */
+			  : i + 1 < L ? A(walk[i + 1], walk[i - 1])
+				      : A(walk[i - 1], walk[i - 2]));
+	/* backward: the last layer again turns the walk; near the start,
+	 * the next step's first layers */
 	for (unsigned i = L; i-- > 0;)
 		walk_step(s, p, walk[i],
 			  i >= 2   ? A(walk[i - 1], walk[i - 2])
-			  : i == 1 ? A(walk[0])
-				   : NOTHING);
+			  : i == 1 ? A(walk[0], walk[2])
+				   : A(walk[1], walk[2]));
 	walk_step(s, p, walk[0], A(walk[1], walk[2])); /* the next step */
 	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
@@ -320,14 +323,14 @@ Test(offload, a_walk_with_repeats_reads_each_layer_ahead_once)
 	walk_step(s, p, 1, A(2, 3));
 	walk_step(s, p, 2, A(3, 0));
 	walk_step(s, p, 2, A(3, 0));
-	walk_step(s, p, 3, A(0));
-	walk_step(s, p, 0, NOTHING);
+	walk_step(s, p, 3, A(0, 2));
+	walk_step(s, p, 0, A(3, 2));
 	walk_step(s, p, 0, A(3, 2)); /* backward */
 	walk_step(s, p, 3, A(2, 1));
 	walk_step(s, p, 2, A(1, 0));
 	walk_step(s, p, 2, A(1, 0));
-	walk_step(s, p, 1, A(0));
-	walk_step(s, p, 0, NOTHING);
+	walk_step(s, p, 1, A(0, 2));
+	walk_step(s, p, 0, A(1, 2));
 	walk_step(s, p, 0, A(1, 2)); /* the next step */
 	/* a layer not in the walk: no read-ahead, the position stays */
 	walk_step(s, p, 5, NOTHING);
@@ -345,7 +348,7 @@ Test(offload, an_empty_walk_restores_read_ahead_by_number)
 	walk_step(s, p, 3, A(4, 5));
 	cr_assert_eq(nvs_param_set_walk(p, 3, walk), 0);
 	walk_step(s, p, 3, A(6, 1));
-	walk_step(s, p, 6, A(1));
+	walk_step(s, p, 6, A(1, 3));
 	cr_assert_eq(nvs_param_set_walk(p, 0, NULL), 0);
 	walk_step(s, p, 6, A(7));
 	walk_step(s, p, 3, A(2, 1)); /* downwards after a higher layer */

@@ -27,6 +27,7 @@
 #include "nvswap/config.h"
 #include "nvswap/swapper.h"
 #include "swapper/swapper.h"
+#include "tu_swapper.h"
 #include "testutil.h"
 
 enum { BUF = 64 << 10 };
@@ -40,12 +41,7 @@ TestSuite(swapper, .fini = fini);
 
 static void opts(struct nvs_swapper_opts *o, unsigned count)
 {
-	nvs_swapper_opts_init(o);
-	o->npaths = 1;
-	o->nvme_paths[0] = tu_dir();
-	o->buffer_size = BUF;
-	o->buffer_count = count;
-	o->aio.queue_depth = 8;
+	tu_swapper_opts(o, BUF, count);
 }
 
 static struct nvs_swapper *mk_with(const struct nvs_swapper_opts *o)
@@ -236,19 +232,27 @@ Test(swapper, every_legal_transition_in_order)
 	cr_assert_eq(stats(s).reads, reads, "revived, not read back");
 	cr_assert_eq(nvs_swapper_info(s, 1, &info), 0);
 	cr_assert(!info.dirty, "written, so clean");
-	/* WRITING -> acquire: waits for the write, keeps the buffer */
+	/* WRITING -> acquire: the buffer at once, while the write goes on;
+	 * kept when the write ends */
 	modify(s, 1, b, BUF, 5);
 	cr_assert_eq(nvs_swapper_evict(s, 1), 0);
 	cr_assert_eq(nvs_swapper_acquire(s, 1, &p), 0);
 	cr_assert(!memcmp(p, b, BUF));
-	cr_assert_eq(stats(s).revived, 2);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_WRITING);
+	cr_assert_eq(stats(s).write_hits, 1);
 	/* nested acquires need as many releases */
 	void *q;
 	cr_assert_eq(nvs_swapper_acquire(s, 1, &q), 0);
 	cr_assert_eq(p, q);
+	cr_assert_eq(stats(s).write_hits, 2);
 	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
 	cr_assert_eq(nvs_swapper_evict(s, 1), -EBUSY);
 	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
+	cr_assert_eq(nvs_swapper_wait(s, 1), 0);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_RESIDENT);
+	cr_assert_eq(stats(s).revived, 2);
+	cr_assert_eq(nvs_swapper_info(s, 1, &info), 0);
+	cr_assert(!info.dirty, "written, and released clean since");
 	/* WRITING, then evicted again: the earlier prefetch is cancelled */
 	modify(s, 1, b, BUF, 6);
 	cr_assert_eq(nvs_swapper_evict(s, 1), 0);

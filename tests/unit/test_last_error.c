@@ -75,6 +75,7 @@ ROW(nvs_param_set_walk, nvs_param_set_walk(NULL, 0, NULL))
 ROW(nvs_param_acquire_layer, nvs_param_acquire_layer(NULL, 0, NULL))
 ROW(nvs_param_release_layer, nvs_param_release_layer(NULL, 0, false))
 ROW(nvs_param_evict_layer, nvs_param_evict_layer(NULL, 0))
+ROW(nvs_param_swapper_stats, nvs_param_swapper_stats(NULL, NULL))
 ROW(nvs_optim_swapper_create, nvs_optim_swapper_create(NULL, NULL, NULL))
 ROW(nvs_optim_add_group, nvs_optim_add_group(NULL, 0, 1, NULL, NULL))
 ROW(nvs_optim_swap_in, nvs_optim_swap_in(NULL, 0, NULL))
@@ -169,6 +170,7 @@ static const struct row rows[] = {
 	R(nvs_param_acquire_layer),
 	R(nvs_param_release_layer),
 	R(nvs_param_evict_layer),
+	R(nvs_param_swapper_stats),
 	R(nvs_optim_swapper_create),
 	R(nvs_optim_add_group),
 	R(nvs_optim_swap_in),

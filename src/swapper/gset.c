@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Groups of tensors for the role swappers (see gset.h): the table, adding
+ * a group (packing its tensors, or keeping it in CPU memory), and a whole
+ * group's acquire, release, evict and read-ahead in the borrowed
+ * nvs_swapper.
+ */
+#include "swapper/gset.h"
+#include "internal/alloc.h"
+#include "internal/errors.h"
+#include "swapper/swapper.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvswap/buffers.h"
+
+/* A group's tensors are packed into one swapper tensor, each at a 64-byte
+ * aligned offset: a group needs one pool buffer, and its I/O is one op
+ * per extent instead of one per small tensor. */
+#define PACK_ALIGN 64
+
+int nvs__gset_find(const struct gset *gs, unsigned group, const char *call,
+		   struct group **out)
+{
+	*out = nvs__gset_get(gs, group);
+	if (!*out)
+		return nvs__err(-ENOENT, "%s: no %s %u", call, gs->what, group);
+	return 0;
+}
+
+static void gset_init(struct gset *gs, struct nvs_swapper *core,
+		      uint64_t id_base, const char *what)
+{
+	memset(gs, 0, sizeof(*gs));
+	gs->core = core;
+	gs->id_base = id_base;
+	gs->what = what;
+}
+
+/* A zeroed copy of @arr (@n elements of @size) with room for @cap; @arr
+ * freed. NULL (and @arr kept) when out of memory. */
+static void *resize(void *arr, size_t n, size_t cap, size_t size)
+{
+	void *a = nvs__calloc(cap, size);
+
+	if (a && arr)
+		memcpy(a, arr, n * size);
+	if (a)
+		nvs__free(arr);
+	return a;
+}
+
+/* Room for @group in the table and one more in the order list. */
+static int gset_grow(struct gset *gs, unsigned group)
+{
+	size_t cap = gs->cap ? gs->cap : 16;
+	struct group **t;
+	unsigned *o;
+
+	while (cap <= group)
+		cap *= 2;
+	if (cap > gs->cap) {
+		if (!(t = resize(gs->tab, gs->cap, cap, sizeof(*t))))
+			return -ENOMEM;
+		gs->tab = t;
+		gs->cap = cap;
+	}
+	if (!(o = resize(gs->order, gs->count, gs->count + 1, sizeof(*o))))
+		return -ENOMEM;
+	gs->order = o;
+	return 0;
+}
+
+/* Add @group; @cpu_budget (NULL: none) is what may still stay in CPU
+ * memory, reduced when this group does. */
+int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
+		  const size_t *nbytes, const void *const *init,
+		  uint64_t *cpu_budget)
+{
+	struct group *g;
+	unsigned char *pack = NULL;
+	bool any_init = false;
+	int ret = 0;
+
+	if (!nbytes || n == 0 || n > NVS_OFFLOAD_MAX_TENSORS ||
+	    group >= NVS_OFFLOAD_MAX_GROUPS)
+		return nvs__err(-EINVAL,
+				"%s: %s %u with %u tensors (1 to %u, %s "
+				"below %u)",
+				call, gs->what, group, n,
+				NVS_OFFLOAD_MAX_TENSORS, gs->what,
+				NVS_OFFLOAD_MAX_GROUPS);
+	if (nvs__gset_get(gs, group))
+		return nvs__err(-EEXIST, "%s: %s %u exists", call, gs->what,
+				group);
+	if (gset_grow(gs, group) < 0 || !(g = nvs__calloc(1, sizeof(*g))))
+		return nvs__err(-ENOMEM, "%s: out of memory", call);
+	g->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		if (!nbytes[i] || nbytes[i] > SIZE_MAX / 2 - g->total) {
+			nvs__free(g);
+			return nvs__err(-EINVAL,
+					"%s: %s %u: tensor %u has %zu bytes",
+					call, gs->what, group, i, nbytes[i]);
+		}
+		g->nbytes[i] = nbytes[i];
+		g->off[i] = g->total;
+		/* Pad between tensors, not after the last: a one-tensor
+		 * group is exactly its size. */
+		g->total += i + 1 < n ? (nbytes[i] + PACK_ALIGN - 1) &
+						~(size_t)(PACK_ALIGN - 1)
+				      : nbytes[i];
+		any_init |= init && init[i];
+	}
+	if (cpu_budget && g->total <= *cpu_budget) {
+		g->in_cpu = true;
+		g->cpu = pack = nvs_pinned_alloc(g->total, &ret);
+	} else if (any_init) {
+		pack = nvs__calloc(1, g->total);
+		ret = pack ? 0 : -ENOMEM;
+	}
+	if (ret < 0 || (!pack && (g->in_cpu || any_init))) {
+		nvs__free(g);
+		return nvs__err(ret ? ret : -ENOMEM, "%s: %s %u: out of memory",
+				call, gs->what, group);
+	}
+	for (unsigned i = 0; pack && i < n; i++)
+		if (init && init[i])
+			memcpy(pack + g->off[i], init[i], nbytes[i]);
+	if (g->in_cpu) {
+		*cpu_budget -= g->total;
+	} else {
+		ret = nvs_swapper_register(gs->core, nvs__gset_id(gs, group),
+					   g->total, pack);
+		nvs__free(pack);
+		if (ret < 0) {
+			char msg[NVS_ERRMSG_MAX];
+			size_t total = g->total;
+			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+			nvs__free(g);
+			return nvs__err(ret, "%s: %s %u (%zu bytes packed): %s",
+					call, gs->what, group, total, msg);
+		}
+	}
+	g->order = gs->count;
+	gs->order[gs->count++] = group;
+	gs->tab[group] = g;
+	return 0;
+}
+
+int nvs__gset_fini(struct gset *gs)
+{
+	int first = 0;
+
+	for (size_t k = 0; k < gs->cap; k++) {
+		struct group *g = gs->tab[k];
+		if (!g)
+			continue;
+		if (g->in_cpu) {
+			nvs_pinned_free(g->cpu);
+		} else {
+			uint64_t id = nvs__gset_id(gs, (unsigned)k);
+			if (g->acquired || g->open)
+				nvs_swapper_release(gs->core, id, false);
+			int r = nvs_swapper_unregister(gs->core, id);
+			if (r < 0 && !first)
+				first = r;
+		}
+		nvs__free(g);
+	}
+	nvs__free(gs->tab);
+	nvs__free(gs->order);
+	return first;
+}
+
+/* Read @group ahead into a free buffer only (never waits for one). */
+int nvs__gset_readahead(struct gset *gs, unsigned group)
+{
+	struct group *g = nvs__gset_get(gs, group);
+	int r;
+
+	if (!g || g->in_cpu)
+		return 0;
+	r = nvs__swapper_readahead(gs->core, nvs__gset_id(gs, group));
+	return r == -EAGAIN ? 0 : r; /* a full pool: less overlap, fine */
+}
+
+int nvs__gset_acquire(struct gset *gs, const char *call, unsigned group,
+		      void **ptrs)
+{
+	unsigned char *base;
+	struct group *g;
+	int ret = nvs__gset_find(gs, group, call, &g);
+
+	if (ret < 0)
+		return ret;
+	if (g->acquired)
+		return nvs__err(-EBUSY, "%s: %s %u is already acquired", call,
+				gs->what, group);
+	if (g->in_cpu) {
+		base = g->cpu;
+	} else {
+		ret = nvs_swapper_acquire(gs->core, nvs__gset_id(gs, group),
+					  (void **)&base);
+		if (ret < 0)
+			return ret;
+	}
+	for (unsigned i = 0; i < g->n; i++)
+		ptrs[i] = base + g->off[i];
+	g->acquired = true;
+	return 0;
+}
+
+/* @group, found and acquired (@acquired) or not: 0, -ENOENT or -EBUSY. */
+static int held(struct gset *gs, const char *call, unsigned group,
+		bool acquired, struct group **out)
+{
+	int ret = nvs__gset_find(gs, group, call, out);
+
+	if (ret == 0 && (*out)->acquired != acquired)
+		ret = nvs__err(-EBUSY, "%s: %s %u is %s", call, gs->what, group,
+			       acquired ? "not acquired" : "acquired");
+	return ret;
+}
+
+int nvs__gset_release(struct gset *gs, const char *call, unsigned group,
+		      bool dirty)
+{
+	struct group *g;
+	int ret = held(gs, call, group, true, &g);
+
+	if (ret < 0)
+		return ret;
+	g->acquired = false;
+	return g->in_cpu ? 0
+			 : nvs_swapper_release(gs->core,
+					       nvs__gset_id(gs, group), dirty);
+}
+
+int nvs__gset_evict(struct gset *gs, const char *call, unsigned group,
+		    bool wait)
+{
+	struct group *g;
+	int ret = held(gs, call, group, false, &g);
+
+	if (ret < 0 || g->in_cpu)
+		return ret;
+	ret = nvs_swapper_evict(gs->core, nvs__gset_id(gs, group));
+	if (ret == 0 && wait)
+		ret = nvs_swapper_wait(gs->core, nvs__gset_id(gs, group));
+	return ret;
+}
+
+/* A role swapper is a struct whose first member is its gset. */
+void *nvs__role_new(size_t size, struct nvs_swapper *core, uint64_t id_base,
+		    const char *what, const char *call)
+{
+	struct gset *gs = nvs__calloc(1, size);
+
+	if (!gs) {
+		nvs__err(-ENOMEM, "%s: out of memory", call);
+		return NULL;
+	}
+	gset_init(gs, core, id_base, what);
+	return gs;
+}
+
+int nvs__role_free(struct gset *gs)
+{
+	int ret = nvs__gset_fini(gs);
+
+	nvs__free(gs);
+	return ret;
+}

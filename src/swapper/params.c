@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The parameter swapper: layers (gset.h) read ahead along the traced walk
+ * (walk.c), on past its ends into the next pass or step as the walk
+ * learned them, or by number without a walk; a clean layer the walk turns
+ * on kept resident until the next acquire; its counters.
+ */
+#include "nvswap/offload.h"
+#include "internal/errors.h"
+#include "swapper/gset.h"
+#include "swapper/walk.h"
+
+#include <errno.h>
+
+#include "nvswap/swapper.h"
+
+struct nvs_param_swapper {
+	struct gset gs;
+	unsigned lookahead;
+	uint64_t cpu_left;
+	unsigned last;	      /* layer acquired last */
+	int dir;	      /* without a walk: the direction to read ahead */
+	bool walked;	      /* last is set */
+	bool ahead;	      /* last is in the walk (or there is none): what
+				 comes next is known */
+	struct nvs_walk walk; /* nvs_param_set_walk(); empty: by number */
+	/* keeping: layer kept is resident and clean, its eviction put off
+	 * until the next acquire (the walk turns on it) */
+	bool keeping;
+	unsigned kept;
+	struct nvs_param_stats st;
+};
+
+void nvs_param_swapper_opts_init(struct nvs_param_swapper_opts *o)
+{
+	if (o)
+		*o = (struct nvs_param_swapper_opts){.size = sizeof(*o),
+						     .lookahead = 1};
+}
+
+int nvs_param_swapper_create(struct nvs_swapper *core,
+			     const struct nvs_param_swapper_opts *o,
+			     struct nvs_param_swapper **out)
+{
+	struct nvs_param_swapper *p;
+
+	NVS__ROLE_CREATE(p, o, out, "layer", "nvs_param_swapper_create");
+	nvs__walk_init(&p->walk);
+	p->cpu_left = o->max_in_cpu;
+	p->lookahead = o->lookahead;
+	return 0;
+}
+
+int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
+{
+	if (!p)
+		return 0;
+	nvs__walk_fini(&p->walk);
+	return nvs__role_free(&p->gs);
+}
+
+int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer, unsigned n,
+			const size_t *nbytes, const void *const *init)
+{
+	if (!p)
+		return nvs__err(-EINVAL, "nvs_param_add_layer: NULL swapper");
+	return nvs__gset_add(&p->gs, "nvs_param_add_layer", layer, n, nbytes,
+			     init, &p->cpu_left);
+}
+
+int nvs_param_prefetch_layer(struct nvs_param_swapper *p, unsigned layer)
+{
+	struct group *g;
+	int ret;
+
+	if (!p)
+		return nvs__err(-EINVAL,
+				"nvs_param_prefetch_layer: NULL swapper");
+	ret = nvs__gset_find(&p->gs, layer, "nvs_param_prefetch_layer", &g);
+	return ret < 0 ? ret : nvs__gset_readahead(&p->gs, layer);
+}
+
+int nvs_param_set_walk(struct nvs_param_swapper *p, unsigned n,
+		       const unsigned *layers)
+{
+	if (!p || (n && !layers) || n > NVS_OFFLOAD_MAX_WALK)
+		return nvs__err(-EINVAL,
+				"nvs_param_set_walk: NULL argument or a walk "
+				"of %u layers (at most %u)",
+				n, NVS_OFFLOAD_MAX_WALK);
+	for (unsigned i = 0; i < n; i++)
+		if (!nvs__gset_get(&p->gs, layers[i]))
+			return nvs__err(-ENOENT,
+					"nvs_param_set_walk: entry %u of the "
+					"walk is layer %u, which was not added",
+					i, layers[i]);
+	if (nvs__walk_set(&p->walk, n, layers) < 0)
+		return nvs__err(-ENOMEM,
+				"nvs_param_set_walk: out of memory for a walk "
+				"of %u layers",
+				n);
+	return 0;
+}
+
+/* Count what the acquire just placed on the walk did at an end. */
+static void count_end(struct nvs_param_swapper *p)
+{
+	switch (p->walk.ended) {
+	case NVS_WALK_REPEAT:
+	case NVS_WALK_BACK:
+		p->st.turns++;
+		break;
+	case NVS_WALK_RESTART:
+		p->st.restarts++;
+		break;
+	default:
+		break;
+	}
+}
+
+/* Read the next lookahead layers ahead: along the walk from where it
+ * stands, on past its end as it learned the passes go, or without a walk
+ * by number from the layer acquired last, in its direction. 0 or the
+ * first submit error. */
+static int read_ahead(struct nvs_param_swapper *p)
+{
+	struct nvs_walk_ahead it;
+	unsigned next, k = 0;
+	int ret = 0;
+
+	if (p->walk.n) {
+		nvs__walk_ahead_begin(&p->walk, &it);
+		while (ret >= 0 && k++ < p->lookahead &&
+		       nvs__walk_ahead_next(&p->walk, &it, &next)) {
+			ret = nvs__gset_readahead(&p->gs, next);
+			p->st.readaheads += ret > 0;
+			p->st.readaheads_past_end += ret > 0 && it.crossed;
+		}
+		return ret < 0 ? ret : 0;
+	}
+	for (k = 1; ret >= 0 && k <= p->lookahead; k++) {
+		long n = (long)p->last + p->dir * (long)k;
+		if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
+			break;
+		ret = nvs__gset_readahead(&p->gs, (unsigned)n);
+		p->st.readaheads += ret > 0;
+	}
+	return ret < 0 ? ret : 0;
+}
+
+/* Give the kept layer's buffer back now: the walk went elsewhere. */
+static void drop_kept(struct nvs_param_swapper *p)
+{
+	p->keeping = false;
+	p->st.kept_dropped++;
+	/* Clean and released: no I/O, nothing to fail (already gone when
+	 * the swapper evicted it for room: a no-op). */
+	(void)nvs__gset_evict(&p->gs, "nvs_param_acquire_layer", p->kept,
+			      false);
+}
+
+int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
+			    void **ptrs)
+{
+	int ret, dir;
+	struct group *g;
+
+	if (!p || !ptrs)
+		return nvs__err(-EINVAL,
+				"nvs_param_acquire_layer: NULL argument");
+	ret = nvs__gset_find(&p->gs, layer, "nvs_param_acquire_layer", &g);
+	if (ret < 0)
+		return ret;
+	if (p->keeping && p->kept != layer)
+		drop_kept(p); /* before: the acquire may need its buffer */
+	p->keeping = false;
+	/* Without a walk, its direction: backward after a higher layer. */
+	dir = p->walked && layer < p->last ? -1 : 1;
+	/* This layer first: when it still has to be read, it gets the disk
+	 * to itself (read-ahead issued alongside would share the bandwidth
+	 * and delay it); then the read-ahead, which overlaps the compute. */
+	ret = nvs__gset_acquire(&p->gs, "nvs_param_acquire_layer", layer, ptrs);
+	if (ret < 0)
+		return ret;
+	p->last = layer;
+	p->dir = dir;
+	p->walked = true;
+	/* A layer not in the walk: nothing known ahead, the position stays
+	 * (and the read-ahead at its release is not tried). */
+	p->ahead = !p->walk.n || nvs__walk_step(&p->walk, layer);
+	if (p->walk.n && p->ahead)
+		count_end(p);
+	ret = p->ahead ? read_ahead(p) : 0;
+	if (ret < 0)
+		nvs__gset_release(&p->gs, "nvs_param_acquire_layer", layer,
+				  false);
+	else
+		p->st.acquires++;
+	return ret;
+}
+
+int nvs_param_release_layer(struct nvs_param_swapper *p, unsigned layer,
+			    bool dirty)
+{
+	int ret;
+
+	if (!p)
+		return nvs__err(-EINVAL,
+				"nvs_param_release_layer: NULL swapper");
+	ret = nvs__gset_release(&p->gs, "nvs_param_release_layer", layer,
+				dirty);
+	/* The compute is done: a layer ahead that found no free buffer at
+	 * the acquire may find one now (a write-back ended meanwhile), and
+	 * its read then goes in ahead of the write-back this layer's
+	 * eviction starts. Best effort: a layer that cannot be read now
+	 * is read, and its failure said, by the acquire that needs it. */
+	if (ret == 0 && p->ahead)
+		(void)read_ahead(p);
+	return ret;
+}
+
+/* Whether the walk turns on @layer, the layer at its position: the next
+ * acquire is expected to be @layer again (the backward pass starting
+ * where forward ended, the next step where backward ended). */
+static bool turns_on(const struct nvs_param_swapper *p, unsigned layer)
+{
+	unsigned next;
+
+	return p->walk.placed && p->walk.seq[p->walk.pos] == layer &&
+	       nvs__walk_next(&p->walk, &next) && next == layer;
+}
+
+/* Whether evicting @layer keeps it instead: a clean layer the walk turns
+ * on keeps its buffer until the next acquire (dropping it would only
+ * read it again); a changed one is written back as asked (an acquire
+ * during the write gets the buffer at once). */
+static bool keep(struct nvs_param_swapper *p, unsigned layer)
+{
+	struct group *g = nvs__gset_get(&p->gs, layer);
+	struct nvs_tensor_info ti;
+
+	if (!g || g->acquired || g->in_cpu || !turns_on(p, layer) ||
+	    nvs_swapper_info(p->gs.core, nvs__gset_id(&p->gs, layer), &ti) <
+		    0 ||
+	    ti.state != NVS_TENSOR_RESIDENT || ti.dirty || ti.acquired)
+		return false;
+	if (p->keeping && p->kept != layer)
+		drop_kept(p);
+	if (!p->keeping)
+		p->st.kept++;
+	p->keeping = true;
+	p->kept = layer;
+	return true;
+}
+
+int nvs_param_evict_layer(struct nvs_param_swapper *p, unsigned layer)
+{
+	if (!p)
+		return nvs__err(-EINVAL, "nvs_param_evict_layer: NULL swapper");
+	if (keep(p, layer))
+		return 0;
+	return nvs__gset_evict(&p->gs, "nvs_param_evict_layer", layer, false);
+}
+
+bool nvs_param_layer_in_cpu(const struct nvs_param_swapper *p, unsigned layer)
+{
+	const struct group *g = p ? nvs__gset_get(&p->gs, layer) : NULL;
+
+	return g && g->in_cpu;
+}
+
+int nvs_param_swapper_stats(const struct nvs_param_swapper *p,
+			    struct nvs_param_stats *st)
+{
+	if (!p || !st)
+		return nvs__err(-EINVAL,
+				"nvs_param_swapper_stats: NULL argument");
+	*st = p->st;
+	return 0;
+}
