@@ -299,8 +299,8 @@ static void reap(struct nvs_worker *w)
 		/* A staged read frees its slot only after its copy-out: in a
 		 * sliding window, put the slot back to work before copying
 		 * the next one, so the disk never waits on our copies. */
-		bool refill = window && r->slot >= 0 && !r->s->op->write &&
-			      i + 1 < n;
+		bool refill =
+			window && r->slot >= 0 && !r->s->op->write && i + 1 < n;
 
 		req_complete(w, r);
 		if (refill) {
