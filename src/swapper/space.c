@@ -194,25 +194,110 @@ int nvs__space_place(struct nvs_space *spaces, unsigned npaths, uint64_t stripe,
 	return 0;
 }
 
+int nvs__space_reserve(struct nvs_space *s, uint64_t off, uint64_t len)
+{
+	size_t i;
+
+	if (len == 0 || off % s->align || len > MAX_END || off > MAX_END - len)
+		return -EINVAL;
+	len = round_len(s, len);
+	if (off >= s->end) {
+		/* Past the end: the gap before it becomes free. */
+		if (off > s->end) {
+			if (!nvs__reserve(&s->free, &s->cap, s->nfree,
+					  s->nfree + 1, sizeof(*s->free)))
+				return -ENOMEM;
+			s->free[s->nfree++] =
+				(struct nvs_range){s->end, off - s->end};
+		}
+		s->end = off + len;
+		s->used += len;
+		return 0;
+	}
+	/* Below the end: it must lie wholly in one free range. */
+	for (i = 0; i < s->nfree; i++)
+		if (s->free[i].off <= off &&
+		    off + len <= s->free[i].off + s->free[i].len)
+			break;
+	if (i == s->nfree)
+		return -EEXIST;
+	{
+		struct nvs_range r = s->free[i];
+		uint64_t head = off - r.off, tail = r.off + r.len - off - len;
+		if (head && tail) {
+			if (!nvs__reserve(&s->free, &s->cap, s->nfree,
+					  s->nfree + 1, sizeof(*s->free)))
+				return -ENOMEM;
+			memmove(&s->free[i + 2], &s->free[i + 1],
+				(s->nfree - i - 1) * sizeof(*s->free));
+			s->nfree++;
+			s->free[i] = (struct nvs_range){r.off, head};
+			s->free[i + 1] = (struct nvs_range){off + len, tail};
+		} else if (head) {
+			s->free[i].len = head;
+		} else if (tail) {
+			s->free[i] = (struct nvs_range){off + len, tail};
+		} else {
+			remove_at(s, i);
+		}
+	}
+	s->used += len;
+	return 0;
+}
+
+/* Each path's pieces of @ext as one allocation, as place makes them:
+ * from its lowest offset, the sum of its lengths. */
+static void path_share(const struct nvs_extent *ext, size_t n, size_t i,
+		       uint64_t *lo, uint64_t *total, bool *first)
+{
+	*lo = ext[i].off;
+	*total = 0;
+	*first = true;
+	for (size_t j = 0; j < i && *first; j++)
+		*first = ext[j].path != ext[i].path;
+	for (size_t j = i; j < n; j++)
+		if (ext[j].path == ext[i].path) {
+			*total += ext[j].len;
+			if (ext[j].off < *lo)
+				*lo = ext[j].off;
+		}
+}
+
+int nvs__space_claim(struct nvs_space *spaces, const struct nvs_extent *ext,
+		     size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t lo, total;
+		bool first;
+		int ret;
+
+		path_share(ext, n, i, &lo, &total, &first);
+		if (!first)
+			continue;
+		ret = nvs__space_reserve(&spaces[ext[i].path], lo, total);
+		if (ret < 0) {
+			/* Give back the paths claimed before this one. */
+			for (size_t j = 0; j < i; j++) {
+				path_share(ext, n, j, &lo, &total, &first);
+				if (first)
+					nvs__space_free(&spaces[ext[j].path],
+							lo, total);
+			}
+			return ret;
+		}
+	}
+	return 0;
+}
+
 void nvs__space_release(struct nvs_space *spaces, const struct nvs_extent *ext,
 			size_t n)
 {
-	/* Each path's pieces form one allocation: from its lowest offset,
-	 * the sum of its lengths. */
 	for (size_t i = 0; i < n; i++) {
-		uint64_t lo = ext[i].off, total = 0;
-		bool seen = false;
+		uint64_t lo, total;
+		bool first;
 
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = ext[j].path == ext[i].path;
-		if (seen)
-			continue;
-		for (size_t j = i; j < n; j++)
-			if (ext[j].path == ext[i].path) {
-				total += ext[j].len;
-				if (ext[j].off < lo)
-					lo = ext[j].off;
-			}
-		nvs__space_free(&spaces[ext[i].path], lo, total);
+		path_share(ext, n, i, &lo, &total, &first);
+		if (first)
+			nvs__space_free(&spaces[ext[i].path], lo, total);
 	}
 }

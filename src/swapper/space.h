@@ -65,6 +65,17 @@ struct nvs_extent {
 int nvs__space_place(struct nvs_space *spaces, unsigned npaths, uint64_t stripe,
 		     uint64_t nbytes, struct nvs_extent *out, size_t max,
 		     size_t *n);
+/*
+ * Mark [@off, @off + @len) allocated (@len rounded as at alloc), for
+ * rebuilding a space from a record: past the end the gap becomes free.
+ * 0, -EINVAL (bad range), -EEXIST (part of it is allocated already),
+ * -ENOMEM.
+ */
+int nvs__space_reserve(struct nvs_space *s, uint64_t off, uint64_t len);
+/* Claim the allocations @ext describes (as nvs__space_place() made
+ * them) with nvs__space_reserve(); all or nothing. */
+int nvs__space_claim(struct nvs_space *spaces, const struct nvs_extent *ext,
+		     size_t n);
 /* Give back what nvs__space_place() placed. */
 void nvs__space_release(struct nvs_space *spaces, const struct nvs_extent *ext,
 			size_t n);

@@ -272,3 +272,57 @@ Test(space, too_few_slots_for_the_pieces_is_einval_and_allocates_nothing)
 	for (int i = 0; i < 2; i++)
 		nvs__space_fini(&sp[i]);
 }
+
+/* Rebuilding a space from records (a persistent set's reopen): ranges
+ * reserved in any order leave the gaps free, and a range that is taken
+ * is refused. */
+Test(space, reserve_rebuilds_a_space_and_refuses_overlaps)
+{
+	struct nvs_space s;
+	struct nvs_extent ext[3];
+	struct nvs_space sp[2];
+	uint64_t off;
+
+	nvs__space_init(&s, 4096);
+	cr_assert_eq(nvs__space_reserve(&s, 8 * 4096, 4096), 0);
+	cr_assert_eq(s.end, 9 * 4096);
+	cr_assert_eq(s.used, 4096);
+	cr_assert_eq(s.nfree, 1);
+	cr_assert_eq(nvs__space_reserve(&s, 2 * 4096, 100), 0); /* rounded */
+	cr_assert_eq(nvs__space_reserve(&s, 8 * 4096, 4096), -EEXIST);
+	cr_assert_eq(nvs__space_reserve(&s, 2 * 4096, 2 * 4096), -EEXIST);
+	cr_assert_eq(nvs__space_reserve(&s, 7 * 4096, 2 * 4096), -EEXIST);
+	cr_assert_eq(nvs__space_reserve(&s, 100, 4096), -EINVAL);
+	cr_assert_eq(nvs__space_reserve(&s, 4096, 0), -EINVAL);
+	check_invariants(&s);
+	cr_assert_eq(s.used, 2 * 4096);
+	/* The gaps are allocatable: [0,2) [3,8). */
+	cr_assert_eq(nvs__space_alloc(&s, 2 * 4096, &off), 0);
+	cr_assert_eq(off, 0);
+	cr_assert_eq(nvs__space_alloc(&s, 5 * 4096, &off), 0);
+	cr_assert_eq(off, 3 * 4096);
+	cr_assert_eq(s.nfree, 0);
+	cr_assert_eq(s.end, 9 * 4096);
+	nvs__space_fini(&s);
+
+	/* A striped placement claimed whole, then refused again, and the
+	 * failed claim leaves nothing behind. */
+	nvs__space_init(&sp[0], 4096);
+	nvs__space_init(&sp[1], 4096);
+	size_t n = 0;
+	cr_assert_eq(nvs__space_place(sp, 2, 8192, 20000, ext, 3, &n), 0);
+	cr_assert_eq(n, 3);
+	uint64_t placed = sp[0].used + sp[1].used; /* 12 KiB + 8 KiB */
+	cr_assert_eq(placed, 20480);
+	nvs__space_release(sp, ext, n);
+	cr_assert_eq(sp[0].used + sp[1].used, 0);
+	cr_assert_eq(nvs__space_claim(sp, ext, n), 0);
+	uint64_t used = sp[0].used + sp[1].used;
+	cr_assert_eq(used, placed);
+	cr_assert_eq(nvs__space_claim(sp, ext, n), -EEXIST);
+	cr_assert_eq(sp[0].used + sp[1].used, used);
+	nvs__space_release(sp, ext, n);
+	cr_assert_eq(sp[0].used + sp[1].used, 0);
+	nvs__space_fini(&sp[0]);
+	nvs__space_fini(&sp[1]);
+}
