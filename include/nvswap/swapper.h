@@ -99,7 +99,11 @@ struct nvs_swapper_opts {
 				  (bench/RESULTS.md); turn it on where a
 				  flipped or lost byte must not reach
 				  training */
-	uint8_t reserved8[5];
+	uint8_t persist;       /* enum nvs_persist: NVS_PERSIST_SCRATCH
+				  (default: files removed at destroy),
+				  NVS_PERSIST_PERSISTENT or NVS_PERSIST_RESUME
+				  (see "Persistent swap sets" below) */
+	uint8_t reserved8[4];
 	/* How long prefetch/acquire wait at most for another thread to give
 	 * a buffer back (evict, or release when auto_evict is on) when the
 	 * pool is empty; then -ETIMEDOUT. Default (and 0)
@@ -108,14 +112,41 @@ struct nvs_swapper_opts {
 	 * buffer held by the calling thread's acquires) is -EDEADLK at
 	 * once, whatever wait_ms says. */
 	uint32_t wait_ms;
-	uint32_t reserved32;
-	struct nvs_aio_opts aio; /* the swapper's aio handle; filled by
+	uint32_t keep_generations; /* persistent sets: checkpoints kept
+				      (their extents too); default (and 0)
+				      2, at most 64 */
+	struct nvs_aio_opts aio;   /* the swapper's aio handle; filled by
 				    nvs_aio_opts_init(). max_ops 0 = sized for
 				    the pool; bounce_bytes 0 = 256 KiB (only
 				    register's data from unaligned memory is
 				    staged) */
-	uint64_t reserved[8];
+	uint64_t generation;	   /* reopening a persistent set: 0 (default)
+				the newest generation, else this one */
+	uint64_t reserved[7];
 };
+
+/**
+ * enum nvs_persist - what a swapper's files are (nvs_swapper_opts.persist).
+ * @NVS_PERSIST_SCRATCH: scratch space, removed at destroy; a crash
+ *	loses it (the next create removes what is left).
+ * @NVS_PERSIST_PERSISTENT: a persistent swap set: reopened when its
+ *	directory holds one (same name, rank and paths), else created.
+ * @NVS_PERSIST_RESUME: as PERSISTENT, but the set must exist: -ENOENT
+ *	when it does not (the message names the directory and the ranks
+ *	that do hold a set there).
+ */
+enum nvs_persist {
+	NVS_PERSIST_SCRATCH = 0,
+	NVS_PERSIST_PERSISTENT = 1,
+	NVS_PERSIST_RESUME = 2,
+};
+
+/** Longest tag of a tensor (nvs_swapper_set_tag()), in bytes. */
+#define NVS_SWAPPER_TAG_MAX 1024u
+/** Longest tag of a checkpoint (nvs_swapper_checkpoint()), in bytes. */
+#define NVS_CHECKPOINT_TAG_MAX 255u
+/** Most generations a persistent set keeps. */
+#define NVS_KEEP_GENERATIONS_MAX 64u
 
 /**
  * struct nvs_swap_stats - counters of a swapper since its creation.
@@ -202,6 +233,15 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *            release it a little after the process is reaped);
  *   -ENOENT/-EACCES/-EROFS/-ENOTDIR  an nvme_path;
  *   -ENOMEM/-EPERM  the pool (memlock limit) or memory;
+ *   persistent sets (opts.persist, see "Persistent swap sets" below):
+ *   -EEXIST  scratch space asked where a persistent set lives;
+ *   -ENOENT  RESUME and no set there, or opts.generation not kept;
+ *   -EINVAL  a set of another layout (paths, stripe, rank, name): the
+ *            message names the difference; a bad persist value or
+ *            keep_generations;
+ *   -EBADMSG a manifest that does not verify, or data files that do not
+ *            hold its extents; -ENOTSUP  a manifest of a newer format;
+ *   -EFBIG   a tensor of the set larger than buffer_size;
  *   -EPERM   also: a swap directory (nvswap/, a <name> level or rank<R>)
  *            owned by another user, or writable by group or others
  *            without the sticky bit; the message names owner and mode;
@@ -224,7 +264,10 @@ NVS_API int nvs_swapper_create(const struct nvs_swapper_opts *opts,
  * @s: the swapper, or NULL (a no-op returning 0).
  *
  * Pointers from nvs_swapper_acquire() are invalid afterwards, released or
- * not. Dirty resident tensors are not written (the files are scratch).
+ * not. Scratch: dirty resident tensors are not written (the files are
+ * scratch). Persistent: a checkpoint (tag "destroy") is made first and
+ * the files are kept; when it fails its -errno is returned and the set
+ * reopens at its previous generation.
  * Return: 0, or the -errno of an I/O failure no call reported yet;
  * -ECHILD in a child forked after the swapper was made (nothing is freed
  * or removed: see nvs_swapper_create()).
@@ -366,6 +409,120 @@ NVS_API int nvs_swapper_info(const struct nvs_swapper *s, uint64_t id,
 
 /** nvs_swapper_dir() - the rank directory on path @i, NULL past the end. */
 NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
+
+/*
+ * Persistent swap sets
+ * --------------------
+ * With opts.persist PERSISTENT or RESUME the swap set outlives the
+ * process. Its data lives in "set.data" in each path's rank directory;
+ * the rank directory of the first path holds the manifests, one per kept
+ * generation (manifest.<number>): the layout (paths, stripe, alignment,
+ * rank, name) and, per tensor, its size, tag, CRC32C and extents.
+ * Reopening restores the registry from the newest manifest (or
+ * opts.generation) without reading tensor data; every tensor is ON_NVME
+ * and its first read is checked against the CRC (-EBADMSG). A different
+ * layout (other paths, another stripe size, a manifest of another rank)
+ * is refused (-EINVAL, naming the difference), and so is a damaged or
+ * missing piece (-EBADMSG: a torn manifest, an extent past the end of a
+ * truncated data file; -ENOTSUP: a manifest of a newer format). nothing
+ * is changed on disk then; nvswap-fsck says more.
+ *
+ * Crash consistency: a generation's extents are never written while it
+ * is kept. A tensor written after a checkpoint goes to new extents (copy
+ * on write) until a newer checkpoint points at them; a checkpoint syncs
+ * the data, then writes its manifest under a temporary name, syncs it,
+ * renames it and syncs the directory. A kill -9 at any moment leaves the
+ * last committed generation intact, and a reopen finds it or the new
+ * one, never a mix. Writes between checkpoints are lost by a crash: they
+ * belong to no generation.
+ *
+ * Checksums are always on in a persistent set (opts.checksum is implied).
+ * At destroy a persistent set checkpoints first (tag "destroy"), then
+ * keeps its files. Remove a set by deleting its directories.
+ */
+
+/**
+ * nvs_swapper_checkpoint() - start making the current state a durable
+ * generation named @tag (NULL: ""; at most NVS_CHECKPOINT_TAG_MAX bytes).
+ *
+ * Waits for write-backs already in flight, then starts the writes of the
+ * dirty resident tensors (released ones; an acquire of such a tensor
+ * waits for its write, so what is written is what was released) and
+ * returns: a background thread waits for them, syncs the data files and
+ * commits the manifest, then drops generations beyond keep_generations
+ * and frees the extents only they used. Clean tensors cost nothing: they
+ * are on disk already. The call blocks only to issue the writes (and
+ * first for a checkpoint still committing).
+ * Return: the new generation's number (> 0), or
+ *   -EINVAL  not a persistent set, a NULL swapper or a tag too long;
+ *   -EBUSY   a tensor is acquired and was changed since its last write
+ *            (released dirty, then acquired again): its state is in the
+ *            caller's hands; release it first (the message names it);
+ *   -errno   of the previous checkpoint, when it failed and nobody
+ *            collected it with nvs_swapper_checkpoint_wait() (nothing
+ *            new is started; call again), or of a write's submit;
+ *   -ECHILD  in a forked child.
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag);
+
+/**
+ * nvs_swapper_checkpoint_wait() - wait until the last checkpoint started
+ * is committed (durable) or failed.
+ * Return: its generation number, 0 when none was started, or its -errno
+ *   (reported once): -ENOSPC/-EIO writing a tensor (the tensor stays
+ *   resident and dirty; nothing is lost, the previous generation stays
+ *   the newest) or syncing or writing the manifest.
+ */
+NVS_API int nvs_swapper_checkpoint_wait(struct nvs_swapper *s);
+
+/**
+ * struct nvs_generation_info - one kept generation of a persistent set.
+ */
+struct nvs_generation_info {
+	uint64_t generation;
+	int64_t time_ns; /* CLOCK_REALTIME when committed */
+	uint64_t tensors;
+	uint64_t tensor_bytes;
+	char tag[NVS_CHECKPOINT_TAG_MAX + 1];
+	uint64_t reserved[4];
+};
+
+/**
+ * nvs_swapper_generations() - the kept generations, newest first.
+ * @out: receives up to @cap of them (may be NULL when @cap is 0).
+ * Return: how many are kept (may exceed @cap), -EINVAL, -ECHILD.
+ */
+NVS_API int nvs_swapper_generations(const struct nvs_swapper *s,
+				    struct nvs_generation_info *out,
+				    size_t cap);
+
+/**
+ * nvs_swapper_set_tag() - attach @len opaque bytes to tensor @id (for
+ * example its dtype and shape), kept in a persistent set's manifest and
+ * restored at reopen. @len 0 clears it. Any swapper.
+ * Return: 0, -ENOENT, -EINVAL (@len > NVS_SWAPPER_TAG_MAX, NULL @tag
+ * with @len > 0), -ENOMEM.
+ */
+NVS_API int nvs_swapper_set_tag(struct nvs_swapper *s, uint64_t id,
+				const void *tag, size_t len);
+
+/**
+ * nvs_swapper_get_tag() - copy tensor @id's tag into @buf (up to @cap
+ * bytes). Return: its length (may exceed @cap: then only @cap bytes are
+ * copied), -ENOENT, -EINVAL.
+ */
+NVS_API int nvs_swapper_get_tag(const struct nvs_swapper *s, uint64_t id,
+				void *buf, size_t cap);
+
+/**
+ * nvs_swapper_list() - the registered ids in ascending order.
+ * @ids: receives up to @cap of them (may be NULL when @cap is 0).
+ * Return: how many tensors are registered (may exceed @cap), -EINVAL,
+ * -ENOMEM, -ECHILD.
+ */
+NVS_API int nvs_swapper_list(const struct nvs_swapper *s, uint64_t *ids,
+			     size_t cap);
 
 #ifdef __cplusplus
 }

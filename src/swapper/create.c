@@ -13,6 +13,8 @@
 #include "internal/hash.h"
 #include "internal/util.h"
 #include "swapper/paths.h"
+#include "swapper/persist.h"
+#include "swapper/registry.h"
 #include "swapper/space.h"
 #include "swapper/swapdir.h"
 #include "swapper/swapper.h"
@@ -51,15 +53,22 @@ static int open_path(struct nvs_swapper *s, unsigned i, const char *nvme_path,
 	ret = nvs__swapdir_open(nvme_path, o->name, o->rank, &p->dir);
 	if (ret < 0)
 		return ret;
-	p->fd = nvs__swapdir_create(&p->dir, "0", O_DIRECT);
-	if (p->fd < 0)
-		return nvs__err(p->fd, "nvswap: %s/swap.0: %s", p->dir.path,
-				nvs_strerror(-p->fd));
-	/* (dir.path is shorter than file by more than the suffix.) */
-	size_t n = strnlen(p->dir.path, sizeof(p->dir.path) - 1);
-	memcpy(p->file, p->dir.path, n);
-	memcpy(p->file + n, "/swap.0", sizeof("/swap.0"));
-	p->direct = (fcntl(p->fd, F_GETFL) & O_DIRECT) != 0;
+	if (o->persist) {
+		ret = nvs__persist_data_file(s, i);
+		if (ret < 0)
+			return ret;
+	} else {
+		p->fd = nvs__swapdir_create(&p->dir, "0", O_DIRECT);
+		if (p->fd < 0)
+			return nvs__err(p->fd, "nvswap: %s/swap.0: %s",
+					p->dir.path, nvs_strerror(-p->fd));
+		/* (dir.path is shorter than file by more than the
+		 * suffix.) */
+		size_t n = strnlen(p->dir.path, sizeof(p->dir.path) - 1);
+		memcpy(p->file, p->dir.path, n);
+		memcpy(p->file + n, "/swap.0", sizeof("/swap.0"));
+		p->direct = (fcntl(p->fd, F_GETFL) & O_DIRECT) != 0;
+	}
 	if (nvs_dio_alignment(p->fd, &a) == 0)
 		s->align =
 			NVS_MAX(s->align, NVS_MAX(a.offset_align, a.mem_align));
@@ -70,14 +79,15 @@ void nvs__swapper_free(struct nvs_swapper *s)
 {
 	struct tensor *t, *tmp;
 
+	bool scratch = !s->pers;
+
+	nvs__persist_free(s);
 	HASH_ITER(hh, s->table, t, tmp)
 	{
 		HASH_DEL(s->table, t);
 		if (t->buf)
 			nvs_pool_put(s->pool, t->buf);
-		nvs__free(t->errmsg);
-		nvs__free(t->io_msg);
-		nvs__free(t);
+		nvs__tensor_free(t);
 	}
 	nvs_pool_destroy(s->pool);
 	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++) {
@@ -85,7 +95,8 @@ void nvs__swapper_free(struct nvs_swapper *s)
 		if (p->fd >= 0)
 			close(p->fd);
 		nvs__space_fini(&s->space[i]);
-		nvs__swapdir_close(&p->dir, true);
+		/* A persistent set keeps its files. */
+		nvs__swapdir_close(&p->dir, scratch);
 	}
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
@@ -157,6 +168,9 @@ static int create(const struct nvs_swapper_opts *o,
 		if (ret < 0)
 			goto fail;
 	}
+	ret = nvs__persist_open(s, o);
+	if (ret < 0)
+		goto fail;
 	if (s->stripe % s->align) {
 		ret = nvs__err(-EINVAL,
 			       "nvs_swapper_create: stripe_size %" PRIu64
@@ -203,6 +217,9 @@ static int create(const struct nvs_swapper_opts *o,
 		nvs_pool_stats(s->pool, &ps);
 		s->st.pinned = ps.pinned;
 	}
+	ret = nvs__persist_restore(s);
+	if (ret < 0)
+		goto fail;
 	*out = s;
 	return 0;
 fail : {

@@ -10,6 +10,7 @@
 #include "internal/util.h"
 #include "swapper/crc32c.h"
 #include "swapper/paths.h"
+#include "swapper/persist.h"
 #include "swapper/registry.h"
 #include "swapper/room.h"
 
@@ -135,11 +136,17 @@ static void finish(struct nvs_swapper *s, struct tensor *t, int err)
 	} else {
 		/* An acquire may hold the buffer (it was handed out during
 		 * the write): then it is on no list until released. */
+		bool fenced = t->fence;
+		if (t->old_ext)
+			nvs__persist_cow_end(s, t, !err);
+		if (fenced) /* a checkpoint's: its failure is the commit's */
+			nvs__persist_fence_done(s, t, err);
 		if (err) {
 			/* Nothing is lost: the data stays, still dirty. */
 			t->state = NVS_TENSOR_RESIDENT;
 			s->st.io_errors++;
-			nvs__keep_error(t, err, nvs_last_error());
+			if (!fenced)
+				nvs__keep_error(t, err, nvs_last_error());
 			if (!t->pins)
 				nvs__tlist_push(&s->lru, t);
 		} else {
@@ -227,6 +234,9 @@ int nvs__start_write(struct nvs_swapper *s, struct tensor *t)
 	size_t n;
 	int ret;
 
+	/* A generation keeps its extents: write elsewhere. */
+	if (s->pers && (ret = nvs__persist_cow_begin(s, t)) < 0)
+		return ret;
 	nvs__tlist_remove(t);
 	t->state = NVS_TENSOR_WRITING;
 	t->redirty = false;
@@ -244,6 +254,8 @@ int nvs__start_write(struct nvs_swapper *s, struct tensor *t)
 		ret = nvs__drain_failed_submit(s, t, n, true, ret);
 		nvs__tlist_remove(t);
 		t->ntickets = 0;
+		if (t->old_ext)
+			nvs__persist_cow_end(s, t, false);
 		t->state = NVS_TENSOR_RESIDENT;
 		t->revive = false;
 		nvs__tlist_push(&s->lru, t);

@@ -12,6 +12,7 @@
 #include "internal/util.h"
 #include "swapper/crc32c.h"
 #include "swapper/io.h"
+#include "swapper/persist.h"
 #include "swapper/room.h"
 #include "swapper/space.h"
 
@@ -21,6 +22,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,9 +89,37 @@ static size_t extent_count(const struct nvs_swapper *s, size_t nbytes)
 	return (nbytes + s->stripe - 1) / s->stripe;
 }
 
-/* Grow the swap files to cover their spaces, so padded reads of a file's
- * last tensor stay inside it. Lock held. */
-static int grow_files(struct nvs_swapper *s)
+struct tensor *nvs__tensor_alloc(const struct nvs_swapper *s, uint64_t id,
+				 size_t nbytes)
+{
+	size_t n = extent_count(s, nbytes), arrays = s->pers ? 2 : 1;
+	struct tensor *t;
+
+	t = nvs__calloc(1, sizeof(*t) + n * (arrays * sizeof(*t->ext) +
+					     sizeof(*t->tickets)));
+	if (!t)
+		return NULL;
+	t->id = id;
+	t->nbytes = nbytes;
+	t->state = NVS_TENSOR_ON_NVME;
+	t->nexts = n;
+	t->ext = (struct nvs_extent *)(t + 1);
+	t->alt = s->pers ? t->ext + n : NULL;
+	t->tickets = (uint64_t *)(t->ext + arrays * n);
+	return t;
+}
+
+void nvs__tensor_free(struct tensor *t)
+{
+	if (!t)
+		return;
+	nvs__free(t->errmsg);
+	nvs__free(t->io_msg);
+	nvs__free(t->tag);
+	nvs__free(t);
+}
+
+int nvs__grow_files(struct nvs_swapper *s)
 {
 	for (unsigned i = 0; i < s->npaths; i++) {
 		struct path *p = &s->path[i];
@@ -147,16 +177,10 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 				" is %zu bytes, larger than the pool's "
 				"buffer_size of %zu bytes",
 				id, nbytes, s->max_bytes);
-	n = extent_count(s, nbytes);
-	t = nvs__calloc(1, sizeof(*t) +
-				   n * (sizeof(*t->ext) + sizeof(*t->tickets)));
+	t = nvs__tensor_alloc(s, id, nbytes);
 	if (!t)
 		return nvs__err(-ENOMEM, "nvs_swapper_register: out of memory");
-	t->id = id;
-	t->nbytes = nbytes;
-	t->state = NVS_TENSOR_ON_NVME;
-	t->ext = (struct nvs_extent *)(t + 1);
-	t->tickets = (uint64_t *)(t->ext + n);
+	n = t->nexts;
 
 	pthread_mutex_lock(&s->lock);
 	if (nvs__tensor_find(s, id)) {
@@ -176,8 +200,10 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 		goto out_free;
 	}
 	t->nexts = placed;
-	ret = grow_files(s);
+	ret = nvs__grow_files(s);
 	if (ret < 0)
+		goto out_unplace;
+	if (s->pers && (ret = nvs__persist_placed(s, t)) < 0)
 		goto out_unplace;
 	nvs__hash_oom = 0;
 	HASH_ADD(hh, s->table, id, sizeof(t->id), t);
@@ -216,7 +242,7 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 			 "nvs_swapper_register: writing tensor %" PRIu64
 			 " failed, it is not registered: %s",
 			 id, msg);
-		goto out_unplace;
+		goto out_unplace_registered;
 	}
 	t->on_disk = true;
 	s->st.writes++;
@@ -226,7 +252,14 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 
+out_unplace_registered:
+	if (s->pers) {
+		nvs__persist_unplace(s, t); /* gives the space back */
+		goto out_free;
+	}
 out_unplace:
+	if (s->pers)
+		nvs__xref_forget(s->pers, t);
 	unplace(s, t);
 out_free:
 	pthread_mutex_unlock(&s->lock);
@@ -266,15 +299,106 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 	nvs__tlist_remove(t);
 	if (t->buf)
 		nvs__buffer_put(s, t);
-	punch(s, t);
-	unplace(s, t);
+	if (s->pers) {
+		nvs__persist_unplace(s, t);
+	} else {
+		punch(s, t);
+		unplace(s, t);
+	}
 	HASH_DEL(s->table, t);
 	s->st.tensors--;
 	s->st.tensor_bytes -= t->nbytes;
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
-	nvs__free(t->errmsg);
-	nvs__free(t->io_msg);
-	nvs__free(t);
+	nvs__tensor_free(t);
 	return 0;
+}
+
+int nvs_swapper_set_tag(struct nvs_swapper *s, uint64_t id, const void *tag,
+			size_t len)
+{
+	uint8_t *copy = NULL;
+	struct tensor *t;
+
+	if (!s || (!tag && len))
+		return nvs__err(-EINVAL, "nvs_swapper_set_tag: NULL argument");
+	NVS__PARENT_ONLY(s, "nvs_swapper_set_tag", "swapper");
+	if (len > NVS_SWAPPER_TAG_MAX)
+		return nvs__err(-EINVAL,
+				"nvs_swapper_set_tag: a %zu-byte tag for "
+				"tensor %" PRIu64 " (at most %u)",
+				len, id, NVS_SWAPPER_TAG_MAX);
+	if (len && !(copy = nvs__malloc(len)))
+		return nvs__err(-ENOMEM, "nvs_swapper_set_tag: out of memory");
+	if (len)
+		memcpy(copy, tag, len);
+	pthread_mutex_lock(&s->lock);
+	t = nvs__tensor_find(s, id);
+	if (t) {
+		nvs__free(t->tag);
+		t->tag = copy;
+		t->taglen = (uint16_t)len;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!t) {
+		nvs__free(copy);
+		return nvs__no_tensor(id, "nvs_swapper_set_tag");
+	}
+	return 0;
+}
+
+int nvs_swapper_get_tag(const struct nvs_swapper *cs, uint64_t id, void *buf,
+			size_t cap)
+{
+	struct nvs_swapper *s = (struct nvs_swapper *)(uintptr_t)cs;
+	struct tensor *t;
+	int len = 0;
+
+	if (!s || (!buf && cap))
+		return nvs__err(-EINVAL, "nvs_swapper_get_tag: NULL argument");
+	NVS__PARENT_ONLY(s, "nvs_swapper_get_tag", "swapper");
+	pthread_mutex_lock(&s->lock);
+	t = nvs__tensor_find(s, id);
+	if (t) {
+		len = t->taglen;
+		if (len)
+			memcpy(buf, t->tag, NVS_MIN((size_t)len, cap));
+	}
+	pthread_mutex_unlock(&s->lock);
+	return t ? len : nvs__no_tensor(id, "nvs_swapper_get_tag");
+}
+
+static int by_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int nvs_swapper_list(const struct nvs_swapper *cs, uint64_t *ids, size_t cap)
+{
+	struct nvs_swapper *s = (struct nvs_swapper *)(uintptr_t)cs;
+	struct tensor *t, *tmp;
+	uint64_t *all;
+	size_t n = 0;
+
+	if (!s || (!ids && cap))
+		return nvs__err(-EINVAL, "nvs_swapper_list: NULL argument");
+	NVS__PARENT_ONLY(s, "nvs_swapper_list", "swapper");
+	pthread_mutex_lock(&s->lock);
+	all = nvs__malloc((HASH_COUNT(s->table) + 1) * sizeof(*all));
+	if (all) {
+		HASH_ITER(hh, s->table, t, tmp)
+		{
+			all[n++] = t->id;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!all)
+		return nvs__err(-ENOMEM, "nvs_swapper_list: out of memory");
+	qsort(all, n, sizeof(*all), by_id);
+	if (n && cap)
+		memcpy(ids, all, NVS_MIN(n, cap) * sizeof(*all));
+	nvs__free(all);
+	return (int)n;
 }

@@ -62,6 +62,19 @@ static inline void nvs__wait_change(struct nvs_swapper *s)
 	pthread_cond_wait(&s->cond, &s->lock);
 }
 
+/* A new tensor @id of @nbytes, ON_NVME, with room for its extents (and
+ * the copy-on-write ones of a persistent set) and tickets; t->nexts is
+ * how many extents its size takes. NULL when out of memory. No lock
+ * needed. */
+struct tensor *nvs__tensor_alloc(const struct nvs_swapper *s, uint64_t id,
+				 size_t nbytes);
+/* Free @t and what it holds (not its buffer or space). */
+void nvs__tensor_free(struct tensor *t);
+
+/* Grow the swap files to cover their spaces, so padded reads of a
+ * file's last tensor stay inside it. Lock held. */
+int nvs__grow_files(struct nvs_swapper *s);
+
 /* -ENOENT with "<call>: no tensor <id> is registered". */
 int nvs__no_tensor(uint64_t id, const char *call);
 

@@ -12,6 +12,7 @@
 #include "internal/util.h"
 #include "swapper/create.h"
 #include "swapper/io.h"
+#include "swapper/persist.h"
 #include "swapper/registry.h"
 #include "swapper/room.h"
 #include "swapper/swapper_impl.h"
@@ -75,7 +76,10 @@ int nvs_swapper_destroy(struct nvs_swapper *s)
 	if (!s)
 		return 0;
 	NVS__PARENT_ONLY(s, "nvs_swapper_destroy", "swapper");
-	ret = nvs_swapper_wait_all(s);
+	ret = s->pers ? nvs__persist_close(s) : 0;
+	r = nvs_swapper_wait_all(s);
+	if (!ret)
+		ret = r;
 	r = nvs_aio_destroy(s->aio);
 	if (!ret)
 		ret = r;
@@ -256,6 +260,13 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 			hand_out(s, t, ptr, waited);
 			ret = 0;
 			break;
+		}
+		if (t->state == NVS_TENSOR_WRITING && t->fence) {
+			/* A checkpoint writes it: what it writes must be
+			 * what was released. Wait for the write. */
+			waited = true;
+			nvs__collect(s, t);
+			continue;
 		}
 		if (t->state == NVS_TENSOR_WRITING) {
 			/* The buffer holds what is being written: hand it

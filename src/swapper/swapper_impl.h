@@ -20,6 +20,7 @@
 #include "nvswap/swapper.h"
 
 struct tensor;
+struct nvs_pset;
 
 /* A list of tensors through their prev/next links. */
 struct tlist {
@@ -63,6 +64,15 @@ struct tensor {
 	size_t nexts;	    /* extents */
 	struct nvs_extent *ext;
 	uint64_t *tickets; /* one per extent */
+	/* Persistent sets (see persist.h): a second extent array for copy
+	 * on write, the extents being replaced while such a write is in
+	 * flight (NULL otherwise), the caller's tag, and the fence of a
+	 * checkpoint's write (acquire waits for it). */
+	struct nvs_extent *alt;
+	struct nvs_extent *old_ext;
+	uint8_t *tag;
+	uint16_t taglen;
+	bool fence;
 };
 
 struct path {
@@ -97,6 +107,7 @@ struct nvs_swapper {
 	struct tlist flight; /* oldest submission first */
 	unsigned in_use;
 	struct nvs_swap_stats st;
+	struct nvs_pset *pers; /* NULL for scratch space */
 };
 
 #endif

@@ -4,8 +4,11 @@
  * under ThreadSanitizer. Tensors totalling four times the pool; one thread
  * acquires, checks every byte against its reference copy, modifies and
  * releases, while the other prefetches, evicts and waits at random. Run
- * twice: the evicting thread as the only evictor (acquire waits for it),
- * then with automatic eviction and checksums. Prints "N passed, N failed".
+ * three times: the evicting thread as the only evictor (acquire waits for
+ * it), then with automatic eviction and checksums, then as a persistent
+ * set that the other thread also checkpoints at random (reopened at the
+ * end: every byte as the last release left it). Prints "N passed, N
+ * failed".
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,6 +30,7 @@ struct run {
 	unsigned char *ref[N];
 	size_t size[N];
 	atomic_bool done;
+	bool persist;
 	/* Each thread counts its own. */
 	unsigned bad, timeouts;			  /* the user's */
 	unsigned mover_bad, mover_timeouts, busy; /* the mover's */
@@ -116,7 +120,23 @@ static void *mover(void *arg)
 			ret = nvs_swapper_wait_all(r->s);
 			r->mover_bad += ret < 0;
 			break;
+		case 5:
+			if (!r->persist)
+				goto evict;
+			ret = nvs_swapper_checkpoint(r->s, "t");
+			if (ret == -EBUSY)
+				r->busy++; /* the user holds a changed one */
+			else if (ret <= 0)
+				r->mover_bad++;
+			break;
+		case 4:
+			if (!r->persist)
+				goto evict;
+			ret = nvs_swapper_checkpoint_wait(r->s);
+			r->mover_bad += ret < 0;
+			break;
 		default:
+		evict:
 			ret = nvs_swapper_evict(r->s, id);
 			if (ret == -EBUSY)
 				r->busy++; /* the user holds it */
@@ -127,10 +147,36 @@ static void *mover(void *arg)
 	return NULL;
 }
 
-static void one_run(bool auto_evict, bool checksum)
+/* Reopen @r's persistent set and check every tensor's bytes. */
+static void reopen_check(struct run *r, const struct nvs_swapper_opts *opts)
+{
+	struct nvs_swapper_opts o = *opts;
+	struct nvs_swapper *s = NULL;
+
+	o.persist = NVS_PERSIST_RESUME;
+	CHECK(nvs_swapper_create(&o, &s) == 0, "reopen: %s", nvs_last_error());
+	if (!s)
+		return;
+	CHECK(nvs_swapper_list(s, NULL, 0) == N, "reopened tensors");
+	for (unsigned i = 0; i < N; i++) {
+		void *p;
+		if (nvs_swapper_acquire(s, i, &p) == 0) {
+			CHECK(!memcmp(p, r->ref[i], r->size[i]),
+			      "tensor %u reopened", i);
+			nvs_swapper_release(s, i, false);
+			nvs_swapper_evict(s, i);
+		} else {
+			CHECK(0, "acquire %u reopened: %s", i,
+			      nvs_last_error());
+		}
+	}
+	CHECK(nvs_swapper_destroy(s) == 0, "destroy reopened");
+}
+
+static void one_run(bool auto_evict, bool checksum, bool persist)
 {
 	struct nvs_swapper_opts o;
-	struct run r = {.done = false};
+	struct run r = {.done = false, .persist = persist};
 	struct nvs_swap_stats st;
 	uint64_t x = 12345, total = 0;
 	pthread_t a, b;
@@ -144,6 +190,8 @@ static void one_run(bool auto_evict, bool checksum)
 	o.checksum = checksum;
 	o.wait_ms = auto_evict ? 0 : 2;
 	o.aio.queue_depth = 8;
+	o.persist = persist ? NVS_PERSIST_PERSISTENT : NVS_PERSIST_SCRATCH;
+	o.name = persist ? "persist" : NULL;
 	CHECK(nvs_swapper_create(&o, &r.s) == 0, "create");
 	if (!r.s)
 		return;
@@ -195,7 +243,9 @@ static void one_run(bool auto_evict, bool checksum)
 	       (unsigned long long)st.acquire_hits,
 	       (unsigned long long)st.reads, (unsigned long long)st.writes,
 	       r.timeouts + r.mover_timeouts, r.busy);
-	CHECK(nvs_swapper_destroy(r.s) == 0, "destroy");
+	CHECK(nvs_swapper_destroy(r.s) == 0, "destroy: %s", nvs_last_error());
+	if (persist)
+		reopen_check(&r, &o);
 	for (unsigned i = 0; i < N; i++)
 		free(r.ref[i]);
 }
@@ -209,8 +259,9 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
-	one_run(false, false);
-	one_run(true, true);
+	one_run(false, false, false);
+	one_run(true, true, false);
+	one_run(true, false, true);
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)

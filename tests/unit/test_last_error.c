@@ -99,6 +99,12 @@ ROW(nvs_swapper_wait, nvs_swapper_wait(NULL, 1))
 ROW(nvs_swapper_wait_all, nvs_swapper_wait_all(NULL))
 ROW(nvs_swapper_stats, nvs_swapper_stats(NULL, NULL))
 ROW(nvs_swapper_info, nvs_swapper_info(NULL, 1, NULL))
+ROW(nvs_swapper_checkpoint, nvs_swapper_checkpoint(NULL, "t"))
+ROW(nvs_swapper_checkpoint_wait, nvs_swapper_checkpoint_wait(NULL))
+ROW(nvs_swapper_generations, nvs_swapper_generations(NULL, NULL, 0))
+ROW(nvs_swapper_set_tag, nvs_swapper_set_tag(NULL, 1, NULL, 0))
+ROW(nvs_swapper_get_tag, nvs_swapper_get_tag(NULL, 1, NULL, 0))
+ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
 /* Two more ways nvs_parse_size fails (finding 9). */
 static int row_parse_20_digits(void)
 {
@@ -194,6 +200,12 @@ static const struct row rows[] = {
 	R(nvs_swapper_wait_all),
 	R(nvs_swapper_stats),
 	R(nvs_swapper_info),
+	R(nvs_swapper_checkpoint),
+	R(nvs_swapper_checkpoint_wait),
+	R(nvs_swapper_generations),
+	R(nvs_swapper_set_tag),
+	R(nvs_swapper_get_tag),
+	R(nvs_swapper_list),
 };
 
 /*
