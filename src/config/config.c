@@ -46,6 +46,7 @@ static void defaults(struct nvs_config *c)
 	c->nv.auto_evict = true; /* no default that can hang */
 	c->nv.wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
 	c->nv.lookahead = 1; /* as nvs_param_swapper_opts_init() */
+	c->nv.keep_generations = 2;
 }
 
 static int load_text(struct nvs_config *c, const char *text, size_t len)
@@ -257,6 +258,8 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 	opts->checksum = cfg->nv.checksum;
 	opts->auto_evict = cfg->nv.auto_evict;
 	opts->wait_ms = cfg->nv.wait_ms;
+	opts->persist = cfg->nv.persist;
+	opts->keep_generations = cfg->nv.keep_generations;
 	opts->aio = cfg->aio;
 	return 0;
 }

@@ -29,6 +29,7 @@ enum vkind {
 	V_STRING,  /* const char *, non-empty, borrowed from the tree */
 	V_DEVICE,  /* enum nvs_offload_device */
 	V_BACKEND, /* enum nvs_backend */
+	V_PERSIST, /* enum nvs_persist, as a uint8_t */
 	V_PATHS,   /* struct nvs_nvswap_config's nvme_paths and npaths */
 	V_UNUSED,  /* a DeepSpeed key nvswap does not use: any value */
 	V_ALIAS,   /* an older name of another key: read as it, a warning */
@@ -92,6 +93,9 @@ static const struct keydef nvswap_keys[] = {
 	{"wait_ms", V_U32, OFF(wait_ms), NVS_WAIT_FOREVER - 1, 0, NULL},
 	{"lookahead", V_U32_0, OFF(lookahead), NVS_CONFIG_MAX_LOOKAHEAD, 0,
 	 NULL},
+	{"persist", V_PERSIST, OFF(persist), 0, 0, NULL},
+	{"keep_generations", V_U32, OFF(keep_generations),
+	 NVS_KEEP_GENERATIONS_MAX, 0, NULL},
 	{NULL, 0, 0, 0, 0, NULL},
 };
 #undef OFF
@@ -322,6 +326,18 @@ static int set_value(struct nvs_config *c, const char *path,
 			c, -EINVAL, path,
 			"must be \"auto\", \"io_uring\", \"libaio\" or "
 			"\"psync\"");
+	case V_PERSIST: {
+		static const char *const names[] = {"scratch", "persistent",
+						    "resume"};
+		for (uint8_t i = 0; i < 3; i++)
+			if (s && !strcmp(s, names[i])) {
+				*(uint8_t *)field = i;
+				return 0;
+			}
+		return nvs__config_bad(c, -EINVAL, path,
+				       "must be \"scratch\", \"persistent\" "
+				       "or \"resume\"");
+	}
 	case V_PATHS:
 		return set_paths(c, path, v, field);
 	default: /* V_UNUSED */

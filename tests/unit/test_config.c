@@ -495,6 +495,46 @@ Test(config, lookahead_is_read_and_judged_at_its_position)
 	      "did you mean 'lookahead'?");
 }
 
+Test(config, persist_and_keep_generations_reach_the_swapper)
+{
+	char json[4096];
+	struct nvs_config *c;
+	struct nvs_nvswap_config n;
+	struct nvs_swapper_opts o;
+
+	c = load("{}");
+	nvs_config_nvswap(c, &n);
+	cr_assert_eq(n.persist, NVS_PERSIST_SCRATCH);
+	cr_assert_eq(n.keep_generations, 2);
+	nvs_config_free(c);
+	mkdir(tu_path("p"), 0755);
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_optimizer\": "
+		 "{\"device\": \"nvme\", \"nvme_path\": \"%s\"}}, "
+		 "\"nvswap\": {\"persist\": \"resume\", "
+		 "\"keep_generations\": 5}}",
+		 tu_path("p"));
+	c = load(json);
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_OPTIMIZER, 0, &o),
+		     0, "%s", nvs_last_error());
+	cr_assert_eq(o.persist, NVS_PERSIST_RESUME);
+	cr_assert_eq(o.keep_generations, 5);
+	nvs_config_free(c);
+	c = load("{\"nvswap\": {\"persist\": \"persistent\"}}");
+	nvs_config_nvswap(c, &n);
+	cr_assert_eq(n.persist, NVS_PERSIST_PERSISTENT);
+	nvs_config_free(c);
+	fails("{\"nvswap\": {\"persist\": \"durable\"}}", -EINVAL,
+	      "t.json:1:13: nvswap.persist: must be \"scratch\", "
+	      "\"persistent\" or \"resume\"");
+	fails("{\"nvswap\": {\"persist\": true}}", -EINVAL, "nvswap.persist");
+	fails("{\"nvswap\": {\"keep_generations\": 0}}", -EINVAL,
+	      "nvswap.keep_generations");
+	fails("{\"nvswap\": {\"keep_generations\": 65}}", -EINVAL,
+	      "nvswap.keep_generations: at most 64");
+}
+
 Test(config, offload_sections_become_swapper_options)
 {
 	char json[4096];
