@@ -524,6 +524,59 @@ NVS_API int nvs_swapper_get_tag(const struct nvs_swapper *s, uint64_t id,
 NVS_API int nvs_swapper_list(const struct nvs_swapper *s, uint64_t *ids,
 			     size_t cap);
 
+/** nvs_swapset_check() flags. */
+enum nvs_check_flags {
+	NVS_CHECK_DATA = 1u,   /* read every tensor and check its CRC32C */
+	NVS_CHECK_REPAIR = 2u, /* remove the manifests of generations that
+				  do not verify (never a good one) */
+};
+
+/**
+ * struct nvs_check_item - one finding of nvs_swapset_check().
+ * @generation: the generation (0 for the set as a whole).
+ * @id:         the tensor, or NVS_CHECK_NO_TENSOR for a line about the
+ *              generation itself (its manifest, its verdict).
+ * @status:     0 (verifies), or why not: -EBADMSG (CRC mismatch, a torn
+ *              or corrupt manifest, overlapping extents), -ENOTSUP (a
+ *              newer format), -ERANGE (an extent past the data file's
+ *              end), -EIO (a read failed).
+ * @what:       a sentence, valid during the callback.
+ * @removed:    (verdict lines) its manifest was removed by the repair.
+ */
+struct nvs_check_item {
+	uint64_t generation;
+	uint64_t id;
+	uint64_t nbytes;
+	int status;
+	bool removed;
+	const char *what;
+};
+#define NVS_CHECK_NO_TENSOR UINT64_MAX
+
+typedef void (*nvs_check_fn)(const struct nvs_check_item *item, void *arg);
+
+/**
+ * nvs_swapset_check() - verify a persistent swap set that no process has
+ * open (nvswap-fsck): every manifest parses, matches the options' paths,
+ * name and rank, every extent lies inside its data file and no two
+ * tensors' extents overlap, and (NVS_CHECK_DATA) every written tensor's
+ * bytes match its CRC32C. Each tensor checked and each generation's
+ * verdict are passed to @fn (may be NULL), oldest generation first.
+ * @o:     the set's paths (nvme_paths, npaths), name and rank, as given
+ *         to nvs_swapper_create(); nothing else is used.
+ * @flags: enum nvs_check_flags.
+ * Return: how many generations do not verify (0: the set is sound), or
+ *   -ENOENT  no set there (no rank directory or no manifest);
+ *   -EBUSY   a live process has the set open (the message has its pid);
+ *   -EINVAL  bad arguments, or the set was made with other paths (the
+ *            message names them; nothing is judged or repaired);
+ *   -errno   of opening the directories or data files, or of a removal
+ *            the repair could not make durable.
+ * Threading: any thread; the set is locked for the call.
+ */
+NVS_API int nvs_swapset_check(const struct nvs_swapper_opts *o, unsigned flags,
+			      nvs_check_fn fn, void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -105,6 +105,7 @@ ROW(nvs_swapper_generations, nvs_swapper_generations(NULL, NULL, 0))
 ROW(nvs_swapper_set_tag, nvs_swapper_set_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_get_tag, nvs_swapper_get_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
+ROW(nvs_swapset_check, nvs_swapset_check(NULL, 0, NULL, NULL))
 /* Two more ways nvs_parse_size fails (finding 9). */
 static int row_parse_20_digits(void)
 {
@@ -206,6 +207,7 @@ static const struct row rows[] = {
 	R(nvs_swapper_set_tag),
 	R(nvs_swapper_get_tag),
 	R(nvs_swapper_list),
+	R(nvs_swapset_check),
 };
 
 /*

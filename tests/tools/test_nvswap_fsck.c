@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nvswap-fsck as users run it, on sets made through the library: a sound
+ * set verifies (exit 0); a flipped data byte fails the generations that
+ * use the tensor (exit 4) and --repair removes exactly those (exit 1), so
+ * the set reopens at the good one; a torn manifest is a bad generation;
+ * a set in use, a missing set and bad usage are refused (8, 8, 16).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nvswap/swapper.h"
+#include "testutil.h"
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(nvswap_fsck, .fini = fini);
+
+enum { BUF = 64 << 10, SZ = 30000, NT = 4 };
+
+static void opts(struct nvs_swapper_opts *o)
+{
+	nvs_swapper_opts_init(o);
+	o->npaths = 1;
+	o->nvme_paths[0] = tu_dir();
+	o->buffer_size = BUF;
+	o->buffer_count = 2;
+	o->name = "param";
+	o->persist = NVS_PERSIST_PERSISTENT;
+	o->keep_generations = 3;
+}
+
+static void pattern(void *p, uint64_t id, unsigned k)
+{
+	tu_fill(p, SZ, id * 7919u + k);
+}
+
+/* Generation 1: all tensors at step 1; generation 2: tensor 2 at step 2;
+ * generation 3 ("destroy"): unchanged. */
+static void make_set(void)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = NULL;
+	char buf[SZ];
+	void *p;
+
+	opts(&o);
+	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
+	for (uint64_t id = 0; id < NT; id++) {
+		pattern(buf, id, 1);
+		cr_assert_eq(nvs_swapper_register(s, id, SZ, buf), 0);
+	}
+	cr_assert_eq(nvs_swapper_checkpoint(s, "a"), 1, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0);
+	pattern(p, 2, 2);
+	cr_assert_eq(nvs_swapper_release(s, 2, true), 0);
+	cr_assert_eq(nvs_swapper_checkpoint(s, "b"), 2, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+}
+
+static struct tu_out fsck(const char *args)
+{
+	const char *bin = getenv("NVSWAP_FSCK");
+	char cmd[8192];
+
+	cr_assert_not_null(bin, "NVSWAP_FSCK is set by tests/meson.build");
+	snprintf(cmd, sizeof(cmd), "%s --path %s --name param %s", bin,
+		 tu_dir(), args);
+	return tu_run(cmd);
+}
+
+static const char *data(void)
+{
+	return tu_path("nvswap/param/rank0/set.data");
+}
+
+/* Flip the byte @at bytes into where tensor @id's step @k bytes lie. */
+static void flip_tensor(uint64_t id, unsigned k, size_t at)
+{
+	char want[SZ];
+	size_t n;
+	unsigned char *file = tu_read_file(data(), &n);
+	unsigned char *hit;
+	int fd;
+
+	pattern(want, id, k);
+	hit = memmem(file, n, want, 256);
+	cr_assert_not_null(hit, "tensor %llu's bytes are in the file",
+			   (unsigned long long)id);
+	fd = open(data(), O_WRONLY);
+	unsigned char c = (unsigned char)~hit[at];
+	cr_assert_eq(pwrite(fd, &c, 1, (off_t)(hit - file) + (off_t)at), 1);
+	close(fd);
+	free(file);
+}
+
+Test(nvswap_fsck, a_sound_set_verifies)
+{
+	struct tu_out o;
+
+	make_set();
+	o = fsck("");
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "generation 1: verifies (4 tensors)"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "generation 3: verifies (4 tensors)"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "generation 2 tensor 2 (30000 bytes): ok "
+				"(crc32c"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "generation 3 tensor 1 (30000 bytes): ok "
+				"(crc32c"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "the set verifies"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+Test(nvswap_fsck, a_flipped_byte_fails_its_generations_and_repair_drops_them)
+{
+	struct nvs_swapper_opts opt;
+	struct nvs_swapper *s = NULL;
+	struct tu_out o;
+	char want[SZ];
+	void *p;
+
+	make_set();
+	flip_tensor(2, 2, 1000); /* the copy generations 2 and 3 use */
+	o = fsck("--quiet");
+	cr_assert_eq(o.status, 4, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "generation 2 tensor 2 (30000 bytes): BAD: "
+				"checksum mismatch"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "generation 1: verifies"), "%s", o.out);
+	cr_assert(strstr(o.out, "generation 2: BAD: 1 of 4 tensors do not "
+				"verify"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "generation 3: BAD"), "%s", o.out);
+	cr_assert_null(strstr(o.out, "tensor 1 "), "--quiet: %s", o.out);
+	cr_assert(strstr(o.out, "2 generation(s) do not verify; --repair"),
+		  "%s", o.out);
+	tu_out_free(&o);
+
+	o = fsck("--repair");
+	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "(manifest removed)"), "%s", o.out);
+	tu_out_free(&o);
+	cr_assert_eq(access(tu_path("nvswap/param/rank0/"
+				    "manifest.00000000000000000001"),
+			    F_OK),
+		     0);
+	cr_assert_eq(access(tu_path("nvswap/param/rank0/"
+				    "manifest.00000000000000000002"),
+			    F_OK),
+		     -1);
+	o = fsck("");
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+
+	/* The set reopens at generation 1: tensor 2 at step 1. */
+	opts(&opt);
+	opt.persist = NVS_PERSIST_RESUME;
+	cr_assert_eq(nvs_swapper_create(&opt, &s), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0, "%s", nvs_last_error());
+	pattern(want, 2, 1);
+	cr_assert(memcmp(p, want, SZ) == 0);
+	cr_assert_eq(nvs_swapper_release(s, 2, false), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(nvswap_fsck, a_torn_manifest_is_a_bad_generation)
+{
+	const char *m = tu_path("nvswap/param/rank0/"
+				"manifest.00000000000000000003");
+	struct tu_out o;
+
+	make_set();
+	cr_assert_eq(truncate(m, tu_file_size(m) - 7), 0);
+	o = fsck("--no-data");
+	cr_assert_eq(o.status, 4, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "generation 3: BAD: nvswap: manifest"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "generation 2: verifies"), "%s", o.out);
+	cr_assert(strstr(o.out, "extents ok (data not read)"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+Test(nvswap_fsck, refusals)
+{
+	struct nvs_swapper_opts opt;
+	struct nvs_swapper *s = NULL;
+	struct tu_out o;
+
+	o = fsck("");
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "no swap set in"), "%s", o.err);
+	tu_out_free(&o);
+	make_set();
+	opts(&opt);
+	cr_assert_eq(nvs_swapper_create(&opt, &s), 0, "%s", nvs_last_error());
+	o = fsck("");
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "is in use by process"), "%s", o.err);
+	tu_out_free(&o);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	o = fsck("--rank x");
+	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+	o = fsck("extra");
+	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+}
