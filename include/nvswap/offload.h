@@ -12,6 +12,16 @@
  * buffer_size), and several roles can share one swapper when their
  * id_base differ (say 0 and 1 << 40). Threading: a role swapper is used
  * by one thread at a time; the swapper under it may be shared.
+ *
+ * Over a persistent swapper (opts.persist, nvswap/swapper.h) a role's
+ * groups outlive it: each packed tensor's tag records the group's layout
+ * (its tensor count and sizes), destroy leaves the tensors registered
+ * (the swapper's own destroy checkpoints them), and adding a group the
+ * reopened set holds takes it as saved (@init is ignored) when the layout
+ * matches, or fails with -EINVAL naming the group when it does not.
+ * Nothing stays in CPU memory there (max_in_cpu is ignored): what a
+ * checkpoint must see is on NVMe. Gradients are zeroed each step and
+ * need no persistence; they work on either kind of swapper.
  */
 #ifndef NVSWAP_OFFLOAD_H
 #define NVSWAP_OFFLOAD_H

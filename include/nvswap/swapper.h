@@ -265,8 +265,9 @@ NVS_API int nvs_swapper_create(const struct nvs_swapper_opts *opts,
  *
  * Pointers from nvs_swapper_acquire() are invalid afterwards, released or
  * not. Scratch: dirty resident tensors are not written (the files are
- * scratch). Persistent: a checkpoint (tag "destroy") is made first and
- * the files are kept; when it fails its -errno is returned and the set
+ * scratch). Persistent: a checkpoint (tag "destroy") is made first,
+ * unless nothing changed since the newest generation, and the files are
+ * kept; when it fails its -errno is returned and the set
  * reopens at its previous generation.
  * Return: 0, or the -errno of an I/O failure no call reported yet;
  * -ECHILD in a child forked after the swapper was made (nothing is freed
@@ -437,8 +438,9 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  * belong to no generation.
  *
  * Checksums are always on in a persistent set (opts.checksum is implied).
- * At destroy a persistent set checkpoints first (tag "destroy"), then
- * keeps its files. Remove a set by deleting its directories.
+ * At destroy a persistent set checkpoints first (tag "destroy") unless
+ * nothing changed since its newest generation, then keeps its files.
+ * Remove a set by deleting its directories.
  */
 
 /**

@@ -74,6 +74,66 @@ static int gset_grow(struct gset *gs, unsigned group)
 	return 0;
 }
 
+/* A group's layout as its swapper tensor's tag: "NVG1", the count, each
+ * tensor's size (little-endian u32, u64s). */
+static size_t layout_tag(const struct group *g, unsigned char *tag)
+{
+	size_t n = 8;
+
+	memcpy(tag, "NVG1", 4);
+	for (unsigned b = 0; b < 4; b++)
+		tag[4 + b] = (unsigned char)(g->n >> (8 * b));
+	for (unsigned i = 0; i < g->n; i++, n += 8)
+		for (unsigned b = 0; b < 8; b++)
+			tag[n + b] = (unsigned char)((uint64_t)g->nbytes[i] >>
+						     (8 * b));
+	return n;
+}
+
+int nvs__gset_register(struct gset *gs, unsigned group, const struct group *g,
+		       const void *init)
+{
+	unsigned char tag[8 + 8 * NVS_OFFLOAD_MAX_TENSORS];
+	uint64_t id = nvs__gset_id(gs, group);
+	int ret = nvs_swapper_register(gs->core, id, g->total, init);
+
+	if (ret == 0 && nvs__swapper_persistent(gs->core)) {
+		ret = nvs_swapper_set_tag(gs->core, id, tag,
+					  layout_tag(g, tag));
+		if (ret < 0)
+			nvs_swapper_unregister(gs->core, id);
+	}
+	return ret;
+}
+
+/* A persistent swapper that holds @group already (reopened): take it as
+ * it is when its layout matches. 1 when adopted, 0 when absent, -EINVAL
+ * (another layout) or -errno. */
+static int adopt(struct gset *gs, const char *call, unsigned group,
+		 const struct group *g)
+{
+	unsigned char want[8 + 8 * NVS_OFFLOAD_MAX_TENSORS];
+	unsigned char have[sizeof(want)];
+	uint64_t id = nvs__gset_id(gs, group);
+	size_t n = layout_tag(g, want);
+	int len;
+
+	if (!nvs__swapper_persistent(gs->core))
+		return 0;
+	len = nvs_swapper_get_tag(gs->core, id, have, sizeof(have));
+	if (len == -ENOENT)
+		return 0;
+	if (len < 0)
+		return len;
+	if ((size_t)len != n || memcmp(have, want, n))
+		return nvs__err(-EINVAL,
+				"%s: %s %u was saved with another layout "
+				"(tensor count or sizes) than the one added "
+				"now: resume with the model it was saved from",
+				call, gs->what, group);
+	return 1;
+}
+
 /* Add @group; @cpu_budget (NULL: none) is what may still stay in CPU
  * memory, reduced when this group does. */
 int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
@@ -99,6 +159,10 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 	if (gset_grow(gs, group) < 0 || !(g = nvs__calloc(1, sizeof(*g))))
 		return nvs__err(-ENOMEM, "%s: out of memory", call);
 	g->n = n;
+	/* A persistent set keeps what is on NVMe: nothing stays in CPU
+	 * memory, where a checkpoint would not see it. */
+	if (nvs__swapper_persistent(gs->core))
+		cpu_budget = NULL;
 	for (unsigned i = 0; i < n; i++) {
 		if (!nbytes[i] || nbytes[i] > SIZE_MAX / 2 - g->total) {
 			nvs__free(g);
@@ -114,6 +178,18 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 						~(size_t)(PACK_ALIGN - 1)
 				      : nbytes[i];
 		any_init |= init && init[i];
+	}
+	ret = adopt(gs, call, group, g);
+	if (ret < 0) {
+		nvs__free(g);
+		return ret;
+	}
+	if (ret == 1) {
+		/* Resumed: the saved contents win over @init. */
+		g->order = gs->count;
+		gs->order[gs->count++] = group;
+		gs->tab[group] = g;
+		return 0;
 	}
 	if (cpu_budget && g->total <= *cpu_budget) {
 		g->in_cpu = true;
@@ -133,8 +209,7 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 	if (g->in_cpu) {
 		*cpu_budget -= g->total;
 	} else {
-		ret = nvs_swapper_register(gs->core, nvs__gset_id(gs, group),
-					   g->total, pack);
+		ret = nvs__gset_register(gs, group, g, pack);
 		nvs__free(pack);
 		if (ret < 0) {
 			char msg[NVS_ERRMSG_MAX];
@@ -165,7 +240,11 @@ int nvs__gset_fini(struct gset *gs)
 			uint64_t id = nvs__gset_id(gs, (unsigned)k);
 			if (g->acquired || g->open)
 				nvs_swapper_release(gs->core, id, false);
-			int r = nvs_swapper_unregister(gs->core, id);
+			/* A persistent set keeps its tensors for the next
+			 * run (destroying the swapper checkpoints them). */
+			int r = nvs__swapper_persistent(gs->core)
+					? 0
+					: nvs_swapper_unregister(gs->core, id);
 			if (r < 0 && !first)
 				first = r;
 		}

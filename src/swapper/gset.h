@@ -63,6 +63,12 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 /* Unregister and free every group; the first unregister error. */
 int nvs__gset_fini(struct gset *gs);
 
+/* Register @group's packed tensor (@g->total bytes, @init or zeros) in
+ * the swapper; a persistent one also records the group's layout as the
+ * tensor's tag, checked when a later run adds the group again. */
+int nvs__gset_register(struct gset *gs, unsigned group, const struct group *g,
+		       const void *init);
+
 /* Read @group ahead into a free buffer only (never waits for one): 1 when
  * that started its read or kept its write-back's buffer, 0 when nothing
  * was needed or no buffer was free, or a submit error. */

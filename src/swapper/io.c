@@ -150,6 +150,8 @@ static void finish(struct nvs_swapper *s, struct tensor *t, int err)
 			if (!t->pins)
 				nvs__tlist_push(&s->lru, t);
 		} else {
+			if (s->pers && !fenced)
+				s->pers->changed = true;
 			t->dirty = t->redirty;
 			t->on_disk = true;
 			t->crc = t->wcrc;

@@ -243,8 +243,6 @@ int nvs_grad_zero(struct nvs_grad_swapper *x, unsigned group)
 	/* A fresh registration reads as zeros without I/O. */
 	ret = nvs_swapper_unregister(x->gs.core, nvs__gset_id(&x->gs, group));
 	if (ret == 0)
-		ret = nvs_swapper_register(x->gs.core,
-					   nvs__gset_id(&x->gs, group),
-					   g->total, NULL);
+		ret = nvs__gset_register(&x->gs, group, g, NULL);
 	return ret;
 }

@@ -113,6 +113,7 @@ int nvs__persist_placed(struct nvs_swapper *s, struct tensor *t)
 
 void nvs__persist_unplace(struct nvs_swapper *s, struct tensor *t)
 {
+	s->pers->changed = true;
 	uncurrent(s, t->ext);
 }
 
@@ -238,6 +239,7 @@ static void *commit(void *arg)
 	pthread_mutex_lock(&s->lock);
 	if (err || !nvs__reserve(&p->gens, &p->capgens, p->ngens, p->ngens + 1,
 				 sizeof(*p->gens))) {
+		p->changed = true; /* what it held is not saved */
 		if (!err) {
 			/* Durable, but not adoptable: the next open finds
 			 * it; forget it here (its extents stay kept). */
@@ -407,6 +409,7 @@ static int snapshot(struct nvs_swapper *s, const char *tag)
 	strcpy(m->tag, tag);
 	p->next_gen++;
 	p->pending = true;
+	p->changed = false;
 	HASH_ITER(hh, s->table, t, tmp)
 	{
 		ids[n++] = t->id;
@@ -565,9 +568,20 @@ int nvs_swapper_generations(const struct nvs_swapper *cs,
 
 int nvs__persist_close(struct nvs_swapper *s)
 {
+	struct tensor *t, *tmp;
+	bool need;
 	int ret;
 
 	nvs_swapper_checkpoint_wait(s); /* an old failure is moot now */
+	pthread_mutex_lock(&s->lock);
+	need = !s->pers->ngens || s->pers->changed;
+	HASH_ITER(hh, s->table, t, tmp)
+	{
+		need |= t->dirty;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!need)
+		return 0; /* the newest generation is the state */
 	ret = nvs_swapper_checkpoint(s, "destroy");
 	if (ret > 0)
 		ret = nvs_swapper_checkpoint_wait(s);

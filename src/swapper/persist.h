@@ -49,6 +49,10 @@ struct nvs_pset {
 	struct nvs_manifest *gens;
 	size_t ngens, capgens;
 	uint64_t next_gen;
+	/* Something changed since the last snapshot (a register, unregister,
+	 * tag, or a write other than a checkpoint's): destroy checkpoints
+	 * only then (or when a tensor is dirty, or no generation exists). */
+	bool changed;
 	/* The checkpoint being committed (pend), its thread, the writes it
 	 * still waits for, and the outcome nobody collected yet. */
 	struct nvs_manifest pend;

@@ -205,6 +205,8 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 		goto out_unplace;
 	if (s->pers && (ret = nvs__persist_placed(s, t)) < 0)
 		goto out_unplace;
+	if (s->pers)
+		s->pers->changed = true; /* a new tensor */
 	nvs__hash_oom = 0;
 	HASH_ADD(hh, s->table, id, sizeof(t->id), t);
 	if (nvs__hash_oom) {
@@ -338,6 +340,8 @@ int nvs_swapper_set_tag(struct nvs_swapper *s, uint64_t id, const void *tag,
 		nvs__free(t->tag);
 		t->tag = copy;
 		t->taglen = (uint16_t)len;
+		if (s->pers)
+			s->pers->changed = true;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!t) {
@@ -361,7 +365,7 @@ int nvs_swapper_get_tag(const struct nvs_swapper *cs, uint64_t id, void *buf,
 	t = nvs__tensor_find(s, id);
 	if (t) {
 		len = t->taglen;
-		if (len)
+		if (len && cap)
 			memcpy(buf, t->tag, NVS_MIN((size_t)len, cap));
 	}
 	pthread_mutex_unlock(&s->lock);

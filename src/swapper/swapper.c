@@ -30,6 +30,11 @@ struct nvs_aio *nvs__swapper_aio(struct nvs_swapper *s)
 	return s->aio;
 }
 
+bool nvs__swapper_persistent(const struct nvs_swapper *s)
+{
+	return s && s->pers;
+}
+
 int nvs_swapper_wait_all(struct nvs_swapper *s)
 {
 	char msg[NVS_ERRMSG_MAX] = "";

@@ -22,6 +22,9 @@ int nvs__swapper_create_fault(const struct nvs_swapper_opts *opts,
  * counters. */
 int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id);
 
+/* Whether @s is a persistent set (opts.persist). */
+bool nvs__swapper_persistent(const struct nvs_swapper *s);
+
 /* The swapper's aio handle, for tests that check nothing was left in
  * flight or uncollected (nvs_aio_wait() on it then returns 0). */
 struct nvs_aio *nvs__swapper_aio(struct nvs_swapper *s);

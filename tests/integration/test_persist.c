@@ -108,7 +108,8 @@ static int try_open(const struct nvs_swapper_opts *o)
 }
 
 /* A set with NT tensors at step 1 (tensor 0 never written), checkpointed
- * as generation 1 ("one") and closed (generation 2, "destroy"). */
+ * as generation 1 ("one") and closed (no change since: no generation
+ * more). */
 static void make_set(const char *root)
 {
 	struct nvs_swapper *s = open_set(root, NVS_PERSIST_PERSISTENT);
@@ -156,13 +157,23 @@ Test(persist, reopen_restores_tensors_tags_and_bytes)
 	for (size_t i = 0; i < SZ; i++)
 		cr_assert_eq(((unsigned char *)p)[i], 0);
 	cr_assert_eq(nvs_swapper_release(s, 0, false), 0);
+	cr_assert_eq(nvs_swapper_generations(s, g, 4), 1);
+	cr_assert_eq(g[0].generation, 1);
+	cr_assert_str_eq(g[0].tag, "one");
+	cr_assert_eq(g[0].tensors, NT);
+	cr_assert_eq(g[0].tensor_bytes, (uint64_t)NT * SZ);
+	/* Read, not changed: closing adds no generation. */
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	s = open_set(tu_dir(), NVS_PERSIST_RESUME);
+	cr_assert_eq(nvs_swapper_generations(s, g, 4), 1);
+	/* A change (a tag counts): closing saves it as "destroy". */
+	cr_assert_eq(nvs_swapper_set_tag(s, 0, "bf16", 4), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	s = open_set(tu_dir(), NVS_PERSIST_RESUME);
 	cr_assert_eq(nvs_swapper_generations(s, g, 4), 2);
 	cr_assert_eq(g[0].generation, 2);
 	cr_assert_str_eq(g[0].tag, "destroy");
-	cr_assert_eq(g[1].generation, 1);
-	cr_assert_str_eq(g[1].tag, "one");
-	cr_assert_eq(g[1].tensors, NT);
-	cr_assert_eq(g[1].tensor_bytes, (uint64_t)NT * SZ);
+	cr_assert_eq(nvs_swapper_get_tag(s, 0, tag, sizeof(tag)), 4);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
@@ -218,13 +229,13 @@ Test(persist, keeps_the_last_generations_and_reuses_space)
 		cr_assert_gt(nvs_swapper_checkpoint(s, NULL), 0, "%s",
 			     nvs_last_error());
 	}
-	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 12, "%s",
+	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 11, "%s",
 		     nvs_last_error());
 	cr_assert_eq(nvs_swapper_generations(s, g, 8), 3);
-	cr_assert_eq(g[0].generation, 12);
-	cr_assert_eq(g[2].generation, 10);
-	cr_assert_eq(access(manifest(root, 9), F_OK), -1);
-	cr_assert_eq(access(manifest(root, 10), F_OK), 0);
+	cr_assert_eq(g[0].generation, 11);
+	cr_assert_eq(g[2].generation, 9);
+	cr_assert_eq(access(manifest(root, 8), F_OK), -1);
+	cr_assert_eq(access(manifest(root, 9), F_OK), 0);
 	/* Three generations of five written tensors (and one in flight
 	 * between), at most: never one placement per checkpoint. */
 	cr_assert_eq(nvs_swapper_stats(s, &st), 0);
@@ -233,9 +244,9 @@ Test(persist, keeps_the_last_generations_and_reuses_space)
 		      (unsigned long long)st.path_space_used[0]);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 
-	/* Generation 12 (tag "") and 11 are kept; 11 holds step 10. */
+	/* Generation g holds step g; an older one opens on request. */
 	opts(&o, root, NVS_PERSIST_RESUME);
-	o.generation = 11;
+	o.generation = 10;
 	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
 	for (uint64_t id = 1; id < NT; id++)
 		expect_step(s, id, 10);
@@ -261,8 +272,8 @@ Test(persist, checkpoint_refuses_a_changed_tensor_in_the_callers_hands)
 	cr_assert_eq(nvs_swapper_release(s, 2, false), 0);
 	/* Acquired but unchanged: the checkpoint takes the disk's bytes. */
 	cr_assert_eq(nvs_swapper_acquire(s, 3, &p), 0);
-	cr_assert_eq(nvs_swapper_checkpoint(s, "x"), 3, "%s", nvs_last_error());
-	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 3, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_checkpoint(s, "x"), 2, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 2, "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_release(s, 3, false), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	s = open_set(tu_dir(), NVS_PERSIST_RESUME);
@@ -387,27 +398,27 @@ Test(persist, a_damaged_manifest_is_refused_and_nothing_changes)
 
 	make_set(root);
 	opts(&o, root, NVS_PERSIST_RESUME);
-	size = tu_file_size(manifest(root, 2));
-	keep = tu_read_file(manifest(root, 2), &n);
+	size = tu_file_size(manifest(root, 1));
+	keep = tu_read_file(manifest(root, 1), &n);
 
-	flip(manifest(root, 2), size / 2);
+	flip(manifest(root, 1), size / 2);
 	cr_assert_eq(try_open(&o), -EBADMSG);
 	cr_assert(strstr(nvs_last_error(), "checksum mismatch"), "%s",
 		  nvs_last_error());
-	cr_assert(strstr(nvs_last_error(), "manifest.00000000000000000002"),
+	cr_assert(strstr(nvs_last_error(), "manifest.00000000000000000001"),
 		  "%s", nvs_last_error());
 
-	cr_assert_eq(truncate(manifest(root, 2), size / 3), 0);
+	cr_assert_eq(truncate(manifest(root, 1), size / 3), 0);
 	cr_assert_eq(try_open(&o), -EBADMSG);
-	cr_assert_eq(tu_file_size(manifest(root, 2)), size / 3);
+	cr_assert_eq(tu_file_size(manifest(root, 1)), size / 3);
 
-	tu_write_file(manifest(root, 2), keep, n);
-	flip(manifest(root, 2), 8); /* the format version: 1 -> 254 */
+	tu_write_file(manifest(root, 1), keep, n);
+	flip(manifest(root, 1), 8); /* the format version: 1 -> 254 */
 	cr_assert_eq(try_open(&o), -ENOTSUP);
 	cr_assert(strstr(nvs_last_error(), "format version 254"), "%s",
 		  nvs_last_error());
 
-	tu_write_file(manifest(root, 2), keep, n);
+	tu_write_file(manifest(root, 1), keep, n);
 	cr_assert_eq(try_open(&o), 0, "%s", nvs_last_error());
 	free(keep);
 }
@@ -478,7 +489,7 @@ Test(persist, a_full_disk_during_a_checkpoint_keeps_the_previous_one)
 	s = open_set(mnt, NVS_PERSIST_RESUME);
 	struct nvs_generation_info g;
 	cr_assert_geq(nvs_swapper_generations(s, &g, 1), 1);
-	unsigned good = (unsigned)(g.generation - 2 + 1);
+	unsigned good = (unsigned)g.generation; /* generation k: step k */
 	for (uint64_t id = 1; id < NT; id++)
 		expect_step(s, id, good);
 	nvs_swapper_destroy(s);
