@@ -7,8 +7,17 @@
  * beside it, and at the end the offloaded weights must equal the
  * in-memory ones bit for bit.
  *
+ * --stop-after N stops after step N with the offloaded state saved as a
+ * persistent swap set (a checkpoint tagged "step N" of each role's set);
+ * --resume reopens it and trains on from there, the in-memory run
+ * replaying the saved steps for its reference, and the final weights
+ * must still equal an uninterrupted run's bit for bit. A persistent run
+ * (these flags, or "nvswap": {"persist": "persistent"} in the config)
+ * saves its last step too; a saved run is only ever resumed, never
+ * trained over (remove its nvswap/ directories to start again).
+ *
  *   offload_train [--config F] [--layers N] [--hidden N] [--steps N]
- *                 [--micro-batches N]
+ *                 [--micro-batches N] [--stop-after N | --resume]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,7 +35,8 @@
 #define BATCH 32
 #define PART_ROWS 61 /* gradient partitions: rows, an odd byte count */
 
-static unsigned L = 16, H = 768, STEPS = 8, MB = 2;
+static unsigned L = 16, H = 768, STEPS = 8, MB = 2, STOP_AFTER;
+static bool RESUME, PERSISTENT;
 static size_t WN, PN; /* floats: weights, weights + bias */
 
 #define TRY(call)                                                              \
@@ -254,12 +264,74 @@ static int off_step(struct off *o, struct work *w, unsigned step, float *loss)
 	return 0;
 }
 
-static int setup(const char *config, struct off *o, float *init)
+/* A role's swapper. With @persist (an enum nvs_persist, 0: as the config
+ * says) over the config; a saved run is refused unless resuming. */
+static int open_core(struct nvs_config *cfg, enum nvs_offload_kind kind,
+		     int persist, struct nvs_swapper **out)
+{
+	struct nvs_swapper_opts so;
+	int n;
+
+	nvs_swapper_opts_init(&so);
+	so.elem_size = sizeof(float);
+	TRY(nvs_config_swapper_opts(cfg, kind, 0, &so));
+	if (persist)
+		so.persist = (uint8_t)persist;
+	TRY(nvs_swapper_create(&so, out));
+	PERSISTENT = so.persist != NVS_PERSIST_SCRATCH;
+	if (!PERSISTENT || RESUME)
+		return 0;
+	n = nvs_swapper_generations(*out, NULL, 0);
+	if (n > 0) {
+		fprintf(stderr,
+			"offload_train: %s holds a saved run (%d generation(s))"
+			": --resume it, or remove that directory to start "
+			"again\n",
+			nvs_swapper_dir(*out, 0), n);
+		return -EEXIST;
+	}
+	return n;
+}
+
+/* The step the newest generation of @s was saved at ("step N"). */
+static int saved_step(struct nvs_swapper *s, unsigned *step)
+{
+	struct nvs_generation_info g;
+	int n = nvs_swapper_generations(s, &g, 1), used = 0;
+
+	if (n < 1 || sscanf(g.tag, "step %u%n", step, &used) != 1 ||
+	    g.tag[used]) {
+		fprintf(stderr,
+			"offload_train: %s: its newest generation is %s\"%s\","
+			" not a step this example saved\n",
+			nvs_swapper_dir(s, 0),
+			n < 1 ? "missing, tag" : "tagged", n < 1 ? "" : g.tag);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Save both sets at @step, as one checkpoint each tagged "step N". */
+static int save(struct off *o, unsigned step)
+{
+	char tag[32];
+	int gp, go;
+
+	snprintf(tag, sizeof(tag), "step %u", step);
+	TRY(nvs_swapper_checkpoint(o->pcore, tag));
+	TRY(nvs_swapper_checkpoint(o->ocore, tag));
+	TRY(gp = nvs_swapper_checkpoint_wait(o->pcore));
+	TRY(go = nvs_swapper_checkpoint_wait(o->ocore));
+	printf("saved step %u: generation %d of %s, %d of %s\n", step, gp,
+	       nvs_swapper_dir(o->pcore, 0), go, nvs_swapper_dir(o->ocore, 0));
+	return 0;
+}
+
+static int setup(const char *config, struct off *o, float *init, int persist)
 {
 	struct nvs_param_swapper_opts po;
 	struct nvs_optim_swapper_opts oo;
 	struct nvs_grad_swapper_opts go;
-	struct nvs_swapper_opts so;
 	struct nvs_offload_config oc;
 	struct nvs_nvswap_config nv;
 	struct nvs_config *cfg;
@@ -267,10 +339,11 @@ static int setup(const char *config, struct off *o, float *init)
 	TRY(nvs_config_load(config, &cfg));
 	for (unsigned i = 0; nvs_config_warning(cfg, i); i++)
 		fprintf(stderr, "note: %s\n", nvs_config_warning(cfg, i));
-	nvs_swapper_opts_init(&so);
-	so.elem_size = sizeof(float);
-	TRY(nvs_config_swapper_opts(cfg, NVS_OFFLOAD_PARAM, 0, &so));
-	TRY(nvs_swapper_create(&so, &o->pcore));
+	if (open_core(cfg, NVS_OFFLOAD_PARAM, persist, &o->pcore) < 0 ||
+	    open_core(cfg, NVS_OFFLOAD_OPTIMIZER, persist, &o->ocore) < 0) {
+		nvs_config_free(cfg);
+		return -1;
+	}
 	nvs_config_offload(cfg, NVS_OFFLOAD_PARAM, &oc);
 	nvs_config_nvswap(cfg, &nv);
 	nvs_param_swapper_opts_init(&po);
@@ -278,10 +351,6 @@ static int setup(const char *config, struct off *o, float *init)
 	po.lookahead = nv.lookahead; /* "nvswap": {"lookahead": n}, 1 */
 	TRY(nvs_param_swapper_create(o->pcore, &po, &o->params));
 
-	nvs_swapper_opts_init(&so);
-	so.elem_size = sizeof(float);
-	TRY(nvs_config_swapper_opts(cfg, NVS_OFFLOAD_OPTIMIZER, 0, &so));
-	TRY(nvs_swapper_create(&so, &o->ocore));
 	nvs_config_offload(cfg, NVS_OFFLOAD_OPTIMIZER, &oc);
 	nvs_optim_swapper_opts_init(&oo);
 	oo.pipeline_read = oc.pipeline_read;
@@ -333,7 +402,8 @@ static int teardown(struct off *o)
 static void usage(void)
 {
 	fprintf(stderr, "usage: offload_train [--config F] [--layers N] "
-			"[--hidden N] [--steps N] [--micro-batches N]\n");
+			"[--hidden N] [--steps N] [--micro-batches N] "
+			"[--stop-after N | --resume]\n");
 }
 
 static unsigned arg(const char *s, unsigned lo, unsigned hi)
@@ -352,6 +422,8 @@ int main(int argc, char **argv)
 		{"hidden", required_argument, NULL, 'h'},
 		{"steps", required_argument, NULL, 's'},
 		{"micro-batches", required_argument, NULL, 'm'},
+		{"stop-after", required_argument, NULL, 'a'},
+		{"resume", no_argument, NULL, 'r'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *config = "examples/ds_config.json";
@@ -359,15 +431,18 @@ int main(int argc, char **argv)
 	struct off o = {0};
 	struct mem r;
 	struct work w;
-	int c;
+	unsigned first = 1, last;
+	int c, persist = 0;
 
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		unsigned *dst = c == 'l'   ? &L
 				: c == 'h' ? &H
 				: c == 's' ? &STEPS
+				: c == 'a' ? &STOP_AFTER
 					   : &MB;
-		if (c == 'c') {
-			config = optarg;
+		if (c == 'c' || c == 'r') {
+			config = c == 'c' ? optarg : config;
+			RESUME |= c == 'r';
 			continue;
 		}
 		if (c == '?' || !(*dst = arg(optarg, 1, 1u << 16))) {
@@ -375,6 +450,15 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (STOP_AFTER && (RESUME || STOP_AFTER >= STEPS)) {
+		fprintf(stderr, "offload_train: --stop-after takes a step "
+				"before the last (--steps) and no --resume\n");
+		usage();
+		return 2;
+	}
+	if (STOP_AFTER || RESUME)
+		persist = RESUME ? NVS_PERSIST_RESUME : NVS_PERSIST_PERSISTENT;
+	last = STOP_AFTER ? STOP_AFTER : STEPS;
 	WN = (size_t)H * H;
 	PN = WN + H;
 	r.p = calloc(L, sizeof(float *));
@@ -401,9 +485,32 @@ int main(int argc, char **argv)
 	/* The sample config's nvme_path; removed again, when empty, by
 	 * teardown if this run made it. */
 	made_sample_dir = mkdir("nvme_swap", 0700) == 0;
-	if (setup(config, &o, w.g) < 0) {
+	if (setup(config, &o, w.g, persist) < 0) {
 		teardown(&o);
 		return 1;
+	}
+	if (RESUME) {
+		unsigned sp, so;
+		if (saved_step(o.pcore, &sp) < 0 ||
+		    saved_step(o.ocore, &so) < 0 || sp != so || sp > STEPS) {
+			if (sp != so)
+				fprintf(stderr,
+					"offload_train: the parameters were "
+					"saved at step %u, the optimizer "
+					"state at step %u: not one run\n",
+					sp, so);
+			else if (sp > STEPS)
+				fprintf(stderr,
+					"offload_train: saved at step %u, "
+					"beyond --steps %u\n",
+					sp, STEPS);
+			teardown(&o);
+			return 1;
+		}
+		/* The reference replays the saved steps in memory. */
+		for (unsigned step = 1; step <= sp; step++)
+			mem_step(&r, &w, step);
+		first = sp + 1;
 	}
 
 	double model = (double)L * PN * sizeof(float);
@@ -418,10 +525,15 @@ int main(int argc, char **argv)
 	       model / 1048576, model / 1048576, 2 * model / 1048576,
 	       (double)a.buffer_count * a.buffer_size / 1048576,
 	       (double)b.buffer_count * b.buffer_size / 1048576);
+	if (RESUME)
+		printf("resumed after step %u (saved in %s and %s); the "
+		       "in-memory run replayed steps 1-%u\n",
+		       first - 1, nvs_swapper_dir(o.pcore, 0),
+		       nvs_swapper_dir(o.ocore, 0), first - 1);
 	uint64_t rd0 = a.bytes_read + b.bytes_read;
 	uint64_t wr0 = a.bytes_written + b.bytes_written;
 	uint64_t wait0 = a.acquire_wait_ns + b.acquire_wait_ns;
-	for (unsigned step = 1; step <= STEPS; step++) {
+	for (unsigned step = first; step <= last; step++) {
 		float loss, ref_loss;
 		if (isatty(2))
 			fprintf(stderr, "\rstep %u/%u ...", step, STEPS);
@@ -450,6 +562,10 @@ int main(int argc, char **argv)
 		rd0 = rd;
 		wr0 = wr;
 		wait0 = wt;
+	}
+	if (PERSISTENT && first <= last && save(&o, last) < 0) {
+		teardown(&o);
+		return 1;
 	}
 
 	/* Pinned memory against the pools (the aio handles' bounce memory
@@ -492,7 +608,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("verdict: the offloaded weights equal the in-memory run's bit "
-	       "for bit (%u layers, %.1f MiB)\n",
-	       L, model / 1048576);
+	       "for bit (%u layers, %.1f MiB%s)\n",
+	       L, model / 1048576, RESUME ? ", resumed" : "");
+	if (STOP_AFTER)
+		printf("stopped after step %u of %u: run again with --resume "
+		       "to finish\n",
+		       last, STEPS);
 	return 0;
 }
