@@ -28,8 +28,10 @@ TEST_PACKAGES := gnuplot-nox libxml2-utils clang libclang-rt-dev \
 DEBIAN_PYTHON := /usr/bin/python3
 PYPI_PYTHON ?= $(lastword $(sort $(wildcard \
 	$(HOME)/.pyenv/versions/3.11*/bin/python3.11)))
+# patchelf: Debian 12's meson-python calls it while it builds the wheel
+# (to read the extension's rpath) without depending on it.
 PYTHON_PACKAGES := python3-dev python3-venv python3-pip python3-torch \
-	python3-numpy python3-pytest python3-mesonpy
+	python3-numpy python3-pytest python3-mesonpy patchelf
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null || \
 	find src include tests examples bench -name '*.[ch]')
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \

@@ -298,6 +298,25 @@ struct ext_swapper {
 
 extern PyTypeObject ext_SwapperType;
 int ext_swapper_init(PyObject *module);
+/* Swapper() and Swapper.__init__: the options and the C swapper
+ * (swapper_init.c). */
+PyObject *ext_swapper_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds);
+/* A persistent swap set's methods: checkpoint, generations, tags, ids
+ * (swapset.c); ext_swapper_init() adds them to the type's. */
+extern PyMethodDef ext_swapset_methods[];
+/* Count a call in; ValueError when the swapper is closed or closing. */
+int ext_swapper_enter(struct ext_swapper *self);
+/* An int-valued call on the swapper with the GIL released, the call
+ * counted out; nvswap.Error raised when @rc < 0. */
+#define EXT_SWAPPER_CALL(self, rc, expr)                                       \
+	do {                                                                   \
+		char msg_[NVS_ERRMSG_MAX] = "";                                \
+		EXT_NOGIL(rc, msg_, expr);                                     \
+		ext_gate_leave(&(self)->gate);                                 \
+		if ((rc) < 0)                                                  \
+			ext_raise((rc), msg_);                                 \
+	} while (0)
 /* nvs_swap_stats and nvs_tensor_info as dicts (swapinfo.c). */
 PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st);
 /* aio_handle.stats(): nvs_aio_stats as a dict (swapinfo.c). */

@@ -20,8 +20,7 @@ PyObject *ext_raise_closed(const char *what)
 	return NULL;
 }
 
-/* Count a call in; ValueError when the swapper is closed or closing. */
-static int enter(struct ext_swapper *self)
+int ext_swapper_enter(struct ext_swapper *self)
 {
 	if (self->s && !ext_gate_enter(&self->gate, false))
 		return 0;
@@ -32,167 +31,6 @@ static int enter(struct ext_swapper *self)
 static int id_arg(PyObject *v, uint64_t *id)
 {
 	return ext_arg_u64(v, "id", UINT64_MAX, id);
-}
-
-/* ---- creation --------------------------------------------------------- */
-
-static PyObject *swapper_new(PyTypeObject *type, PyObject *Py_UNUSED(a),
-			     PyObject *Py_UNUSED(k))
-{
-	struct ext_swapper *self =
-		(struct ext_swapper *)type->tp_alloc(type, 0);
-
-	if (!self)
-		return NULL;
-	self->held = PyDict_New();
-	if (!self->held) {
-		Py_DECREF(self);
-		return NULL;
-	}
-	ext_gate_init(&self->gate);
-	return (PyObject *)self;
-}
-
-/* nvme_path: one path, or a list or tuple of them; new bytes in @keep. */
-static int paths_arg(PyObject *v, struct nvs_swapper_opts *o, PyObject **keep)
-{
-	Py_ssize_t n;
-	bool one = PyUnicode_Check(v) || PyBytes_Check(v) ||
-		   !(PyList_Check(v) || PyTuple_Check(v));
-
-	n = one ? 1 : PySequence_Size(v);
-	if (n < 1 || n > NVS_SWAPPER_MAX_PATHS) {
-		PyErr_Format(PyExc_ValueError,
-			     "nvswap: nvme_path lists 1 to %d paths, not %zd",
-			     NVS_SWAPPER_MAX_PATHS, n);
-		return -1;
-	}
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *item = one ? v : PySequence_GetItem(v, i);
-		int ok = item && PyUnicode_FSConverter(item, &keep[i]);
-
-		if (!one)
-			Py_XDECREF(item);
-		if (!ok)
-			return -1;
-		o->nvme_paths[i] = PyBytes_AS_STRING(keep[i]);
-	}
-	o->npaths = (unsigned)n;
-	return 0;
-}
-
-static int size_arg(PyObject *v, const char *what, size_t *out)
-{
-	uint64_t x = *out;
-
-	if (ext_arg_bytes(v, what, &x))
-		return -1;
-	*out = (size_t)x;
-	return 0;
-}
-
-static int opt_bool(PyObject *v, bool *out)
-{
-	return v && v != Py_None ? ext_arg_bool(v, *out, out) : 0;
-}
-
-static int opt_uint(PyObject *v, const char *what, uint64_t max, uint64_t *out)
-{
-	return v && v != Py_None ? ext_arg_u64(v, what, max, out) : 0;
-}
-
-static int swapper_init(PyObject *o, PyObject *args, PyObject *kwds)
-{
-	static char *kwlist[] = {"config",	 "kind",       "rank",
-				 "nvme_path",	 "name",       "buffer_size",
-				 "buffer_count", "elem_size",  "stripe_size",
-				 "pin_memory",	 "auto_evict", "checksum",
-				 "wait_ms",	 "backend",    NULL};
-	struct ext_swapper *self = SW(o);
-	PyObject *config = Py_None, *kind = NULL, *rank = NULL, *paths = NULL,
-		 *name = NULL, *bsize = NULL, *bcount = NULL, *esize = NULL,
-		 *ssize = NULL, *pin = NULL, *autoev = NULL, *csum = NULL,
-		 *wait = NULL, *backend = NULL;
-	PyObject *keep[NVS_SWAPPER_MAX_PATHS] = {NULL};
-	char msg[NVS_ERRMSG_MAX] = "";
-	struct nvs_swapper_opts opts;
-	enum nvs_offload_kind k = NVS_OFFLOAD_PARAM;
-	struct nvs_swapper *s = NULL;
-	uint64_t r = 0, count, elem = 0, wms;
-	int rc = -1;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$OOOOOOOOOOO", kwlist,
-					 &config, &kind, &rank, &paths, &name,
-					 &bsize, &bcount, &esize, &ssize, &pin,
-					 &autoev, &csum, &wait, &backend))
-		return -1;
-	if (self->s || self->gate.closing) {
-		PyErr_SetString(PyExc_RuntimeError,
-				"nvswap: Swapper.__init__ called twice");
-		return -1;
-	}
-	nvs_swapper_opts_init(&opts);
-	if ((kind && ext_offload_kind(kind, &k)) ||
-	    opt_uint(rank, "rank", INT32_MAX, &r) ||
-	    opt_uint(esize, "elem_size", SIZE_MAX, &elem))
-		return -1;
-	opts.elem_size = (size_t)elem;
-	if (config != Py_None) {
-		if (!PyObject_TypeCheck(config, &ext_ConfigType)) {
-			PyErr_Format(PyExc_TypeError,
-				     "Swapper: config must be an nvswap.Config "
-				     "or None, not %.100s",
-				     Py_TYPE(config)->tp_name);
-			return -1;
-		}
-		rc = nvs_config_swapper_opts(((struct ext_config *)config)->cfg,
-					     k, (int)r, &opts);
-		if (rc < 0) {
-			ext_raise_config(rc, nvs_last_error());
-			return -1;
-		}
-		rc = -1;
-	}
-	opts.rank = (int)r;
-	count = opts.buffer_count;
-	wms = opts.wait_ms;
-	if (paths && paths != Py_None && paths_arg(paths, &opts, keep))
-		goto out;
-	if (name && name != Py_None) {
-		opts.name =
-			PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-		if (!opts.name) {
-			if (!PyErr_Occurred())
-				PyErr_Format(PyExc_TypeError,
-					     "Swapper: name must be a str, not "
-					     "%.100s",
-					     Py_TYPE(name)->tp_name);
-			goto out;
-		}
-	}
-	if (size_arg(bsize, "buffer_size", &opts.buffer_size) ||
-	    opt_uint(bcount, "buffer_count", UINT32_MAX, &count) ||
-	    ext_arg_bytes(ssize, "stripe_size", &opts.stripe_size) ||
-	    opt_bool(pin, &opts.pin_memory) ||
-	    opt_bool(autoev, &opts.auto_evict) ||
-	    opt_bool(csum, &opts.checksum) ||
-	    opt_uint(wait, "wait_ms", UINT32_MAX, &wms) ||
-	    ext_parse_backend(backend, &opts.aio.backend))
-		goto out;
-	opts.buffer_count = (unsigned)count;
-	opts.wait_ms = (uint32_t)wms;
-	EXT_NOGIL(rc, msg, nvs_swapper_create(&opts, &s));
-	if (rc < 0) {
-		ext_raise(rc, msg);
-		rc = -1;
-		goto out;
-	}
-	self->s = s;
-	rc = 0;
-out:
-	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++)
-		Py_XDECREF(keep[i]);
-	return rc;
 }
 
 /* ---- destruction ------------------------------------------------------ */
@@ -279,16 +117,6 @@ static void swapper_dealloc(PyObject *o)
 
 /* ---- the calls -------------------------------------------------------- */
 
-/* An int-valued call on the swapper with the GIL released; Error raised. */
-#define CALL(self, rc, expr)                                                   \
-	do {                                                                   \
-		char msg_[NVS_ERRMSG_MAX] = "";                                \
-		EXT_NOGIL(rc, msg_, expr);                                     \
-		ext_gate_leave(&(self)->gate);                                 \
-		if ((rc) < 0)                                                  \
-			ext_raise((rc), msg_);                                 \
-	} while (0)
-
 static PyObject *swapper_register(PyObject *o, PyObject *const *args,
 				  Py_ssize_t nargs, PyObject *kw)
 {
@@ -308,13 +136,14 @@ static PyObject *swapper_register(PyObject *o, PyObject *const *args,
 	} else if (ext_buf_get(a[1], false, &buf)) {
 		return NULL;
 	}
-	if (enter(self)) {
+	if (ext_swapper_enter(self)) {
 		ext_buf_release(&buf);
 		return NULL;
 	}
-	CALL(self, rc,
-	     nvs_swapper_register(self->s, id, buf.obj ? buf.nbytes : n,
-				  buf.obj ? buf.ptr : NULL));
+	EXT_SWAPPER_CALL(self, rc,
+			 nvs_swapper_register(self->s, id,
+					      buf.obj ? buf.nbytes : n,
+					      buf.obj ? buf.ptr : NULL));
 	ext_buf_release(&buf);
 	if (rc < 0)
 		return NULL;
@@ -329,9 +158,9 @@ static PyObject *swapper_register(PyObject *o, PyObject *const *args,
 		uint64_t id;                                                   \
 		int rc;                                                        \
                                                                                \
-		if (id_arg(arg, &id) || enter(self))                           \
+		if (id_arg(arg, &id) || ext_swapper_enter(self))               \
 			return NULL;                                           \
-		CALL(self, rc, cfn(self->s, id));                              \
+		EXT_SWAPPER_CALL(self, rc, cfn(self->s, id));                  \
 		if (rc < 0)                                                    \
 			return NULL;                                           \
 		Py_RETURN_NONE;                                                \
@@ -349,7 +178,7 @@ static PyObject *swapper_try_prefetch(PyObject *o, PyObject *arg)
 	uint64_t id;
 	int rc;
 
-	if (id_arg(arg, &id) || enter(self))
+	if (id_arg(arg, &id) || ext_swapper_enter(self))
 		return NULL;
 	EXT_NOGIL(rc, msg, nvs_swapper_try_prefetch(self->s, id));
 	ext_gate_leave(&self->gate);
@@ -365,9 +194,9 @@ static PyObject *swapper_wait_all(PyObject *o, PyObject *Py_UNUSED(a))
 	struct ext_swapper *self = SW(o);
 	int rc;
 
-	if (enter(self))
+	if (ext_swapper_enter(self))
 		return NULL;
-	CALL(self, rc, nvs_swapper_wait_all(self->s));
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_wait_all(self->s));
 	if (rc < 0)
 		return NULL;
 	Py_RETURN_NONE;
@@ -425,7 +254,8 @@ static PyObject *swapper_acquire(PyObject *o, PyObject *const *args,
 	int rc;
 
 	if (ext_bind("acquire", args, nargs, kw, names, 3, 1, a) ||
-	    id_arg(a[0], &id) || ext_arg_bool(a[3], false, &mv) || enter(self))
+	    id_arg(a[0], &id) || ext_arg_bool(a[3], false, &mv) ||
+	    ext_swapper_enter(self))
 		return NULL;
 	ts = PyEval_SaveThread();
 	rc = nvs_swapper_acquire(self->s, id, &ptr);
@@ -486,7 +316,7 @@ static PyObject *swapper_release(PyObject *o, PyObject *const *args,
 
 	if (ext_bind("release", args, nargs, kw, names, 2, 2, a) ||
 	    id_arg(a[0], &id) || ext_arg_bool(a[1], false, &dirty) ||
-	    enter(self))
+	    ext_swapper_enter(self))
 		return NULL;
 	key = PyLong_FromUnsignedLongLong(id);
 	e = key ? PyDict_GetItemWithError(self->held, key) : NULL;
@@ -531,9 +361,9 @@ static PyObject *swapper_stats(PyObject *o, PyObject *Py_UNUSED(a))
 	struct nvs_swap_stats st;
 	int rc;
 
-	if (enter(self))
+	if (ext_swapper_enter(self))
 		return NULL;
-	CALL(self, rc, nvs_swapper_stats(self->s, &st));
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_stats(self->s, &st));
 	return rc < 0 ? NULL : ext_swap_stats_dict(&st);
 }
 
@@ -544,9 +374,9 @@ static PyObject *swapper_info(PyObject *o, PyObject *arg)
 	uint64_t id;
 	int rc;
 
-	if (id_arg(arg, &id) || enter(self))
+	if (id_arg(arg, &id) || ext_swapper_enter(self))
 		return NULL;
-	CALL(self, rc, nvs_swapper_info(self->s, id, &ti));
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_info(self->s, id, &ti));
 	return rc < 0 ? NULL : ext_tensor_info_dict(&ti);
 }
 
@@ -556,7 +386,7 @@ static PyObject *swapper_get_dirs(PyObject *o, void *Py_UNUSED(c))
 	PyObject *l;
 	const char *d;
 
-	if (enter(self))
+	if (ext_swapper_enter(self))
 		return NULL;
 	l = PyList_New(0);
 	for (unsigned i = 0; l && (d = nvs_swapper_dir(self->s, i)); i++) {
@@ -714,7 +544,9 @@ static PyMethodDef swapper_methods[] = {
 	  "release() does), close the role swappers made over it\n"
 	  "(ParamSwapper...), finish the I/O in flight, then remove the\n"
 	  "swap files and directories. Dirty resident tensors are not\n"
-	  "written. Raises nvswap.Error for an I/O failure no call\n"
+	  "written. A persistent set instead checkpoints (tag 'destroy')\n"
+	  "when anything changed since its newest generation, and keeps\n"
+	  "its files. Raises nvswap.Error for an I/O failure no call\n"
 	  "reported yet (a failed write-behind is never silent). A second\n"
 	  "close() does nothing; any other call afterwards raises\n"
 	  "ValueError."),
@@ -747,7 +579,8 @@ PyTypeObject ext_SwapperType = {
 		"        name=None, buffer_size=None, buffer_count=None,\n"
 		"        elem_size=None, stripe_size=None, pin_memory=None,\n"
 		"        auto_evict=None, checksum=None, wait_ms=None,\n"
-		"        backend=None)\n\n"
+		"        backend=None, persist=None, keep_generations=None,\n"
+		"        generation=None)\n\n"
 		"The swap manager: tensors registered under caller-chosen ids,\n"
 		"kept in swap files on one or more NVMe paths and brought\n"
 		"into a fixed pool of pinned buffers on demand.\n\n"
@@ -766,25 +599,46 @@ PyTypeObject ext_SwapperType = {
 		"a buffer is waited for; default 60000, WAIT_FOREVER for no\n"
 		"limit), backend ('auto', 'io_uring', 'libaio', 'psync').\n"
 		"kind is ignored without a config.\n\n"
+		"persist ('scratch', the default: files removed at close;\n"
+		"'persistent': a swap set kept across runs, reopened when\n"
+		"its directory holds one; 'resume': it must exist) makes the\n"
+		"tensors outlive the process: checkpoint() saves generations,\n"
+		"keep_generations (default 2) of them are kept, generation\n"
+		"opens an older one; ids(), get_tag() and generations() say\n"
+		"what a reopened set holds. The config's nvswap.persist and\n"
+		"nvswap.keep_generations set them too.\n\n"
 		"Raises nvswap.ConfigError when the config's section cannot\n"
 		"make a swapper (device not 'nvme', no nvme_path), and\n"
 		"nvswap.Error for nvs_swapper_create's errors (EINVAL for\n"
 		"missing or bad options, EBUSY when another live swapper holds\n"
-		"the directory, ENOENT/EACCES/ENOTDIR for a path, ENOMEM/EPERM\n"
-		"for the pinned pool).\n\n"
+		"the directory, ENOENT/EACCES/ENOTDIR for a path or a set\n"
+		"to resume that is not there, EBADMSG/ENOTSUP for a damaged\n"
+		"or newer set, ENOMEM/EPERM for the pinned pool).\n\n"
 		"Thread-safe: several Python threads may call it at once; the\n"
 		"blocking calls release the GIL. An acquire belongs to the\n"
 		"thread that made it (it counts for EDEADLK). A context\n"
 		"manager: close() on exit.",
 	.tp_weaklistoffset = offsetof(struct ext_swapper, weakrefs),
-	.tp_methods = swapper_methods,
 	.tp_getset = swapper_getset,
-	.tp_init = swapper_init,
-	.tp_new = swapper_new,
+	.tp_init = ext_swapper_tp_init,
+	.tp_new = ext_swapper_new,
 };
 
 int ext_swapper_init(PyObject *module)
 {
+	/* The type's methods: the calls here, then a swap set's (swapset.c). */
+	static PyMethodDef all[64];
+	size_t n = 0;
+
+	for (const PyMethodDef *m = swapper_methods; m->ml_name; m++)
+		all[n++] = *m;
+	for (const PyMethodDef *m = ext_swapset_methods; m->ml_name; m++)
+		all[n++] = *m;
+	if (n >= sizeof(all) / sizeof(all[0])) {
+		PyErr_SetString(PyExc_SystemError, "nvswap: too many methods");
+		return -1;
+	}
+	ext_SwapperType.tp_methods = all;
 	if (PyType_Ready(&ext_SwapperType) < 0)
 		return -1;
 	if (PyModule_AddIntConstant(module, "WAIT_FOREVER", NVS_WAIT_FOREVER))

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nvswap.Swapper's persistent swap set calls (nvswap/swapper.h,
+ * "Persistent swap sets"): checkpoint and its wait, the kept generations,
+ * tensor tags and the registered ids. Added to the type's methods by
+ * ext_swapper_init().
+ */
+#include "args.h"
+#include "ext.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SW(o) ((struct ext_swapper *)(o))
+
+static PyObject *swapset_checkpoint(PyObject *o, PyObject *const *args,
+				    Py_ssize_t nargs, PyObject *kw)
+{
+	static const char *const names[] = {"tag", NULL};
+	struct ext_swapper *self = SW(o);
+	PyObject *a[1] = {NULL};
+	const char *tag = NULL;
+	int rc;
+
+	if (ext_bind("checkpoint", args, nargs, kw, names, 1, 0, a))
+		return NULL;
+	if (a[0] && a[0] != Py_None) {
+		tag = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
+		if (!tag) {
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_TypeError,
+					     "checkpoint: tag must be a str or "
+					     "None, not %.100s",
+					     Py_TYPE(a[0])->tp_name);
+			return NULL;
+		}
+	}
+	if (ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_checkpoint(self->s, tag));
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *swapset_checkpoint_wait(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	struct ext_swapper *self = SW(o);
+	int rc;
+
+	if (ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_checkpoint_wait(self->s));
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *generation_dict(const struct nvs_generation_info *g)
+{
+	PyObject *d = PyDict_New();
+
+	if (ext_dict_put(&d, "generation",
+			 PyLong_FromUnsignedLongLong(g->generation)) ||
+	    ext_dict_put(&d, "time_ns", PyLong_FromLongLong(g->time_ns)) ||
+	    ext_dict_put(&d, "tensors",
+			 PyLong_FromUnsignedLongLong(g->tensors)) ||
+	    ext_dict_put(&d, "tensor_bytes",
+			 PyLong_FromUnsignedLongLong(g->tensor_bytes)) ||
+	    ext_dict_put(
+		    &d, "tag",
+		    PyUnicode_DecodeUTF8(g->tag, strlen(g->tag), "replace")))
+		return NULL;
+	return d;
+}
+
+static PyObject *swapset_generations(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	struct ext_swapper *self = SW(o);
+	struct nvs_generation_info *g = NULL;
+	PyObject *l = NULL;
+	int rc, n = 0;
+
+	if (ext_swapper_enter(self))
+		return NULL;
+	/* The count first; a checkpoint meanwhile may add one: ask again. */
+	for (;;) {
+		rc = nvs_swapper_generations(self->s, g, (size_t)n);
+		if (rc < 0 || rc <= n)
+			break;
+		free(g);
+		n = rc;
+		g = calloc((size_t)n, sizeof(*g));
+		if (!g) {
+			ext_gate_leave(&self->gate);
+			return PyErr_NoMemory();
+		}
+	}
+	ext_gate_leave(&self->gate);
+	if (rc < 0) {
+		free(g);
+		return ext_raise_last(rc);
+	}
+	l = PyList_New(rc);
+	for (int i = 0; l && i < rc; i++) {
+		PyObject *d = generation_dict(&g[i]);
+		if (!d)
+			Py_CLEAR(l);
+		else
+			PyList_SET_ITEM(l, i, d);
+	}
+	free(g);
+	return l;
+}
+
+static PyObject *swapset_set_tag(PyObject *o, PyObject *const *args,
+				 Py_ssize_t nargs, PyObject *kw)
+{
+	static const char *const names[] = {"id", "tag", NULL};
+	struct ext_swapper *self = SW(o);
+	PyObject *a[2] = {NULL, NULL};
+	const char *tag = NULL;
+	Py_ssize_t len = 0;
+	uint64_t id;
+	int rc;
+
+	if (ext_bind("set_tag", args, nargs, kw, names, 2, 2, a) ||
+	    ext_arg_u64(a[0], "id", UINT64_MAX, &id))
+		return NULL;
+	if (PyUnicode_Check(a[1]))
+		tag = PyUnicode_AsUTF8AndSize(a[1], &len);
+	else if (PyBytes_Check(a[1])) {
+		tag = PyBytes_AS_STRING(a[1]);
+		len = PyBytes_GET_SIZE(a[1]);
+	} else if (a[1] != Py_None)
+		PyErr_Format(PyExc_TypeError,
+			     "set_tag: tag must be bytes, a str or None, not "
+			     "%.100s",
+			     Py_TYPE(a[1])->tp_name);
+	if (PyErr_Occurred() || ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc,
+			 nvs_swapper_set_tag(self->s, id, tag, (size_t)len));
+	if (rc < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *swapset_get_tag(PyObject *o, PyObject *arg)
+{
+	struct ext_swapper *self = SW(o);
+	char buf[NVS_SWAPPER_TAG_MAX];
+	uint64_t id;
+	int rc;
+
+	if (ext_arg_u64(arg, "id", UINT64_MAX, &id) || ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc,
+			 nvs_swapper_get_tag(self->s, id, buf, sizeof(buf)));
+	return rc < 0 ? NULL : PyBytes_FromStringAndSize(buf, rc);
+}
+
+static PyObject *swapset_ids(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	struct ext_swapper *self = SW(o);
+	uint64_t *ids = NULL;
+	PyObject *l;
+	int rc, n = 0;
+
+	if (ext_swapper_enter(self))
+		return NULL;
+	for (;;) {
+		rc = nvs_swapper_list(self->s, ids, (size_t)n);
+		if (rc < 0 || rc <= n)
+			break;
+		free(ids);
+		n = rc;
+		ids = malloc((size_t)n * sizeof(*ids));
+		if (!ids) {
+			ext_gate_leave(&self->gate);
+			return PyErr_NoMemory();
+		}
+	}
+	ext_gate_leave(&self->gate);
+	if (rc < 0) {
+		free(ids);
+		return ext_raise_last(rc);
+	}
+	l = PyList_New(rc);
+	for (int i = 0; l && i < rc; i++) {
+		PyObject *x = PyLong_FromUnsignedLongLong(ids[i]);
+		if (!x)
+			Py_CLEAR(l);
+		else
+			PyList_SET_ITEM(l, i, x);
+	}
+	free(ids);
+	return l;
+}
+
+#define FAST (METH_FASTCALL | METH_KEYWORDS)
+#define M(name, flags, doc)                                                    \
+	{                                                                      \
+#name, (PyCFunction)(void (*)(void))swapset_##name, flags, doc \
+	}
+
+PyMethodDef ext_swapset_methods[] = {
+	M(checkpoint, FAST,
+	  "checkpoint(tag=None) -> int\n\n"
+	  "A persistent set (persist='persistent' or 'resume'): make the\n"
+	  "current state durable as a new generation named tag (a str of\n"
+	  "at most 255 bytes). Starts the writes of dirty released tensors\n"
+	  "and returns the new generation's number; a background thread\n"
+	  "syncs the data and commits the manifest (checkpoint_wait()\n"
+	  "waits for it), then drops generations beyond keep_generations.\n"
+	  "Tensors already on disk cost nothing. Raises nvswap.Error:\n"
+	  "EINVAL (not a persistent set, tag too long), EBUSY (a tensor is\n"
+	  "acquired and was changed since its last write: release it\n"
+	  "first), or the error of a previous checkpoint nobody collected."),
+	M(checkpoint_wait, METH_NOARGS,
+	  "checkpoint_wait() -> int\n\n"
+	  "Block (GIL released) until the last checkpoint is committed:\n"
+	  "its generation number, 0 when none was started. Raises\n"
+	  "nvswap.Error ENOSPC/EIO when it failed (once): nothing is lost,\n"
+	  "the previous generation stays the newest."),
+	M(generations, METH_NOARGS,
+	  "generations() -> list[dict]\n\n"
+	  "The kept generations, newest first, each a dict: generation,\n"
+	  "time_ns (when committed, CLOCK_REALTIME), tensors,\n"
+	  "tensor_bytes, tag. Empty for a scratch set."),
+	M(set_tag, FAST,
+	  "set_tag(id, tag) -> None\n\n"
+	  "Attach opaque bytes (or a str, stored as UTF-8; None or b''\n"
+	  "clears it) to tensor id, at most 1024 bytes: kept in a\n"
+	  "persistent set's manifest and restored at reopen (say its dtype\n"
+	  "and shape). Raises nvswap.Error ENOENT or EINVAL (too long)."),
+	M(get_tag, METH_O,
+	  "get_tag(id) -> bytes\n\n"
+	  "Tensor id's tag (b'' when none). Raises nvswap.Error ENOENT."),
+	M(ids, METH_NOARGS,
+	  "ids() -> list[int]\n\n"
+	  "The registered tensor ids in ascending order: after reopening a\n"
+	  "persistent set, the tensors it holds."),
+	{NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: MIT
+"""nvswap.Swapper as a persistent swap set: checkpoints, reopening,
+generations, tags and ids, role swappers over a set, and the errors."""
+import errno
+import os
+
+import pytest
+
+import nvswap
+
+MiB = 1 << 20
+
+
+def pattern(n, seed=1):
+    return bytes((i * 131 + seed * 7 + (i >> 8)) & 0xFF for i in range(n))
+
+
+def raises_errno(err, fn, *args, **kw):
+    with pytest.raises(nvswap.Error) as ei:
+        fn(*args, **kw)
+    assert ei.value.errno == err, ei.value
+    return ei.value
+
+
+def open_set(swapdir, persist="persistent", **kw):
+    return nvswap.Swapper(nvme_path=swapdir, name="set", buffer_size=MiB,
+                          buffer_count=2, persist=persist, **kw)
+
+
+def write(s, i, data):
+    mv = s.acquire(i, memoryview=True)
+    mv[:] = data
+    s.release(i, True)
+
+
+def read(s, i):
+    mv = s.acquire(i, memoryview=True)
+    data = bytes(mv)
+    s.release(i, False)
+    s.evict(i)
+    return data
+
+
+def test_a_set_reopens_with_its_tensors_tags_and_bytes(swapdir):
+    with open_set(swapdir) as s:
+        assert s.generations() == []
+        for i in range(3):
+            s.register(10 + i, bytearray(pattern(5000, i)))
+        s.set_tag(11, b"f32[1250]")
+        s.set_tag(12, "bf16")
+        write(s, 10, pattern(5000, 7))
+        gen = s.checkpoint("step 1")
+        assert gen == 1
+        assert s.checkpoint_wait() == 1
+        assert s.checkpoint_wait() == 1  # the last one, again
+    rank = os.path.join(swapdir, "nvswap", "set", "rank0")
+    assert sorted(os.listdir(rank)) == [
+        "lock", "manifest.00000000000000000001", "set.data"]
+
+    with open_set(swapdir, persist="resume") as s:
+        assert s.ids() == [10, 11, 12]
+        assert s.get_tag(10) == b""
+        assert s.get_tag(11) == b"f32[1250]"
+        assert s.get_tag(12) == b"bf16"
+        assert read(s, 10) == pattern(5000, 7)
+        assert read(s, 11) == pattern(5000, 1)
+        (g,) = s.generations()
+        assert g["generation"] == 1 and g["tag"] == "step 1"
+        assert g["tensors"] == 3 and g["tensor_bytes"] == 15000
+        assert g["time_ns"] > 0
+        s.set_tag(12, None)  # a change: close saves it
+    with open_set(swapdir, persist="resume") as s:
+        assert [g["tag"] for g in s.generations()] == ["destroy", "step 1"]
+        assert s.get_tag(12) == b""
+
+
+def test_checkpoints_are_kept_and_an_older_one_reopens(swapdir):
+    with open_set(swapdir, keep_generations=3) as s:
+        s.register(1, 4096)
+        for k in range(1, 6):
+            write(s, 1, pattern(4096, k))
+            assert s.checkpoint(f"k{k}") == k
+        assert s.checkpoint_wait() == 5
+        assert [g["generation"] for g in s.generations()] == [5, 4, 3]
+    with open_set(swapdir, persist="resume", generation=4) as s:
+        assert read(s, 1) == pattern(4096, 4)
+    raises_errno(errno.ENOENT, open_set, swapdir, persist="resume",
+                 generation=2)
+
+
+def test_scratch_sets_have_no_generations(swapper):
+    assert swapper.generations() == []
+    swapper.register(1, 100)
+    assert swapper.ids() == [1]
+    swapper.set_tag(1, b"x")  # any swapper keeps tags
+    assert swapper.get_tag(1) == b"x"
+    e = raises_errno(errno.EINVAL, swapper.checkpoint)
+    assert "only a persistent set has generations" in str(e), e
+
+
+@pytest.fixture
+def swapper(swapdir):
+    s = nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=2)
+    yield s
+    s.close()
+
+
+def test_resume_needs_a_set(swapdir):
+    e = raises_errno(errno.ENOENT, open_set, swapdir, persist="resume")
+    assert swapdir in str(e), e
+
+
+def test_bad_arguments(swapdir):
+    with pytest.raises(ValueError, match="persist must be 'scratch'"):
+        open_set(swapdir, persist="durable")
+    with pytest.raises(ValueError, match="persist must be"):
+        open_set(swapdir, persist=1)
+    raises_errno(errno.EINVAL, open_set, swapdir, keep_generations=65)
+    with open_set(swapdir) as s:
+        s.register(1, 100)
+        with pytest.raises(TypeError, match="tag must be a str or None"):
+            s.checkpoint(b"x")
+        raises_errno(errno.EINVAL, s.checkpoint, "x" * 256)
+        with pytest.raises(TypeError, match="tag must be bytes, a str"):
+            s.set_tag(1, 5)
+        raises_errno(errno.EINVAL, s.set_tag, 1, b"x" * 1025)
+        raises_errno(errno.ENOENT, s.set_tag, 2, b"x")
+        raises_errno(errno.ENOENT, s.get_tag, 2)
+        # Acquired and changed since its last write: refused by name.
+        write(s, 1, pattern(100))
+        s.acquire(1, memoryview=True)
+        e = raises_errno(errno.EBUSY, s.checkpoint)
+        assert "tensor 1" in str(e), e
+        s.release(1, False)
+        assert s.checkpoint() == 1
+    for call in ("checkpoint", "checkpoint_wait", "generations", "ids"):
+        with pytest.raises(ValueError, match="closed"):
+            getattr(s, call)()
+
+
+def test_role_swappers_over_a_set_resume_their_groups(swapdir):
+    def roles(init_seed, persist):
+        core = open_set(swapdir, persist=persist)
+        p = nvswap.ParamSwapper(core)
+        data = [bytearray(pattern(1000, init_seed)),
+                bytearray(pattern(3000, init_seed + 1))]
+        p.add_layer(0, data)
+        return core, p
+
+    core, p = roles(1, "persistent")
+    t = p.acquire_layer(0, memoryview=True)
+    t[1][:] = pattern(3000, 9)
+    p.release_layer(0, True)
+    p.evict_layer(0)
+    assert core.checkpoint("one") == 1
+    core.checkpoint_wait()
+    core.close()
+
+    core, p = roles(5, "resume")  # the saved bytes win over the init
+    t = p.acquire_layer(0, memoryview=True)
+    assert bytes(t[0]) == pattern(1000, 1)
+    assert bytes(t[1]) == pattern(3000, 9)
+    p.release_layer(0, False)
+    core.close()
+
+    core = open_set(swapdir, persist="resume")
+    p = nvswap.ParamSwapper(core)
+    e = raises_errno(errno.EINVAL, p.add_layer, 0,
+                     [bytearray(1000), bytearray(3001)])
+    assert "saved with another layout" in str(e), e
+    core.close()
