@@ -10,9 +10,13 @@ bit (they must be: nvswap.torch runs torch's own AdamW on the swapped
 buffers).
 
     python3 examples/python/train_offloaded.py [--dir DIR] [--steps N]
-        [--step-in-backward]
+        [--step-in-backward] [--stop-after N | --resume]
 
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp).
+--stop-after N stops after step N with the training state saved where it
+lies (nvswap.torch.checkpoint over persistent swap sets); --resume picks
+it up (the in-memory run replays the saved steps for its reference) and
+the verdict is still bit for bit. Remove DIR/nvswap to start again.
 """
 import argparse
 import copy
@@ -21,6 +25,7 @@ import time
 
 import torch
 
+import nvswap
 import nvswap.torch as nvt
 
 
@@ -102,7 +107,16 @@ def main():
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--step-in-backward", action="store_true",
                     help="step each layer in backward (no gradient I/O)")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--stop-after", type=int, metavar="N",
+                     help="save the state after step N and stop")
+    how.add_argument("--resume", action="store_true",
+                     help="train on from the saved state")
     args = ap.parse_args()
+    if args.stop_after is not None and not 0 < args.stop_after < args.steps:
+        ap.error("--stop-after takes a step before the last (--steps)")
+    persist = ("resume" if args.resume else
+               "persistent" if args.stop_after else None)
     os.makedirs(args.dir, exist_ok=True)
     vocab, heads = 2048, 4
     torch.manual_seed(0)
@@ -111,8 +125,22 @@ def main():
     biggest = max(p.numel() * p.element_size() for p in model.parameters())
     buffer_size = max(1 << 20, 4 * args.width * args.width * 4 + 65536,
                       biggest + 65536)
-    nvt.offload(model, config=config(args.dir, buffer_size))
+    try:
+        nvt.offload(model, config=config(args.dir, buffer_size),
+                    persist=persist)
+    except nvswap.Error as e:
+        print(f"train_offloaded: {e}")
+        return 1
     st = nvt.stats(model)
+    done = st["resumed"]["steps"] if st["resumed"] else 0
+    if args.stop_after and done:
+        print(f"train_offloaded: {args.dir} holds a saved run (step {done})"
+              ": --resume it, or remove its nvswap/ to start again")
+        return 1
+    if done > args.steps:
+        print(f"train_offloaded: saved at step {done}, beyond --steps "
+              f"{args.steps}")
+        return 1
     print(f"{st['parameters']} parameters ({st['parameter_bytes'] >> 20} "
           f"MiB) in {st['layers']} layers on NVMe under {args.dir}; pools "
           f"{st['pool_bytes'] >> 20} MiB")
@@ -120,10 +148,19 @@ def main():
     opt = nvt.AdamW(model.parameters(), lr=1e-3,
                     step_in_backward=args.step_in_backward)
     gen = torch.Generator().manual_seed(1)
+    for i in range(done):  # the reference replays the saved steps
+        step(ref, ref_opt, torch.randint(0, vocab, (args.batch,
+                                                    args.context + 1),
+                                         generator=gen))
+    if done:
+        print(f"resumed after step {done} ({st['resumed']['tag']!r}, "
+              f"generations {st['resumed']['generations']}); the "
+              f"in-memory run replayed steps 0-{done - 1}")
+    last = args.stop_after or args.steps
     print("step  loss(memory)  loss(nvme)  time(memory)  time(nvme)  "
           "read MiB  written MiB  I/O exposed")
     prev = nvt.stats(model)
-    for i in range(args.steps):
+    for i in range(done, last):
         tokens = torch.randint(0, vocab, (args.batch, args.context + 1),
                                generator=gen)
         l_ref, t_ref = step(ref, ref_opt, tokens)
@@ -136,12 +173,20 @@ def main():
         prev = cur
     same_w = equal_state(ref.state_dict(), model.state_dict())
     same_o = equal_state(ref_opt.state_dict(), opt.state_dict())
+    if persist and done < last:
+        ck = nvt.checkpoint(model)  # "step <last>": the optimizer's steps
+        ck.wait()
+        print(f"saved {ck.tag!r} as generations {ck.generations} under "
+              f"{args.dir}/nvswap")
     verdict = "equal" if same_w and same_o else "DIFFERENT"
-    print(f"verdict: after {args.steps} steps the offloaded model's weights "
+    print(f"verdict: after {last} steps the offloaded model's weights "
           f"are {'equal' if same_w else 'DIFFERENT'} and its AdamW state "
           f"{'equal' if same_o else 'DIFFERENT'} to the in-memory run, bit "
           f"for bit: {verdict}")
     nvt.restore(model)
+    if args.stop_after:
+        print(f"stopped after step {last} of {args.steps}: run again with "
+              "--resume to finish")
     return 0 if same_w and same_o else 1
 
 

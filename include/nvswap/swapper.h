@@ -500,6 +500,16 @@ NVS_API int nvs_swapper_generations(const struct nvs_swapper *s,
 				    size_t cap);
 
 /**
+ * nvs_swapper_unsaved() - whether a persistent set holds changes that its
+ * newest generation does not: a tensor registered, unregistered, retagged
+ * or written (a write-back of unchanged bytes counts) since the last
+ * checkpoint, a dirty resident tensor, or no generation yet. Exactly when
+ * nvs_swapper_destroy() would checkpoint first.
+ * Return: 1 or 0 (0 for a scratch swapper), -EINVAL (NULL), -ECHILD.
+ */
+NVS_API int nvs_swapper_unsaved(const struct nvs_swapper *s);
+
+/**
  * nvs_swapper_set_tag() - attach @len opaque bytes to tensor @id (for
  * example its dtype and shape), kept in a persistent set's manifest and
  * restored at reopen. @len 0 clears it. Any swapper.

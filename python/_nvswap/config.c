@@ -231,7 +231,15 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 	    ext_dict_put(&d, "nvme_paths", paths) ||
 	    ext_dict_put(&d, "wait_ms", PyLong_FromUnsignedLong(nv.wait_ms)) ||
 	    ext_dict_put(&d, "lookahead",
-			 PyLong_FromUnsignedLong(nv.lookahead)))
+			 PyLong_FromUnsignedLong(nv.lookahead)) ||
+	    ext_dict_put(&d, "persist",
+			 PyUnicode_FromString(
+				 nv.persist == NVS_PERSIST_RESUME ? "resume"
+				 : nv.persist == NVS_PERSIST_PERSISTENT
+					 ? "persistent"
+					 : "scratch")) ||
+	    ext_dict_put(&d, "keep_generations",
+			 PyLong_FromUnsignedLong(nv.keep_generations)))
 		return NULL;
 	return d;
 }
@@ -316,7 +324,8 @@ static PyMethodDef config_methods[] = {
 	 "nvswap_options() -> dict\n\n"
 	 "The nvswap section, defaults filled in: backend, stripe_size\n"
 	 "(bytes), checksum, auto_evict, nvme_paths (a list, empty when\n"
-	 "absent), wait_ms, lookahead (ParamSwapper's)."},
+	 "absent), wait_ms, lookahead (ParamSwapper's), persist\n"
+	 "('scratch', 'persistent' or 'resume'), keep_generations."},
 	{"aio_handle", config_aio_handle, METH_NOARGS,
 	 "aio_handle() -> aio_handle\n\n"
 	 "A new nvswap.aio_handle with aio_options(). Raises nvswap.Error\n"

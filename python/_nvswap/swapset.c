@@ -195,6 +195,17 @@ static PyObject *swapset_ids(PyObject *o, PyObject *Py_UNUSED(a))
 	return l;
 }
 
+static PyObject *swapset_unsaved(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	struct ext_swapper *self = SW(o);
+	int rc;
+
+	if (ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_unsaved(self->s));
+	return rc < 0 ? NULL : PyBool_FromLong(rc);
+}
+
 #define FAST (METH_FASTCALL | METH_KEYWORDS)
 #define M(name, flags, doc)                                                    \
 	{                                                                      \
@@ -234,6 +245,12 @@ PyMethodDef ext_swapset_methods[] = {
 	M(get_tag, METH_O,
 	  "get_tag(id) -> bytes\n\n"
 	  "Tensor id's tag (b'' when none). Raises nvswap.Error ENOENT."),
+	M(unsaved, METH_NOARGS,
+	  "unsaved() -> bool\n\n"
+	  "True when a persistent set holds changes its newest generation\n"
+	  "does not (a tensor added, removed, retagged or written since,\n"
+	  "a dirty resident one, or no generation yet): exactly when\n"
+	  "close() would checkpoint first. False for scratch space."),
 	M(ids, METH_NOARGS,
 	  "ids() -> list[int]\n\n"
 	  "The registered tensor ids in ascending order: after reopening a\n"

@@ -45,6 +45,8 @@ def test_an_empty_config_has_deepspeeds_defaults():
         "nvme_paths": [],
         "wait_ms": 60000,
         "lookahead": 1,
+        "persist": "scratch",
+        "keep_generations": 2,
     }
     assert c.use_gds is False
     assert c.warnings == []
@@ -79,6 +81,8 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "nvme_paths": [swapdir, other],
         "wait_ms": 1500,
         "lookahead": 3,
+        "persist": "persistent",
+        "keep_generations": 3,
     }
     c = nvswap.Config.from_str(json.dumps(cfg), name="all.json")
     assert c.source == "all.json"
@@ -111,7 +115,12 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "nvme_paths": [swapdir, other],
         "wait_ms": 1500,
         "lookahead": 3,
+        "persist": "persistent",
+        "keep_generations": 3,
     }
+    assert nvswap.Config.from_str(
+        '{"nvswap": {"persist": "resume", "keep_generations": 5}}'
+    ).nvswap_options()["persist"] == "resume"
 
 
 def test_load_reads_a_file_and_names_it(swapdir):

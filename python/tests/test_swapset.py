@@ -68,7 +68,9 @@ def test_a_set_reopens_with_its_tensors_tags_and_bytes(swapdir):
         assert g["generation"] == 1 and g["tag"] == "step 1"
         assert g["tensors"] == 3 and g["tensor_bytes"] == 15000
         assert g["time_ns"] > 0
+        assert s.unsaved() is False
         s.set_tag(12, None)  # a change: close saves it
+        assert s.unsaved() is True
     with open_set(swapdir, persist="resume") as s:
         assert [g["tag"] for g in s.generations()] == ["destroy", "step 1"]
         assert s.get_tag(12) == b""
@@ -91,6 +93,7 @@ def test_checkpoints_are_kept_and_an_older_one_reopens(swapdir):
 def test_scratch_sets_have_no_generations(swapper):
     assert swapper.generations() == []
     swapper.register(1, 100)
+    assert swapper.unsaved() is False
     assert swapper.ids() == [1]
     swapper.set_tag(1, b"x")  # any swapper keeps tags
     assert swapper.get_tag(1) == b"x"

@@ -566,13 +566,17 @@ int nvs_swapper_generations(const struct nvs_swapper *cs,
 	return (int)n;
 }
 
-int nvs__persist_close(struct nvs_swapper *s)
+int nvs_swapper_unsaved(const struct nvs_swapper *cs)
 {
+	struct nvs_swapper *s = (struct nvs_swapper *)(uintptr_t)cs;
 	struct tensor *t, *tmp;
 	bool need;
-	int ret;
 
-	nvs_swapper_checkpoint_wait(s); /* an old failure is moot now */
+	if (!s)
+		return nvs__err(-EINVAL, "nvs_swapper_unsaved: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_unsaved", "swapper");
+	if (!s->pers)
+		return 0;
 	pthread_mutex_lock(&s->lock);
 	need = !s->pers->ngens || s->pers->changed;
 	HASH_ITER(hh, s->table, t, tmp)
@@ -580,7 +584,15 @@ int nvs__persist_close(struct nvs_swapper *s)
 		need |= t->dirty;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (!need)
+	return need;
+}
+
+int nvs__persist_close(struct nvs_swapper *s)
+{
+	int ret;
+
+	nvs_swapper_checkpoint_wait(s); /* an old failure is moot now */
+	if (!nvs_swapper_unsaved(s))
 		return 0; /* the newest generation is the state */
 	ret = nvs_swapper_checkpoint(s, "destroy");
 	if (ret > 0)

@@ -163,11 +163,13 @@ Test(persist, reopen_restores_tensors_tags_and_bytes)
 	cr_assert_eq(g[0].tensors, NT);
 	cr_assert_eq(g[0].tensor_bytes, (uint64_t)NT * SZ);
 	/* Read, not changed: closing adds no generation. */
+	cr_assert_eq(nvs_swapper_unsaved(s), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	s = open_set(tu_dir(), NVS_PERSIST_RESUME);
 	cr_assert_eq(nvs_swapper_generations(s, g, 4), 1);
 	/* A change (a tag counts): closing saves it as "destroy". */
 	cr_assert_eq(nvs_swapper_set_tag(s, 0, "bf16", 4), 0);
+	cr_assert_eq(nvs_swapper_unsaved(s), 1);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	s = open_set(tu_dir(), NVS_PERSIST_RESUME);
 	cr_assert_eq(nvs_swapper_generations(s, g, 4), 2);
@@ -291,6 +293,8 @@ Test(persist, scratch_space_and_checkpoints_do_not_mix)
 	cr_assert_eq(nvs_swapper_checkpoint(s, "x"), -EINVAL);
 	cr_assert(strstr(nvs_last_error(), "scratch"), "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 0);
+	cr_assert_eq(nvs_swapper_register(s, 1, SZ, NULL), 0);
+	cr_assert_eq(nvs_swapper_unsaved(s), 0, "scratch: nothing to save");
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	make_set(tu_dir());
 	opts(&o, tu_dir(), NVS_PERSIST_SCRATCH);
@@ -649,6 +653,8 @@ Test(persist, bad_arguments_are_refused_with_a_sentence)
 	cr_assert_eq(nvs_swapper_get_tag(s, 1, NULL, 4), -EINVAL);
 	cr_assert_eq(nvs_swapper_list(s, NULL, 2), -EINVAL);
 	cr_assert_eq(nvs_swapper_generations(s, NULL, 2), -EINVAL);
+	cr_assert_eq(nvs_swapper_unsaved(NULL), -EINVAL);
+	cr_assert_eq(nvs_swapper_unsaved(s), 1, "no generation yet");
 	memset(tag, 't', sizeof(tag));
 	tag[sizeof(tag) - 1] = '\0';
 	cr_assert_eq(nvs_swapper_checkpoint(s, tag), -EINVAL);
@@ -659,5 +665,6 @@ Test(persist, bad_arguments_are_refused_with_a_sentence)
 	cr_assert_eq(nvs_swapper_checkpoint(s, tag), 1, "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 1);
 	cr_assert_eq(nvs_swapper_checkpoint_wait(s), 1, "asked again");
+	cr_assert_eq(nvs_swapper_unsaved(s), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }

@@ -8,6 +8,7 @@ optimizer state on NVMe, from plain PyTorch.
     for batch in data:
         loss = loss_fn(model(batch)); loss.backward(); opt.step(); opt.zero_grad()
     nvt.stats(model)
+    nvt.checkpoint(model).wait()    # with persist="persistent": resumable
 
 offload() writes every parameter to NVMe (one ParamSwapper layer per
 module, split where a module does not fit a pool buffer) and leaves in its
@@ -19,10 +20,14 @@ Gradients go to NVMe as each parameter's gradient is complete (written
 behind); p.grad stays None. nvt.Adam / nvt.AdamW run torch's own Adam /
 AdamW on one layer at a time, with the state streamed through an
 OptimizerSwapper, so the arithmetic (and the result) is torch's, bit for
-bit. See docs/torch.md.
+bit. With persist='persistent' both pools are persistent swap sets:
+checkpoint(model) saves the training state where it lies (only what is
+dirty in memory is written), and offload(..., persist='resume') of the
+same model picks it up again. See docs/torch.md.
 """
 import contextlib
 import ctypes
+import errno
 import inspect
 import json
 import os
@@ -31,12 +36,14 @@ import torch
 
 import nvswap
 
-from . import _engine
+from . import _durable, _engine
 from ._engine import Engine, ParamDict, check_layer_fits
 from ._optim import Adam, AdamW, OffloadedOptimizer
 
-__all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of", "Adam",
-           "AdamW", "OffloadedOptimizer"]
+__all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
+           "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer"]
+
+Checkpoint = _durable.Checkpoint
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
 _ALWAYS_CALL = "always_call" in inspect.signature(
@@ -72,10 +79,26 @@ def _raw_key(raw, *path):
     return raw
 
 
-def _swappers(cfg, raw, rank, kw):
-    """The parameter Swapper and the gradient/optimizer-state Swapper."""
+def _persist(cfg, kw):
+    """(persist, keep_generations) from the keywords, else the config."""
+    nv = cfg.nvswap_options() if cfg is not None else {}
+    persist = kw.get("persist") or nv.get("persist", "scratch")
+    if persist not in ("scratch", "persistent", "resume"):
+        raise ValueError("nvswap.torch.offload: persist must be 'scratch', "
+                         f"'persistent' or 'resume', not {persist!r}")
+    return persist, nv.get("keep_generations", 2)
+
+
+def _swappers(cfg, raw, rank, kw, generations=(None, None)):
+    """The parameter Swapper and the gradient/optimizer-state Swapper
+    (each opened at the given generation of a persistent set)."""
     common = {k: kw[k] for k in ("backend",) if kw.get(k) is not None}
+    persist, keep = _persist(cfg, kw)
+    if persist != "scratch":
+        common.update(persist=persist, keep_generations=keep)
     pkw = dict(common)
+    if generations[0] is not None:
+        pkw["generation"] = generations[0]
     for k in ("nvme_path", "buffer_size", "buffer_count"):
         if kw.get(k) is not None:
             pkw[k] = kw[k]
@@ -90,6 +113,8 @@ def _swappers(cfg, raw, rank, kw):
     try:
         ps = pswap.stats()
         okw = dict(common)
+        if generations[1] is not None:
+            okw["generation"] = generations[1]
         if kw.get("optimizer_buffer_size") is not None:
             okw["buffer_size"] = kw["optimizer_buffer_size"]
         if kw.get("optimizer_buffer_count") is not None:
@@ -114,6 +139,44 @@ def _swappers(cfg, raw, rank, kw):
         pswap.close()
         raise
     return pswap, gswap
+
+
+def _resumable(cfg, raw, rank, kw):
+    """The two Swappers; for a persistent set that holds checkpoints,
+    both at the newest one they share, and its record."""
+    pswap, gswap = _swappers(cfg, raw, rank, kw)
+    persist = _persist(cfg, kw)[0]
+    if persist == "scratch":
+        return pswap, gswap, None
+    try:
+        common = _durable.common_generation(pswap, gswap)
+        if common is None and persist == "resume":
+            raise nvswap.Error(errno.ENOENT, "nvswap.torch.offload: "
+                               f"nothing to resume in {pswap.dirs[0]}: no "
+                               "nvswap.torch checkpoint was saved there")
+        if common is not None:
+            seq, gp, go = common
+            if (pswap.generations()[0]["generation"] != gp or
+                    gswap.generations()[0]["generation"] != go):
+                # One set is ahead (a crash between the two commits).
+                gswap.close()
+                pswap.close()
+                pswap = gswap = None
+                pswap, gswap = _swappers(cfg, raw, rank, kw, (gp, go))
+            rec = _durable.read_record(gswap)
+            rec["generations"] = (gp, go)
+            return pswap, gswap, rec
+        # No checkpoint of ours: what a run that never saved left is not
+        # a training state; start from the model given.
+        for s in (pswap, gswap):
+            for i in s.ids():
+                s.unregister(i)
+        return pswap, gswap, None
+    except BaseException:
+        for s in (gswap, pswap):
+            if s is not None:
+                s.close()
+        raise
 
 
 def _layer_plan(model, buffer_size):
@@ -182,7 +245,8 @@ def _fix_mmap_threshold(nbytes):
 def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
             buffer_count=None, lookahead=None, max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
-            backend=None, init=None, malloc_mmap_threshold=1 << 20):
+            backend=None, init=None, malloc_mmap_threshold=1 << 20,
+            persist=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -203,9 +267,18 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     memory of freed layer-sized tensors goes back to the system and the
     peak stays independent of the model's size.
 
-    Raises ValueError (already offloaded, no path), nvswap.Error(EFBIG)
-    naming a parameter larger than a pool buffer (nothing written then),
-    and the Swapper's errors.
+    persist: 'scratch' (the default, or the config's nvswap.persist),
+    'persistent' or 'resume': both pools become persistent swap sets
+    (<nvme_path>/nvswap/{param,optimizer}/rank<rank>), checkpoint(model)
+    saves the training state, and a set that holds a checkpoint is
+    resumed: the parameters (and, once an nvswap.torch optimizer is made
+    over the model, its state and step counts) are the saved ones, read
+    from NVMe only when used; the model given only says the layout, which
+    must match. 'resume' requires a checkpoint (ENOENT otherwise).
+
+    Raises ValueError (already offloaded, no path, another model than the
+    one saved), nvswap.Error(EFBIG) naming a parameter larger than a pool
+    buffer (nothing written then), and the Swapper's errors.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError("nvswap.torch.offload: model must be a "
@@ -220,8 +293,9 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
               optimizer_buffer_size=optimizer_buffer_size,
-              optimizer_buffer_count=optimizer_buffer_count)
-    pswap, gswap = _swappers(cfg, raw, rank, kw)
+              optimizer_buffer_count=optimizer_buffer_count,
+              persist=persist)
+    pswap, gswap, rec = _resumable(cfg, raw, rank, kw)
     try:
         bs = pswap.stats()["buffer_size"]
         plan, tied = _layer_plan(model, bs)
@@ -259,6 +333,14 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
             layers = eng.mod_layers.setdefault(m, [])
             if layer_of[id(p)] not in layers:
                 layers.append(layer_of[id(p)])
+        eng.persistent = _persist(cfg, kw)[0] != "scratch"
+        if rec is not None:
+            _durable.check_layers(eng, rec)
+            _durable.restore_engine(eng, rec)
+            eng.resume_record = rec
+            eng.ckpt_seq = rec["seq"]
+            eng.resumed = {"tag": rec["tag"], "steps": rec["steps"],
+                           "generations": rec["generations"]}
     except BaseException:
         _undo(model, eng)
         raise
@@ -277,7 +359,7 @@ def _undo(model, eng):
             p.data = d
             del p._nvswap
     try:
-        eng.close()
+        eng.close(save=False)
     except nvswap.Error:
         pass
 
@@ -388,7 +470,9 @@ def stats(model):
     """A dict: layers, layers_held (acquired now), steps (optimizer steps
     taken), parameters, parameter_bytes, bytes_read,
     bytes_written, io_exposed_s (time acquires waited for I/O or a buffer,
-    from the C library), pool_bytes, pool_high_water, walk, and the raw
+    from the C library), pool_bytes, pool_high_water, walk, resumed
+    ({tag, steps, generations} when offload() resumed a checkpoint, else
+    None), checkpoints (nvswap.torch checkpoints of the sets), and the raw
     Swapper stats of both pools ('param', 'optimizer')."""
     return engine_of(model).stats()
 
@@ -430,9 +514,28 @@ def gathered(module, modify=False):
             eng.release(layer, modify)
 
 
+def checkpoint(model, tag=None):
+    """Save the offloaded training state (parameters, gradients not yet
+    stepped, the nvswap.torch optimizer's state, step counts and
+    hyper-parameters) as a new generation of both persistent sets, tagged
+    tag (default "step <optimizer steps>"). Call it between steps. Only the
+    dirty resident tensors are written; it returns once their writes are
+    issued, with a Checkpoint whose wait() blocks until both sets are
+    durable (the next step may run meanwhile). A model offloaded with
+    persist='resume' (or 'persistent' over that directory) starts from
+    the newest checkpoint both sets hold.
+
+    Raises nvswap.Error(EINVAL) for a model offloaded to scratch space,
+    RuntimeError inside a forward or gathered(), and the checkpoint's
+    errors (EBUSY, ENOSPC, EIO)."""
+    return _durable.checkpoint(engine_of(model), tag)
+
+
 def restore(model):
     """Undo offload(): every parameter back in ordinary memory, hooks
-    removed, swap files deleted. The optimizer made on it is closed."""
+    removed, swap files deleted (a persistent set's are kept, with a last
+    checkpoint "close" when it changed since the last one). The optimizer
+    made on it is closed."""
     eng = engine_of(model)
     for layer, ps in enumerate(eng.layers):
         data = eng.read_layer(layer)

@@ -123,6 +123,10 @@ class Engine:
         self.steps = 0
         self.closed = False
         self.optimizer = None
+        self.persistent = False  # the pools are persistent swap sets
+        self.ckpt_seq = 0  # nvswap.torch checkpoints made (or resumed)
+        self.resume_record = None  # what a resumed optimizer takes
+        self.resumed = None  # {tag, steps, generations} when resumed
 
     # ---------------------------------------------------------- layers
     def add_layer(self, items):
@@ -473,21 +477,33 @@ class Engine:
             "pool_high_water": {"param": ps["pool_high_water"],
                                 "optimizer": gs["pool_high_water"]},
             "walk": list(self.walk or ()),
+            "resumed": self.resumed,
+            "checkpoints": self.ckpt_seq,
             "param": ps,
             "optimizer": gs,
         }
         return out
 
-    def close(self):
+    def close(self, save=True):
+        """save: a persistent engine with changes its last checkpoint
+        lacks checkpoints them first (tag "close"), as nvs_swapper_destroy
+        does, so a clean exit resumes where it stopped."""
         if self.closed:
             return
+        err = None
+        if save and self.persistent and (self.pswap.unsaved() or
+                                         self.gswap.unsaved()):
+            from . import _durable
+            try:
+                _durable.checkpoint(self, "close").wait()
+            except nvswap.Error as e:
+                err = e
         self.closed = True
         for h in self.handles:
             h.remove()
         self.handles, self.keep = [], []
         if self.optimizer is not None:
             self.optimizer._close()
-        err = None
         for obj in (self.grads, self.params, self.gswap, self.pswap):
             try:
                 obj.close()

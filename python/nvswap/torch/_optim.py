@@ -17,6 +17,7 @@ import torch
 
 import nvswap
 
+from . import _durable
 from ._engine import ALIGN, STATE_BASE, error
 
 # state tensors per parameter, for the pool-size check
@@ -76,6 +77,16 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self.step_in_backward = bool(step_in_backward)
         self._unconsumed = False  # a backward stepped; step() not yet
         eng.optimizer = self
+        if eng.resume_record is not None:
+            # Resumed: the saved state is this optimizer's (once; a
+            # refused one leaves it for the next).
+            try:
+                _durable.restore_optimizer(self, eng.resume_record)
+            except BaseException:
+                self._close()
+                eng.optimizer = None
+                raise
+            eng.resume_record = None
 
     def _check_fit(self, eng, where, amsgrad):
         n = _STATE_TENSORS.get(type(self).__name__, 2) + bool(amsgrad)
