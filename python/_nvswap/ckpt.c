@@ -2,7 +2,7 @@
 /*
  * nvswap.CkptWriter: the checkpoint writer (nvswap/ckpt.h) as a
  * write-only file object: write() any buffer or contiguous CPU tensor,
- * close() publishes the file under its final name, abort() drops it.
+ * close() publishes the file under its final name, abort drops it.
  */
 #include "args.h"
 #include "ext.h"
@@ -268,7 +268,7 @@ static PyMethodDef ckpt_methods[] = {
 	 "and removes the temp file (a file already at the final name is\n"
 	 "untouched). A second close is a no-op."},
 	{"abort", ckpt_abort, METH_NOARGS,
-	 "abort(): wait for writes in flight, remove the temp file. The\n"
+	 "abort: wait for writes in flight, remove the temp file. The\n"
 	 "final name is never touched."},
 	{"flush", ckpt_flush, METH_NOARGS,
 	 "flush(): a no-op (file-object protocol; close() makes the data\n"
@@ -280,13 +280,12 @@ static PyMethodDef ckpt_methods[] = {
 	{"seekable", ckpt_false, METH_NOARGS, "seekable() -> False"},
 	{"__enter__", ckpt_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)(void (*)(void))ckpt_exit, METH_FASTCALL,
-	 "close() on a clean exit, abort() when the block raised."},
+	 "close() on a clean exit, abort when the block raised."},
 	{NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef ckpt_getset[] = {
-	{"closed", ckpt_get_closed, NULL, "True after close() or abort()",
-	 NULL},
+	{"closed", ckpt_get_closed, NULL, "True after close or abort", NULL},
 	{"name", ckpt_get_name, NULL, "the final path, as given", NULL},
 	{"temp_path", ckpt_get_temp_path, NULL,
 	 "where the data goes until close(); None once closed", NULL},
@@ -313,7 +312,7 @@ static PyTypeObject ext_CkptWriterType = {
 		"where the filesystem refuses O_DIRECT), 'always' or 'never'.\n"
 		"Raises nvswap.Error (FileNotFoundError for a missing\n"
 		"directory, errno EINVAL for bad options). A context manager:\n"
-		"close() on exit, abort() when the block raised; a writer\n"
+		"close() on exit, abort when the block raised; a writer\n"
 		"that is dropped unclosed is aborted. Calls from several\n"
 		"threads are serialized.",
 	.tp_methods = ckpt_methods,
