@@ -10,5 +10,6 @@
 #include "nvswap/config.h"
 #include "nvswap/swapper.h"
 #include "nvswap/offload.h"
+#include "nvswap/ckpt.h"
 
 #endif /* NVSWAP_NVSWAP_H */

@@ -354,4 +354,9 @@ int ext_offload_init(PyObject *module);
  */
 int ext_role_destroy(struct ext_role *r, char *msg);
 
+/* ---- the checkpoint writer (ckpt.c) ----------------------------------- */
+
+/* nvswap._nvswap.CkptWriter over nvs_ckpt_writer. */
+int ext_ckpt_init(PyObject *module);
+
 #endif

@@ -242,7 +242,7 @@ PyMODINIT_FUNC PyInit__nvswap(void)
 		return NULL;
 	if (ext_errors_init(m) || ext_pinned_init(m) || ext_op_init(m) ||
 	    ext_handle_init(m) || ext_config_init(m) || ext_swapper_init(m) ||
-	    ext_offload_init(m)) {
+	    ext_offload_init(m) || ext_ckpt_init(m)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -25,6 +25,12 @@ Beyond DeepNVMe
                                 optimizer-state and write-behind gradient
                                 swappers over a Swapper.
 
+Checkpoints
+    save(obj, path) -> SaveHandle   torch.save's file, written in the
+                          background through CkptWriter (O_DIRECT from
+                          pinned buffers); handle.wait() re-raises.
+    CkptWriter            a write-only file: O_DIRECT, atomic rename.
+
 Errors
     Error         an OSError: .errno, and .strerror = the C library's
                   sentence (call, path, offset, cause).
@@ -42,6 +48,7 @@ from ._nvswap import (
     WAIT_FOREVER,
     ChildProcessError,
     BlockingIOError,
+    CkptWriter,
     Config,
     ConfigError,
     Error,
@@ -68,10 +75,13 @@ from ._nvswap import (
     version,
 )
 
+from .checkpoint import SaveHandle, save
+
 __version__ = _nvswap.version()
 
 __all__ = [
     "WAIT_FOREVER",
+    "CkptWriter",
     "Config",
     "ConfigError",
     "Error",
@@ -80,6 +90,7 @@ __all__ = [
     "OptimizerSwapper",
     "ParamSwapper",
     "PinnedBuffer",
+    "SaveHandle",
     "Swapper",
     "aio_handle",
     "aio_read",
@@ -89,6 +100,7 @@ __all__ = [
     "pinned_buffer",
     "pinned_empty",
     "pinned_stats",
+    "save",
     "version",
 ]
 

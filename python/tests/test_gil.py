@@ -125,3 +125,15 @@ def test_op_wait_releases_the_gil(bigfile, bigbuf, spinner):
         n, progress, elapsed = measured(spinner, op.wait)
     assert n == SIZE and bigbuf[:64] == head
     check(spinner, progress, elapsed, "Op.wait")
+
+
+def test_ckpt_writer_write_and_close_release_the_gil(bigfile, bigbuf, spinner):
+    p, _ = bigfile
+    out = p + ".ckpt"
+    w = nvswap.CkptWriter(out)
+    n, progress, elapsed = measured(spinner, lambda: w.write(bigbuf))
+    assert n == SIZE
+    check(spinner, progress, elapsed, "CkptWriter.write")
+    w.close()
+    assert os.path.getsize(out) == SIZE
+    os.unlink(out)

@@ -107,6 +107,9 @@ ROW(nvs_swapper_set_tag, nvs_swapper_set_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_get_tag, nvs_swapper_get_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
 ROW(nvs_swapset_check, nvs_swapset_check(NULL, 0, NULL, NULL))
+ROW(nvs_ckpt_writer_open, nvs_ckpt_writer_open(NULL, NULL, NULL))
+ROW(nvs_ckpt_write, nvs_ckpt_write(NULL, NULL, 1))
+ROW(nvs_ckpt_close, nvs_ckpt_close(NULL))
 /* Two more ways nvs_parse_size fails (finding 9). */
 static int row_parse_20_digits(void)
 {
@@ -210,6 +213,9 @@ static const struct row rows[] = {
 	R(nvs_swapper_get_tag),
 	R(nvs_swapper_list),
 	R(nvs_swapset_check),
+	R(nvs_ckpt_writer_open),
+	R(nvs_ckpt_write),
+	R(nvs_ckpt_close),
 };
 
 /*
@@ -259,6 +265,10 @@ static const char *const cannot_fail[] = {
 	"nvs_swapper_dir",
 	"nvs_version",
 	"nvs_build_features",
+	"nvs_ckpt_opts_init",
+	"nvs_ckpt_offset",
+	"nvs_ckpt_temp_path",
+	"nvs_ckpt_abort",
 };
 
 /* @name appears in @s as a whole word ("nvs_aio_pread" not matched by
@@ -312,9 +322,9 @@ Test(last_error, every_public_failure_sets_a_sentence_naming_the_call,
  * listed as one that cannot fail. */
 Test(last_error, every_public_function_is_in_the_table)
 {
-	static const char *const hdrs[] = {"aio",    "buffers", "common",
-					   "config", "offload", "swapper",
-					   "version"};
+	static const char *const hdrs[] = {"aio",     "buffers", "common",
+					   "config",  "offload", "swapper",
+					   "version", "ckpt"};
 	unsigned seen = 0;
 
 	for (size_t h = 0; h < sizeof(hdrs) / sizeof(hdrs[0]); h++) {
