@@ -103,7 +103,11 @@ def test_a_killed_run_resumes_bit_exact(swapdir):
         for k, v in want["state"][i].items():
             assert torch.equal(got["state"][i][k], v), (i, k)
     ck = nvt.checkpoint(model, "done")
-    assert ck.wait() == (2, 2)
+    ck2 = nvt.checkpoint(model, "again")  # before the first is waited for
+    assert ck.wait() == (2, 2) and ck2.wait() == (3, 3)
+    assert ck.done() and repr(ck) == ("<nvswap.torch.Checkpoint "
+                                      "'nvswap.torch:2:done' generations "
+                                      "(2, 2)>")
     nvt.restore(model)
 
 

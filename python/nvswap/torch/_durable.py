@@ -233,7 +233,9 @@ class Checkpoint:
             got = (self._eng.pswap.checkpoint_wait(),
                    self._eng.gswap.checkpoint_wait())
             self._done = True
-            if got != self.generations:
+            # A later checkpoint waits for this one to commit: a newer
+            # number also says this one is durable.
+            if got[0] < self.generations[0] or got[1] < self.generations[1]:
                 raise error(errno.EIO, "nvswap.torch: checkpoint "
                             f"{self.tag!r} committed as {got}, expected "
                             f"{self.generations}")
