@@ -71,43 +71,59 @@ static PyObject *generation_dict(const struct nvs_generation_info *g)
 	return d;
 }
 
-static PyObject *swapset_generations(PyObject *o, PyObject *Py_UNUSED(a))
+/* A list call (the count, then up to that many @elem-byte items) as a
+ * Python list of @item(each). A checkpoint or register meanwhile may add
+ * one: ask again until they fit. */
+static PyObject *list_call(struct ext_swapper *self, size_t elem,
+			   int (*call)(struct nvs_swapper *, void *, size_t),
+			   PyObject *(*item)(const void *))
 {
-	struct ext_swapper *self = SW(o);
-	struct nvs_generation_info *g = NULL;
-	PyObject *l = NULL;
+	PyObject *l;
+	char *v = NULL;
 	int rc, n = 0;
 
 	if (ext_swapper_enter(self))
 		return NULL;
-	/* The count first; a checkpoint meanwhile may add one: ask again. */
-	for (;;) {
-		rc = nvs_swapper_generations(self->s, g, (size_t)n);
-		if (rc < 0 || rc <= n)
-			break;
-		free(g);
+	while ((rc = call(self->s, v, (size_t)n)) > n) {
+		free(v);
 		n = rc;
-		g = calloc((size_t)n, sizeof(*g));
-		if (!g) {
+		v = calloc((size_t)n, elem);
+		if (!v) {
 			ext_gate_leave(&self->gate);
 			return PyErr_NoMemory();
 		}
 	}
 	ext_gate_leave(&self->gate);
 	if (rc < 0) {
-		free(g);
+		free(v);
 		return ext_raise_last(rc);
 	}
 	l = PyList_New(rc);
 	for (int i = 0; l && i < rc; i++) {
-		PyObject *d = generation_dict(&g[i]);
-		if (!d)
+		PyObject *x = item(v + (size_t)i * elem);
+		if (!x)
 			Py_CLEAR(l);
 		else
-			PyList_SET_ITEM(l, i, d);
+			PyList_SET_ITEM(l, i, x);
 	}
-	free(g);
+	free(v);
 	return l;
+}
+
+static int gens_call(struct nvs_swapper *s, void *v, size_t cap)
+{
+	return nvs_swapper_generations(s, v, cap);
+}
+
+static PyObject *gens_item(const void *v)
+{
+	return generation_dict(v);
+}
+
+static PyObject *swapset_generations(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	return list_call(SW(o), sizeof(struct nvs_generation_info), gens_call,
+			 gens_item);
 }
 
 static PyObject *swapset_set_tag(PyObject *o, PyObject *const *args,
@@ -157,42 +173,19 @@ static PyObject *swapset_get_tag(PyObject *o, PyObject *arg)
 	return rc < 0 ? NULL : PyBytes_FromStringAndSize(buf, rc);
 }
 
+static int ids_call(struct nvs_swapper *s, void *v, size_t cap)
+{
+	return nvs_swapper_list(s, v, cap);
+}
+
+static PyObject *ids_item(const void *v)
+{
+	return PyLong_FromUnsignedLongLong(*(const uint64_t *)v);
+}
+
 static PyObject *swapset_ids(PyObject *o, PyObject *Py_UNUSED(a))
 {
-	struct ext_swapper *self = SW(o);
-	uint64_t *ids = NULL;
-	PyObject *l;
-	int rc, n = 0;
-
-	if (ext_swapper_enter(self))
-		return NULL;
-	for (;;) {
-		rc = nvs_swapper_list(self->s, ids, (size_t)n);
-		if (rc < 0 || rc <= n)
-			break;
-		free(ids);
-		n = rc;
-		ids = malloc((size_t)n * sizeof(*ids));
-		if (!ids) {
-			ext_gate_leave(&self->gate);
-			return PyErr_NoMemory();
-		}
-	}
-	ext_gate_leave(&self->gate);
-	if (rc < 0) {
-		free(ids);
-		return ext_raise_last(rc);
-	}
-	l = PyList_New(rc);
-	for (int i = 0; l && i < rc; i++) {
-		PyObject *x = PyLong_FromUnsignedLongLong(ids[i]);
-		if (!x)
-			Py_CLEAR(l);
-		else
-			PyList_SET_ITEM(l, i, x);
-	}
-	free(ids);
-	return l;
+	return list_call(SW(o), sizeof(uint64_t), ids_call, ids_item);
 }
 
 static PyObject *swapset_unsaved(PyObject *o, PyObject *Py_UNUSED(a))

@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: MIT
-"""Small file helpers the aio tests share (importable: this directory is
-on sys.path under pytest's default import mode)."""
+"""Small helpers the tests share (importable: this directory is on
+sys.path under pytest's default import mode)."""
 import os
+
+import pytest
+
+import nvswap
 
 
 def rand(n):
@@ -16,3 +20,16 @@ def slurp(path):
 def put(path, data):
     with open(path, "wb") as f:
         f.write(data)
+
+
+def pattern(n, seed=1):
+    """n bytes that differ from any shifted copy of themselves."""
+    return bytes((i * 131 + seed * 7 + (i >> 8)) & 0xFF for i in range(n))
+
+
+def raises_errno(err, fn, *args, **kw):
+    """fn(*args, **kw) raises nvswap.Error with errno err; the error."""
+    with pytest.raises(nvswap.Error) as ei:
+        fn(*args, **kw)
+    assert ei.value.errno == err, ei.value
+    return ei.value

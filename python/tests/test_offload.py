@@ -10,6 +10,7 @@ import weakref
 import pytest
 
 import nvswap
+from filehelp import raises_errno
 
 MiB = 1 << 20
 
@@ -19,13 +20,6 @@ def swapper(swapdir):
     s = nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=3)
     yield s
     s.close()
-
-
-def raises_errno(err, fn, *args, **kw):
-    with pytest.raises(nvswap.Error) as ei:
-        fn(*args, **kw)
-    assert ei.value.errno == err, ei.value
-    return ei.value
 
 
 def blob(n, seed):

@@ -13,6 +13,7 @@ import weakref
 import pytest
 
 import nvswap
+from filehelp import pattern, raises_errno
 
 MiB = 1 << 20
 
@@ -22,18 +23,6 @@ def swapper(swapdir):
     s = nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=2)
     yield s
     s.close()
-
-
-def pattern(n, seed=1):
-    """n bytes that differ from any shifted copy of themselves."""
-    return bytes((i * 131 + seed * 7 + (i >> 8)) & 0xFF for i in range(n))
-
-
-def raises_errno(err, fn, *args, **kw):
-    with pytest.raises(nvswap.Error) as ei:
-        fn(*args, **kw)
-    assert ei.value.errno == err, ei.value
-    return ei.value
 
 
 # ---- creation ---------------------------------------------------------------

@@ -7,19 +7,9 @@ import os
 import pytest
 
 import nvswap
+from filehelp import pattern, raises_errno
 
 MiB = 1 << 20
-
-
-def pattern(n, seed=1):
-    return bytes((i * 131 + seed * 7 + (i >> 8)) & 0xFF for i in range(n))
-
-
-def raises_errno(err, fn, *args, **kw):
-    with pytest.raises(nvswap.Error) as ei:
-        fn(*args, **kw)
-    assert ei.value.errno == err, ei.value
-    return ei.value
 
 
 def open_set(swapdir, persist="persistent", **kw):
@@ -90,22 +80,16 @@ def test_checkpoints_are_kept_and_an_older_one_reopens(swapdir):
                  generation=2)
 
 
-def test_scratch_sets_have_no_generations(swapper):
-    assert swapper.generations() == []
-    swapper.register(1, 100)
-    assert swapper.unsaved() is False
-    assert swapper.ids() == [1]
-    swapper.set_tag(1, b"x")  # any swapper keeps tags
-    assert swapper.get_tag(1) == b"x"
-    e = raises_errno(errno.EINVAL, swapper.checkpoint)
-    assert "only a persistent set has generations" in str(e), e
-
-
-@pytest.fixture
-def swapper(swapdir):
-    s = nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=2)
-    yield s
-    s.close()
+def test_scratch_sets_have_no_generations(swapdir):
+    with open_set(swapdir, persist="scratch") as s:
+        assert s.generations() == []
+        s.register(1, 100)
+        assert s.unsaved() is False
+        assert s.ids() == [1]
+        s.set_tag(1, b"x")  # any swapper keeps tags
+        assert s.get_tag(1) == b"x"
+        e = raises_errno(errno.EINVAL, s.checkpoint)
+        assert "only a persistent set has generations" in str(e), e
 
 
 def test_resume_needs_a_set(swapdir):
