@@ -100,7 +100,8 @@ def _storages(obj, seen, out, depth=0):
 
 
 def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
-         size_hint=None, pickle_protocol=2, background=True, defer=True):
+         size_hint=None, pickle_protocol=2, background=True, defer=True,
+         crc32=True):
     """Write ``obj`` as torch.save(obj, path) would, through CkptWriter.
 
     Returns a SaveHandle at once; the work runs on a background thread
@@ -121,9 +122,19 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
     until the file is closed. Other memory torch.save passes (headers,
     the pickle, CPU copies of GPU tensors) is copied before write()
     returns. False: every write is copied before it returns.
+    crc32=False (torch >= 2.5; ValueError before): torch.save skips the
+    CRC32 of each record, its slowest step. torch.load reads the file,
+    but the zip's CRC fields are 0, so ``unzip -t`` and zipfile report
+    it corrupt. It sets torch's process-wide option for the duration of
+    the save: a torch.save on another thread meanwhile skips it too.
     """
     import torch
 
+    ser = torch.serialization
+    if not crc32 and not hasattr(ser, "set_crc32_options"):
+        raise ValueError("nvswap.save: crc32=False needs torch >= 2.5 "
+                         f"(torch.serialization.set_crc32_options); this "
+                         f"is torch {torch.__version__}")
     found = []
     _storages(obj, set(), found)
     if size_hint is None:
@@ -134,15 +145,22 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
         w = CkptWriter(path, buffer_size=buffer_size,
                        buffer_count=buffer_count, fsync=fsync,
                        size_hint=size_hint, defer=defer)
+        crc_was = None
         try:
             if defer:
                 for t, ptr, n, cpu in found:
                     if cpu and ptr and n:
                         w._hold(t, ptr, n)
+            if not crc32:
+                crc_was = ser.get_crc32_options()
+                ser.set_crc32_options(False)
             torch.save(obj, w, pickle_protocol=pickle_protocol)
         except BaseException:
             w.abort()
             raise
+        finally:
+            if crc_was is not None:
+                ser.set_crc32_options(crc_was)
         w.close()
 
     if not background:

@@ -164,3 +164,20 @@ def test_ckpt_writer_full_disk_is_sticky_for_deferred_writes(small_tmpfs):
         w.write(b"x" * MiB)
     w.abort()
     assert os.listdir(small_tmpfs) == []
+
+
+def test_save_without_crc32_loads_but_fails_the_zip_check(diskdir):
+    sd = {"a": torch.arange(MiB), "b": torch.ones(7)}
+    path = os.path.join(diskdir, "nocrc.pt")
+    ser = torch.serialization
+    if not hasattr(ser, "set_crc32_options"):
+        with pytest.raises(ValueError, match="crc32=False needs torch"):
+            nvswap.save(sd, path, crc32=False)
+        return
+    assert ser.get_crc32_options() is True
+    nvswap.save(sd, path, crc32=False).wait()
+    assert ser.get_crc32_options() is True  # restored
+    back = torch.load(path)
+    assert torch.equal(back["a"], sd["a"]) and torch.equal(back["b"], sd["b"])
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is not None  # the CRC fields are 0
