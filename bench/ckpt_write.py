@@ -4,9 +4,12 @@
 
 Each repeat runs, back to back on the same directory and in this order:
 fio sequential write (direct=1, bs=1M, libaio, iodepth 32, end_fsync=1),
-nvswap-bench-ckpt (the C writer alone, malloc()ed source), nvswap.save,
-torch.save followed by os.fsync (durable, as nvswap.save is), and
-torch.save alone (page cache only). Each writes --size bytes: the same
+nvswap-bench-ckpt (the C writer alone, malloc()ed source), nvswap.save
+(deferred copies, the default), nvswap.save(defer=False) (every copy on
+the saving thread: the writer before deferred copies), nvswap.save(
+crc32=False) (torch >= 2.5: torch skips its CRC32), torch.save followed
+by os.fsync (durable, as nvswap.save is), and torch.save alone (page
+cache only). Each writes --size bytes: the same
 number of raw bytes for fio and the C writer, a torch state dict whose
 storages total --size for the three saves (float32 tensors of 64 MiB plus
 a few small ones; the file is slightly larger: pickle and zip headers).
@@ -106,7 +109,11 @@ def main():
     data = sum(t.numel() * t.element_size() for t in sd.values()
                if isinstance(t, torch.Tensor))
     path = os.path.join(args.dir, "ckpt.pt")
-    res = {k: [] for k in ("fio", "c", "nvswap", "torch_fsync", "torch")}
+    keys = ["fio", "c", "nvswap", "nvswap_sync", "nvswap_nocrc",
+            "torch_fsync", "torch"]
+    if not hasattr(torch.serialization, "set_crc32_options"):
+        keys.remove("nvswap_nocrc")
+    res = {k: [] for k in keys}
 
     def torch_fsync():
         with open(path, "wb") as f:
@@ -119,6 +126,12 @@ def main():
         res["c"].append(run_c(args, args.dir))
         res["nvswap"].append(timed(path, data,
                                    lambda: nvswap.save(sd, path).wait()))
+        res["nvswap_sync"].append(timed(
+            path, data, lambda: nvswap.save(sd, path, defer=False).wait()))
+        if "nvswap_nocrc" in res:
+            res["nvswap_nocrc"].append(timed(
+                path, data,
+                lambda: nvswap.save(sd, path, crc32=False).wait()))
         res["torch_fsync"].append(timed(path, data, torch_fsync))
         res["torch"].append(timed(path, data, lambda: torch.save(sd, path)))
         print(f"rep {r + 1}: " + ", ".join(
@@ -133,6 +146,8 @@ def main():
     names = {"fio": "fio seq write, direct, bs 1M, end_fsync",
              "c": "nvswap-bench-ckpt (C writer)",
              "nvswap": "nvswap.save(...).wait()",
+             "nvswap_sync": "nvswap.save(..., defer=False).wait()",
+             "nvswap_nocrc": "nvswap.save(..., crc32=False).wait()",
              "torch_fsync": "torch.save + fsync",
              "torch": "torch.save (no fsync)"}
     for k, v in res.items():
@@ -140,6 +155,11 @@ def main():
     print()
     print(f"nvswap.save / fio: {med['nvswap'] / med['fio']:.2f} "
           f"(target >= 0.9)")
+    print(f"nvswap.save(defer=False) / fio: "
+          f"{med['nvswap_sync'] / med['fio']:.2f} (before deferred copies)")
+    if "nvswap_nocrc" in med:
+        print(f"nvswap.save(crc32=False) / fio: "
+              f"{med['nvswap_nocrc'] / med['fio']:.2f}")
     print(f"C writer / fio: {med['c'] / med['fio']:.2f}")
     print(f"nvswap.save / torch.save+fsync: "
           f"{med['nvswap'] / med['torch_fsync']:.2f} (target >= 3)")

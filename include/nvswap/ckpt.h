@@ -5,6 +5,9 @@
  * staging buffers and the aio handle, so that copying buffer k+1 overlaps
  * the write of buffer k. The file appears under its final name only when
  * complete and durable (temp name, fsync, rename, fsync of the directory).
+ * nvs_ckpt_write_async() defers the copy itself to the writer's own
+ * thread, so the caller's next step (computing the next buffer) overlaps
+ * it too.
  */
 #ifndef NVSWAP_CKPT_H
 #define NVSWAP_CKPT_H
@@ -103,6 +106,10 @@ NVS_API int nvs_ckpt_writer_open(const char *path,
  * Blocks only while every staging buffer is being written (backpressure).
  * Writes are issued one staging buffer at a time; errors of an earlier
  * buffer's write may surface here or at close.
+ * While deferred copies (nvs_ckpt_write_async()) are queued, a write of
+ * up to NVS_CKPT_SIDE_MAX bytes is copied into a side buffer and queued
+ * behind them (the bytes keep their order in the file); a larger one
+ * first waits for the queue to drain, then copies on the caller.
  * Return: 0, or
  *   -EINVAL  NULL writer, NULL @p with @n > 0;
  *   -ENOSPC  the disk is full (-EDQUOT, -EFBIG likewise), -EIO...: a
@@ -111,9 +118,54 @@ NVS_API int nvs_ckpt_writer_open(const char *path,
  */
 NVS_API int nvs_ckpt_write(struct nvs_ckpt_writer *w, const void *p, size_t n);
 
+/** Deferred copies one writer queues at most (nvs_ckpt_write_async()). */
+#define NVS_CKPT_ASYNC_MAX 256u
+/** Largest nvs_ckpt_write() that joins the queue through a side buffer. */
+#define NVS_CKPT_SIDE_MAX (256u << 10)
+
 /**
- * nvs_ckpt_offset() - bytes accepted by nvs_ckpt_write() so far (the
- * file's size once closed); 0 for NULL.
+ * nvs_ckpt_write_async() - append @n bytes of @p, copied later.
+ * @p:      any memory, any alignment; borrowed until the copy is done:
+ *          it must stay valid and unchanged until nvs_ckpt_async_done()
+ *          reaches *@ticket, or until nvs_ckpt_wait(), nvs_ckpt_close()
+ *          or nvs_ckpt_abort() returns.
+ * @ticket: receives the copy's number (1, 2, ... in the order of the
+ *          calls; nvs_ckpt_write() calls that join the queue take
+ *          numbers too), or 0 when the bytes were copied before the
+ *          call returned; may be NULL.
+ *
+ * The copy into the staging buffers and the submits run on a thread the
+ * writer starts at its first deferred write and joins at close or abort,
+ * in call order, so the caller computes its next buffer meanwhile. Blocks
+ * while NVS_CKPT_ASYNC_MAX copies are queued. Where that thread cannot be
+ * started (or its side buffer allocated) the copy runs on the caller and
+ * *@ticket is 0. Errors are sticky as for nvs_ckpt_write(): a failed copy
+ * or write is returned by the next write, nvs_ckpt_wait() or close; the
+ * copies queued after it are skipped (and count as done).
+ * Return: 0, or the errors of nvs_ckpt_write().
+ * Threading: the writer's one-thread-at-a-time rule holds for this call
+ * too; the copy thread is the writer's own.
+ */
+NVS_API int nvs_ckpt_write_async(struct nvs_ckpt_writer *w, const void *p,
+				 size_t n, uint64_t *ticket);
+
+/**
+ * nvs_ckpt_async_done() - how many queued copies are done: every ticket
+ * up to the returned number may be reused by its owner. 0 for NULL. Safe
+ * from any thread while @w is open (an atomic read).
+ */
+NVS_API uint64_t nvs_ckpt_async_done(const struct nvs_ckpt_writer *w);
+
+/**
+ * nvs_ckpt_wait() - wait until every queued copy is done.
+ * Return: 0, -EINVAL for NULL, or the sticky error of a failed write.
+ */
+NVS_API int nvs_ckpt_wait(struct nvs_ckpt_writer *w);
+
+/**
+ * nvs_ckpt_offset() - bytes accepted by nvs_ckpt_write() and
+ * nvs_ckpt_write_async() so far, queued copies included (the file's size
+ * once closed); 0 for NULL.
  */
 NVS_API uint64_t nvs_ckpt_offset(const struct nvs_ckpt_writer *w);
 
@@ -127,8 +179,8 @@ NVS_API const char *nvs_ckpt_temp_path(const struct nvs_ckpt_writer *w);
  * nvs_ckpt_close() - finish the file and publish it under its final name.
  * @w: the writer; freed by this call whatever it returns.
  *
- * Writes the last staging buffer (its unaligned tail through a buffered
- * descriptor), waits for every write, trims a preallocation to the bytes
+ * Finishes the queued copies, writes the last staging buffer (its
+ * unaligned tail through a buffered descriptor), waits for every write, trims a preallocation to the bytes
  * written, fsyncs the file, renames it to @path (replacing a file there
  * atomically) and fsyncs the directory.
  * Return: 0, or
@@ -143,8 +195,9 @@ NVS_API const char *nvs_ckpt_temp_path(const struct nvs_ckpt_writer *w);
 NVS_API int nvs_ckpt_close(struct nvs_ckpt_writer *w);
 
 /**
- * nvs_ckpt_abort() - give up: wait for the writes in flight, remove the
- * temp file, free @w. The final name is never touched.
+ * nvs_ckpt_abort() - give up: skip the queued copies not yet started,
+ * wait for the one running and the writes in flight, remove the temp
+ * file, free @w. The final name is never touched.
  * @w: the writer, or NULL (a no-op returning 0).
  * Return: 0, or -errno when the temp file could not be removed (it is
  * still named in nvs_last_error()); @w is freed either way.

@@ -3,12 +3,34 @@
  * nvswap.CkptWriter: the checkpoint writer (nvswap/ckpt.h) as a
  * write-only file object: write() any buffer or contiguous CPU tensor,
  * close() publishes the file under its final name, abort drops it.
+ * With defer=True, a write of DEFER_MIN bytes or more whose memory is
+ * known to stay alive is queued (nvs_ckpt_write_async) and returns at
+ * once: the memory of an object that owns it (the writer holds its
+ * buffer until the copy is done), or memory inside a range registered
+ * with _hold() (torch.save passes each storage as a memoryview over raw
+ * memory, which owns nothing; nvswap.save registers the storages).
  */
 #include "args.h"
 #include "ext.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Smallest write that defer=True queues. */
+#define DEFER_MIN ((size_t)1 << 20)
+
+/* Memory kept alive by @owner (a strong reference) until close. */
+struct range {
+	uintptr_t lo, hi;
+	PyObject *owner;
+};
+
+/* A queued write's buffer, released once its copy is done. */
+struct pend {
+	uint64_t ticket;
+	struct ext_buf b;
+};
 
 struct ext_ckpt {
 	PyObject ob_base;
@@ -20,6 +42,14 @@ struct ext_ckpt {
 	pthread_mutex_t mu;
 	PyObject *path;	     /* the final name, as given (str or bytes) */
 	uint64_t final_size; /* nvs_ckpt_offset() at close */
+	/* Deferred writes; all of these are used with @mu and the GIL held
+	 * (or from dealloc). */
+	bool defer;
+	struct range *ranges; /* sorted by lo when @sorted */
+	size_t nranges, cap_ranges;
+	bool sorted;
+	struct pend *pend; /* FIFO: [phead, npend) are queued */
+	size_t phead, npend, cap_pend;
 };
 
 #define CKPT(o) ((struct ext_ckpt *)(o))
@@ -28,21 +58,21 @@ static PyObject *ckpt_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *names[] = {"path",	  "buffer_size", "buffer_count",
 				"fsync",  "size_hint",	 "mode",
-				"direct", NULL};
+				"direct", "defer",	 NULL};
 	PyObject *path = NULL, *bs = NULL, *bc = NULL, *hint = NULL;
 	PyObject *pathb = NULL;
 	const char *direct = "auto";
 	char msg[NVS_ERRMSG_MAX] = "";
 	struct nvs_ckpt_opts o;
 	struct ext_ckpt *self;
-	int fsync = 1, rc;
+	int fsync = 1, defer = 0, rc;
 	unsigned mode = 0666;
 	uint64_t x;
 
 	nvs_ckpt_opts_init(&o);
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOpOIs:CkptWriter",
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOpOIsp:CkptWriter",
 					 names, &path, &bs, &bc, &fsync, &hint,
-					 &mode, &direct))
+					 &mode, &direct, &defer))
 		return NULL;
 	x = o.buffer_size;
 	if (ext_arg_bytes(bs, "buffer_size", &x))
@@ -79,6 +109,7 @@ static PyObject *ckpt_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	pthread_mutex_init(&self->mu, NULL);
 	self->path = Py_NewRef(path);
+	self->defer = defer;
 	EXT_NOGIL(rc, msg,
 		  nvs_ckpt_writer_open(PyBytes_AS_STRING(pathb), &o, &self->w));
 	Py_DECREF(pathb);
@@ -106,11 +137,66 @@ static struct nvs_ckpt_writer *lock(struct ext_ckpt *self, const char *what)
 	return NULL;
 }
 
+/* Release the buffers of queued writes whose copy is done (@all: every
+ * one, the writer being closed). GIL and @mu held. */
+static void reap(struct ext_ckpt *self, bool all)
+{
+	uint64_t done = self->w ? nvs_ckpt_async_done(self->w) : 0;
+
+	while (self->phead < self->npend &&
+	       (all || self->pend[self->phead].ticket <= done))
+		ext_buf_release(&self->pend[self->phead++].b);
+	if (self->phead == self->npend)
+		self->phead = self->npend = 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Is [p, p + n) inside a range registered with _hold()? */
+static bool held(struct ext_ckpt *self, const void *p, size_t n)
+{
+	uintptr_t lo = (uintptr_t)p;
+	size_t a = 0, b = self->nranges;
+
+	if (!self->sorted) {
+		qsort(self->ranges, self->nranges, sizeof(*self->ranges),
+		      cmp_range);
+		self->sorted = true;
+	}
+	while (a < b) { /* the first range with lo > p */
+		size_t m = a + (b - a) / 2;
+		if (self->ranges[m].lo <= lo)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a > 0 && lo + n >= lo && lo + n <= self->ranges[a - 1].hi;
+}
+
+/* Does the buffer's object own its memory, so holding the buffer keeps
+ * it valid? A memoryview without a base (PyMemoryView_FromMemory, as
+ * torch.save makes) owns nothing. */
+static bool owns_memory(const struct ext_buf *b)
+{
+	PyObject *o = b->view.obj;
+
+	if (!b->has_view)
+		return b->obj != NULL; /* a tensor, referenced */
+	return o && !(PyMemoryView_Check(o) && !PyMemoryView_GET_BASE(o));
+}
+
 static PyObject *ckpt_write(PyObject *o, PyObject *data)
 {
 	struct ext_ckpt *self = CKPT(o);
 	char msg[NVS_ERRMSG_MAX] = "";
 	struct nvs_ckpt_writer *w;
+	bool defer, keep = false;
+	uint64_t ticket = 0;
 	struct ext_buf b;
 	size_t n;
 	int rc;
@@ -122,13 +208,82 @@ static PyObject *ckpt_write(PyObject *o, PyObject *data)
 		ext_buf_release(&b);
 		return NULL;
 	}
+	reap(self, false);
 	n = b.nbytes;
-	EXT_NOGIL(rc, msg, nvs_ckpt_write(w, b.ptr, n));
+	defer = self->defer && n >= DEFER_MIN;
+	if (defer && !held(self, b.ptr, n)) {
+		keep = owns_memory(&b);
+		defer = keep;
+	}
+	if (keep && self->npend == self->cap_pend) {
+		size_t cap = self->cap_pend ? 2 * self->cap_pend : 16;
+		struct pend *np = PyMem_Realloc(self->pend, cap * sizeof(*np));
+		if (!np) {
+			pthread_mutex_unlock(&self->mu);
+			ext_buf_release(&b);
+			return PyErr_NoMemory();
+		}
+		self->pend = np;
+		self->cap_pend = cap;
+	}
+	if (defer)
+		EXT_NOGIL(rc, msg, nvs_ckpt_write_async(w, b.ptr, n, &ticket));
+	else
+		EXT_NOGIL(rc, msg, nvs_ckpt_write(w, b.ptr, n));
+	if (rc == 0 && keep && ticket) {
+		self->pend[self->npend++] = (struct pend){ticket, b};
+		memset(&b, 0, sizeof(b)); /* moved */
+	}
 	pthread_mutex_unlock(&self->mu);
 	ext_buf_release(&b);
 	if (rc < 0)
 		return ext_raise(rc, msg);
 	return PyLong_FromSize_t(n);
+}
+
+/* _hold(owner, ptr, nbytes): keep @owner until close; queue writes that
+ * lie inside [ptr, ptr + nbytes). */
+static PyObject *ckpt_hold(PyObject *o, PyObject *args)
+{
+	struct ext_ckpt *self = CKPT(o);
+	unsigned long long ptr, nbytes;
+	PyObject *owner;
+
+	if (!PyArg_ParseTuple(args, "OKK:_hold", &owner, &ptr, &nbytes))
+		return NULL;
+	if (!ptr || ptr + nbytes < ptr) {
+		PyErr_SetString(PyExc_ValueError,
+				"nvswap.CkptWriter._hold: bad range");
+		return NULL;
+	}
+	if (!lock(self, "_hold"))
+		return NULL;
+	if (self->nranges == self->cap_ranges) {
+		size_t cap = self->cap_ranges ? 2 * self->cap_ranges : 64;
+		struct range *nr =
+			PyMem_Realloc(self->ranges, cap * sizeof(*nr));
+		if (!nr) {
+			pthread_mutex_unlock(&self->mu);
+			return PyErr_NoMemory();
+		}
+		self->ranges = nr;
+		self->cap_ranges = cap;
+	}
+	self->ranges[self->nranges++] = (struct range){
+		(uintptr_t)ptr, (uintptr_t)(ptr + nbytes), Py_NewRef(owner)};
+	self->sorted = false;
+	pthread_mutex_unlock(&self->mu);
+	Py_RETURN_NONE;
+}
+
+/* Drop every queued buffer and held range: the writer is closed. GIL
+ * held; @mu held or the object dying. */
+static void release_all(struct ext_ckpt *self)
+{
+	reap(self, true);
+	for (size_t i = 0; i < self->nranges; i++)
+		Py_CLEAR(self->ranges[i].owner);
+	self->nranges = 0;
 }
 
 /* close (@abort false) or abort: the writer is gone either way. */
@@ -149,6 +304,7 @@ static PyObject *finish(struct ext_ckpt *self, bool abort)
 	}
 	self->final_size = nvs_ckpt_offset(w);
 	EXT_NOGIL(rc, msg, abort ? nvs_ckpt_abort(w) : nvs_ckpt_close(w));
+	release_all(self); /* the copies are done or skipped */
 	pthread_mutex_unlock(&self->mu);
 	if (rc < 0)
 		return ext_raise(rc, msg);
@@ -249,6 +405,9 @@ static void ckpt_dealloc(PyObject *o)
 		Py_END_ALLOW_THREADS
 		self->w = NULL;
 	}
+	release_all(self);
+	PyMem_Free(self->pend);
+	PyMem_Free(self->ranges);
 	pthread_mutex_destroy(&self->mu);
 	Py_CLEAR(self->path);
 	Py_TYPE(o)->tp_free(o);
@@ -259,9 +418,18 @@ static PyMethodDef ckpt_methods[] = {
 	 "write(data) -> int: append data (bytes, bytearray, memoryview,\n"
 	 "a numpy array, a contiguous CPU tensor: any contiguous buffer)\n"
 	 "and return its length in bytes. The bytes are copied before it\n"
-	 "returns; the GIL is released meanwhile. Raises nvswap.Error\n"
-	 "(errno ENOSPC...) when a write failed: sticky, close() raises\n"
-	 "it too and the file never appears."},
+	 "returns (with defer=True, a buffer of 1 MiB or more that owns\n"
+	 "its memory, or lies in a _hold() range, is copied later by the\n"
+	 "writer's thread: it must not change until close()); the GIL is\n"
+	 "released meanwhile. Raises nvswap.Error (errno ENOSPC...) when a\n"
+	 "write failed: sticky, later writes and close() raise it too and\n"
+	 "the file never appears."},
+	{"_hold", ckpt_hold, METH_VARARGS,
+	 "_hold(owner, ptr, nbytes): keep a reference to owner until\n"
+	 "close() and let defer=True queue writes of memory inside\n"
+	 "[ptr, ptr + nbytes) even from buffers that own nothing (the raw\n"
+	 "memoryviews torch.save passes). The caller vouches that owner\n"
+	 "keeps that memory valid and unchanged until close()."},
 	{"close", ckpt_close, METH_NOARGS,
 	 "close(): write the rest, fsync, rename the temp file to the\n"
 	 "final name, fsync the directory. On failure raises nvswap.Error\n"
@@ -300,7 +468,7 @@ static PyTypeObject ext_CkptWriterType = {
 	.tp_doc =
 		"CkptWriter(path, *, buffer_size=None, buffer_count=None,\n"
 		"           fsync=True, size_hint=None, mode=0o666,\n"
-		"           direct='auto')\n\n"
+		"           direct='auto', defer=False)\n\n"
 		"A new file written with O_DIRECT through pinned staging\n"
 		"buffers (nvs_ckpt_writer): the copy of one buffer overlaps\n"
 		"the write of the previous one. The data goes to\n"
@@ -310,6 +478,8 @@ static PyTypeObject ext_CkptWriterType = {
 		"default 4) size the staging; size_hint preallocates;\n"
 		"fsync=False skips the fsyncs; direct is 'auto' (buffered\n"
 		"where the filesystem refuses O_DIRECT), 'always' or 'never'.\n"
+		"defer=True copies large writes on the writer's own thread\n"
+		"(see write()), so the caller's next step overlaps the copy.\n"
 		"Raises nvswap.Error (FileNotFoundError for a missing\n"
 		"directory, errno EINVAL for bad options). A context manager:\n"
 		"close() on exit, abort when the block raised; a writer\n"

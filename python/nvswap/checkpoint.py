@@ -6,7 +6,10 @@ back unchanged), but the bytes go through nvswap.CkptWriter: O_DIRECT
 from pinned staging buffers, copy and disk write overlapped, fsync, and
 the file under its final name only once complete. torch.save hands each
 CPU storage to the writer as one memoryview of the tensor's own memory,
-so the only copy is the one into the staging buffers.
+so the only copy is the one into the staging buffers. With defer=True
+(the default) that copy runs on the writer's own thread for the storages
+of the CPU tensors found in dicts, lists and tuples of the object, so
+torch.save computes the next record's CRC32 meanwhile.
 """
 
 import threading
@@ -65,11 +68,14 @@ class SaveHandle:
         return f"<nvswap.SaveHandle {self.path!r} {state}>"
 
 
-def _storage_bytes(obj, seen, depth=0):
-    """Bytes of the distinct tensor storages in a state dict (a lower
-    bound of the file's size, for preallocation)."""
+def _storages(obj, seen, out, depth=0):
+    """Walk dicts, lists and tuples of ``obj`` for tensors; append
+    (tensor, data_ptr, nbytes, is_cpu) once per distinct storage to
+    ``out``. The sum of nbytes is a lower bound of the file's size (for
+    preallocation); the CPU ones are what torch.save will pass to write()
+    as raw memory (data_ptr, nbytes), kept alive by the tensor."""
     if depth > 32:
-        return 0
+        return
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -78,21 +84,24 @@ def _storage_bytes(obj, seen, depth=0):
                 else obj.storage()
             key = (st.data_ptr(), obj.device.type)
             if key in seen:
-                return 0
+                return
             seen.add(key)
-            return st.nbytes() if hasattr(st, "nbytes") else st.size() * \
+            n = st.nbytes() if hasattr(st, "nbytes") else st.size() * \
                 obj.element_size()
+            out.append((obj, st.data_ptr(), n, obj.device.type == "cpu"))
         except Exception:
-            return 0
-    if isinstance(obj, dict):
-        return sum(_storage_bytes(v, seen, depth + 1) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_storage_bytes(v, seen, depth + 1) for v in obj)
-    return 0
+            return
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _storages(v, seen, out, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _storages(v, seen, out, depth + 1)
 
 
 def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
-         size_hint=None, pickle_protocol=2, background=True):
+         size_hint=None, pickle_protocol=2, background=True, defer=True,
+         crc32=True):
     """Write ``obj`` as torch.save(obj, path) would, through CkptWriter.
 
     Returns a SaveHandle at once; the work runs on a background thread
@@ -107,22 +116,51 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
     buffer_size, buffer_count: the writer's staging (default 16 MiB x 4).
     size_hint: bytes to preallocate; None = the sum of the tensors'
     storages found in dicts, lists and tuples of ``obj``.
+    defer: copy the storages of the CPU tensors found there (1 MiB and
+    up) on the writer's own thread, overlapped with torch.save's CRC32 of
+    the next record; the writer holds a reference to each such tensor
+    until the file is closed. Other memory torch.save passes (headers,
+    the pickle, CPU copies of GPU tensors) is copied before write()
+    returns. False: every write is copied before it returns.
+    crc32=False (torch >= 2.5; ValueError before): torch.save skips the
+    CRC32 of each record, its slowest step. torch.load reads the file,
+    but the zip's CRC fields are 0, so ``unzip -t`` and zipfile report
+    it corrupt. It sets torch's process-wide option for the duration of
+    the save: a torch.save on another thread meanwhile skips it too.
     """
     import torch
 
+    ser = torch.serialization
+    if not crc32 and not hasattr(ser, "set_crc32_options"):
+        raise ValueError("nvswap.save: crc32=False needs torch >= 2.5 "
+                         f"(torch.serialization.set_crc32_options); this "
+                         f"is torch {torch.__version__}")
+    found = []
+    _storages(obj, set(), found)
     if size_hint is None:
-        size_hint = _storage_bytes(obj, set())
+        size_hint = sum(f[2] for f in found)
     handle = SaveHandle(path)
 
     def work():
         w = CkptWriter(path, buffer_size=buffer_size,
                        buffer_count=buffer_count, fsync=fsync,
-                       size_hint=size_hint)
+                       size_hint=size_hint, defer=defer)
+        crc_was = None
         try:
+            if defer:
+                for t, ptr, n, cpu in found:
+                    if cpu and ptr and n:
+                        w._hold(t, ptr, n)
+            if not crc32:
+                crc_was = ser.get_crc32_options()
+                ser.set_crc32_options(False)
             torch.save(obj, w, pickle_protocol=pickle_protocol)
         except BaseException:
             w.abort()
             raise
+        finally:
+            if crc_was is not None:
+                ser.set_crc32_options(crc_was)
         w.close()
 
     if not background:

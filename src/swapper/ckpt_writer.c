@@ -5,6 +5,14 @@
  * full buffer becomes one write op on the aio handle at the next file
  * offset, so the copy into buffer k+1 overlaps the write of buffer k. The
  * data goes to a temp name that close fsyncs and renames.
+ *
+ * Deferred copies (nvs_ckpt_write_async): a FIFO of jobs that a copy
+ * thread, started at the first one, runs through copy_in(). While jobs
+ * are queued (done < issued) the copy state (slots, cur, offset, err,
+ * msg) belongs to that thread; the caller touches it only after
+ * quiesce() saw the queue empty (the mutex orders the two) or after
+ * stop_thread() joined it. Small synchronous writes join the queue
+ * through a side ring of bytes, released in FIFO order as jobs finish.
  */
 #include "internal/alloc.h"
 #include "internal/errors.h"
@@ -16,6 +24,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +40,17 @@ struct slot {
 	bool busy;	 /* submitted, not yet collected */
 };
 
+/* A deferred copy: @n bytes at @p (the caller's, or in the side ring,
+ * whose @side bytes, padding included, it releases when done). */
+struct job {
+	const void *p;
+	size_t n;
+	size_t side;
+};
+
+/* The side ring's size: NVS_CKPT_SIDE_MAX fits in it four times. */
+#define SIDE_SIZE (4 * (size_t)NVS_CKPT_SIDE_MAX)
+
 struct nvs_ckpt_writer {
 	struct nvs_aio *aio;
 	bool own_aio;
@@ -40,13 +60,34 @@ struct nvs_ckpt_writer {
 	unsigned cur; /* the slot being filled */
 	size_t bufsize;
 	int fd;
-	uint64_t offset;   /* bytes accepted */
+	uint64_t offset;   /* bytes copied into the staging buffers */
+	uint64_t accepted; /* bytes accepted, queued ones included (caller) */
 	uint64_t prealloc; /* bytes preallocated at open (size_hint) */
 	bool fsync;
 	int err; /* sticky: the first failed write, 0 if none */
 	char msg[NVS_ERRMSG_MAX];
 	char *path; /* final name */
 	char *tmp;  /* temp name while writing */
+
+	/* The copy thread and its queue. @mu protects the fields below it
+	 * except @done's lock-free readers; @work wakes the thread (a job or
+	 * @stop), @idle the caller (a job done). */
+	pthread_t thread;
+	bool has_thread; /* started and not yet joined (caller only) */
+	pthread_mutex_t mu;
+	pthread_cond_t work;
+	pthread_cond_t idle;
+	struct job q[NVS_CKPT_ASYNC_MAX];
+	uint64_t issued;       /* jobs queued, ever */
+	_Atomic uint64_t done; /* jobs finished, ever; stored with release
+				   under @mu, read with acquire by
+				   nvs_ckpt_async_done() */
+	bool stop;	       /* the thread exits once the queue is empty */
+	bool cancel;	       /* skip the queued jobs (abort) */
+	int qerr;	       /* w->err as seen under @mu: set by fail() */
+	char *side;	       /* the side ring, SIDE_SIZE bytes */
+	uint64_t side_in;      /* bytes reserved in it, ever */
+	uint64_t side_out;     /* bytes released, ever */
 };
 
 /* Suffix counter for temp names: two writers of one path in one process
@@ -215,6 +256,10 @@ static int make_aio(struct nvs_ckpt_writer *w, const struct nvs_ckpt_opts *o)
 /* Free everything; the temp file is the caller's business. */
 static void writer_free(struct nvs_ckpt_writer *w)
 {
+	pthread_cond_destroy(&w->idle);
+	pthread_cond_destroy(&w->work);
+	pthread_mutex_destroy(&w->mu);
+	nvs__free(w->side);
 	for (unsigned i = 0; i < w->nslots; i++)
 		nvs_pool_put(w->pool, w->slot[i].buf);
 	nvs_pool_destroy(w->pool);
@@ -254,9 +299,12 @@ int nvs_ckpt_writer_open(const char *path, const struct nvs_ckpt_opts *opts,
 				path);
 	w->fd = -1;
 	w->fsync = opts->fsync;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->work, NULL);
+	pthread_cond_init(&w->idle, NULL);
 	w->path = dup_str(path);
 	if (!w->path) {
-		nvs__free(w);
+		writer_free(w);
 		return nvs__err(-ENOMEM,
 				"nvs_ckpt_writer_open: %s: out of "
 				"memory",
@@ -290,6 +338,9 @@ static int fail(struct nvs_ckpt_writer *w, int err, const char *fn,
 			    " failed: %s%s",
 			    fn, w->tmp, what, len, off, nvs_strerror(err),
 			    err == -ENOSPC ? " (the disk is full)" : "");
+		pthread_mutex_lock(&w->mu);
+		w->qerr = err;
+		pthread_mutex_unlock(&w->mu);
 	}
 	return nvs__err_set(w->err, w->msg);
 }
@@ -331,21 +382,13 @@ static int submit_cur(struct nvs_ckpt_writer *w, const char *fn)
 	return 0;
 }
 
-int nvs_ckpt_write(struct nvs_ckpt_writer *w, const void *p, size_t n)
+/* Copy @n bytes of @src into the staging buffers, submitting the full
+ * ones. Runs on the caller, or on the copy thread for a job. */
+static int copy_in(struct nvs_ckpt_writer *w, const char *src, size_t n,
+		   const char *fn)
 {
-	const char *src = p;
 	int r;
 
-	if (!w || (!p && n))
-		return nvs__err(-EINVAL, "nvs_ckpt_write: %s",
-				!w ? "writer is NULL" : "buffer is NULL");
-	if (w->err)
-		return nvs__err_set(w->err, w->msg);
-	if (n > UINT64_MAX - w->offset)
-		return nvs__err(-EFBIG,
-				"nvs_ckpt_write: %s: %zu more bytes "
-				"overflow the file offset",
-				w->tmp, n);
 	while (n) {
 		struct slot *s = &w->slot[w->cur];
 		size_t c = NVS_MIN(n, w->bufsize - s->fill);
@@ -358,7 +401,7 @@ int nvs_ckpt_write(struct nvs_ckpt_writer *w, const void *p, size_t n)
 		src += c;
 		n -= c;
 		if (s->fill == w->bufsize) {
-			r = submit_cur(w, "nvs_ckpt_write");
+			r = submit_cur(w, fn);
 			if (r < 0)
 				return r;
 		}
@@ -366,9 +409,211 @@ int nvs_ckpt_write(struct nvs_ckpt_writer *w, const void *p, size_t n)
 	return 0;
 }
 
+/* The copy thread: run the jobs in order until told to stop. */
+static void *copier(void *arg)
+{
+	struct nvs_ckpt_writer *w = arg;
+	uint64_t head;
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		struct job j;
+		bool skip;
+
+		head = atomic_load_explicit(&w->done, memory_order_relaxed);
+		while (head == w->issued && !w->stop)
+			pthread_cond_wait(&w->work, &w->mu);
+		if (head == w->issued)
+			break;
+		j = w->q[head % NVS_CKPT_ASYNC_MAX];
+		skip = w->cancel || w->qerr;
+		pthread_mutex_unlock(&w->mu);
+		if (!skip)
+			copy_in(w, j.p, j.n, "nvs_ckpt_write_async");
+		pthread_mutex_lock(&w->mu);
+		w->side_out += j.side;
+		atomic_store_explicit(&w->done, head + 1, memory_order_release);
+		pthread_cond_broadcast(&w->idle);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Wait until the queue is empty: the copy state is the caller's again. */
+static void quiesce(struct nvs_ckpt_writer *w)
+{
+	if (!w->has_thread)
+		return;
+	pthread_mutex_lock(&w->mu);
+	while (atomic_load_explicit(&w->done, memory_order_relaxed) !=
+	       w->issued)
+		pthread_cond_wait(&w->idle, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Finish (or with @cancel skip) the queue, then join the thread. */
+static void stop_thread(struct nvs_ckpt_writer *w, bool cancel)
+{
+	if (!w->has_thread)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	w->cancel = w->cancel || cancel;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	w->has_thread = false;
+}
+
+/* Start the copy thread; false when it cannot be (the caller copies). */
+static bool start_thread(struct nvs_ckpt_writer *w)
+{
+	if (w->has_thread)
+		return true;
+	if (w->stop)
+		return false; /* never restarted: close or abort is near */
+	if (!w->side) {
+		w->side = nvs__malloc(SIDE_SIZE);
+		if (!w->side)
+			return false;
+	}
+	if (pthread_create(&w->thread, NULL, copier, w) != 0)
+		return false;
+	w->has_thread = true;
+	return true;
+}
+
+/* Queue a job, waiting for room; returns its ticket. With @side > 0, @p
+ * already points into the side ring. */
+static uint64_t enqueue(struct nvs_ckpt_writer *w, const void *p, size_t n,
+			size_t side)
+{
+	uint64_t t;
+
+	pthread_mutex_lock(&w->mu);
+	while (w->issued -
+		       atomic_load_explicit(&w->done, memory_order_relaxed) ==
+	       NVS_CKPT_ASYNC_MAX)
+		pthread_cond_wait(&w->idle, &w->mu);
+	w->q[w->issued % NVS_CKPT_ASYNC_MAX] =
+		(struct job){.p = p, .n = n, .side = side};
+	t = ++w->issued;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+	return t;
+}
+
+/* Copy @n <= NVS_CKPT_SIDE_MAX bytes into the side ring and queue them;
+ * waits while the ring is full. */
+static void enqueue_side(struct nvs_ckpt_writer *w, const void *p, size_t n)
+{
+	size_t pos = (size_t)(w->side_in % SIDE_SIZE);
+	size_t pad = pos + n > SIDE_SIZE ? SIDE_SIZE - pos : 0;
+
+	/* side_in is the caller's; side_out moves under @mu. */
+	pthread_mutex_lock(&w->mu);
+	while (w->side_in + pad + n - w->side_out > SIDE_SIZE)
+		pthread_cond_wait(&w->idle, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	w->side_in += pad + n;
+	memcpy(w->side + (pad ? 0 : pos), p, n);
+	enqueue(w, w->side + (pad ? 0 : pos), n, pad + n);
+}
+
+/* The sticky error, once the queue is empty; 0 if none. */
+static int sticky(struct nvs_ckpt_writer *w)
+{
+	int e;
+
+	pthread_mutex_lock(&w->mu);
+	e = w->qerr;
+	pthread_mutex_unlock(&w->mu);
+	if (!e)
+		return 0;
+	quiesce(w);
+	return nvs__err_set(w->err, w->msg);
+}
+
+static int check_write(struct nvs_ckpt_writer *w, const void *p, size_t n,
+		       const char *fn)
+{
+	if (!w || (!p && n))
+		return nvs__err(-EINVAL, "%s: %s", fn,
+				!w ? "writer is NULL" : "buffer is NULL");
+	if (n > UINT64_MAX - w->accepted)
+		return nvs__err(-EFBIG,
+				"%s: %s: %zu more bytes "
+				"overflow the file offset",
+				fn, w->tmp, n);
+	return sticky(w);
+}
+
+int nvs_ckpt_write(struct nvs_ckpt_writer *w, const void *p, size_t n)
+{
+	static const char fn[] = "nvs_ckpt_write";
+	int r = check_write(w, p, n, fn);
+
+	if (r < 0)
+		return r;
+	if (n == 0)
+		return 0;
+	if (w->has_thread && n <= NVS_CKPT_SIDE_MAX &&
+	    atomic_load_explicit(&w->done, memory_order_acquire) != w->issued) {
+		enqueue_side(w, p, n);
+		w->accepted += n;
+		return 0;
+	}
+	quiesce(w);
+	if (w->err)
+		return nvs__err_set(w->err, w->msg);
+	w->accepted += n;
+	return copy_in(w, p, n, fn);
+}
+
+int nvs_ckpt_write_async(struct nvs_ckpt_writer *w, const void *p, size_t n,
+			 uint64_t *ticket)
+{
+	static const char fn[] = "nvs_ckpt_write_async";
+	uint64_t t;
+	int r;
+
+	if (ticket)
+		*ticket = 0;
+	r = check_write(w, p, n, fn);
+	if (r < 0 || n == 0)
+		return r;
+	if (!start_thread(w)) {
+		quiesce(w);
+		if (w->err)
+			return nvs__err_set(w->err, w->msg);
+		w->accepted += n;
+		return copy_in(w, p, n, fn);
+	}
+	w->accepted += n;
+	t = enqueue(w, p, n, 0);
+	if (ticket)
+		*ticket = t;
+	return 0;
+}
+
+uint64_t nvs_ckpt_async_done(const struct nvs_ckpt_writer *w)
+{
+	return w ? atomic_load_explicit(&w->done, memory_order_acquire) : 0;
+}
+
+int nvs_ckpt_wait(struct nvs_ckpt_writer *w)
+{
+	if (!w)
+		return nvs__err(-EINVAL, "nvs_ckpt_wait: writer is NULL");
+	quiesce(w);
+	if (w->err)
+		return nvs__err_set(w->err, w->msg);
+	return 0;
+}
+
 uint64_t nvs_ckpt_offset(const struct nvs_ckpt_writer *w)
 {
-	return w ? w->offset : 0;
+	return w ? w->accepted : 0;
 }
 
 const char *nvs_ckpt_temp_path(const struct nvs_ckpt_writer *w)
@@ -449,6 +694,7 @@ int nvs_ckpt_close(struct nvs_ckpt_writer *w)
 
 	if (!w)
 		return nvs__err(-EINVAL, "nvs_ckpt_close: writer is NULL");
+	stop_thread(w, false);
 	ret = finish_file(w);
 	if (ret == 0 && rename(w->tmp, w->path) < 0) {
 		int err = errno;
@@ -474,6 +720,7 @@ int nvs_ckpt_abort(struct nvs_ckpt_writer *w)
 
 	if (!w)
 		return 0;
+	stop_thread(w, true);
 	drain(w, "nvs_ckpt_abort");
 	if (w->fd >= 0) {
 		close(w->fd);
