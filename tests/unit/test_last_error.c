@@ -110,6 +110,8 @@ ROW(nvs_swapset_check, nvs_swapset_check(NULL, 0, NULL, NULL))
 ROW(nvs_ckpt_writer_open, nvs_ckpt_writer_open(NULL, NULL, NULL))
 ROW(nvs_ckpt_write, nvs_ckpt_write(NULL, NULL, 1))
 ROW(nvs_ckpt_close, nvs_ckpt_close(NULL))
+ROW(nvs_ckpt_write_async, nvs_ckpt_write_async(NULL, NULL, 1, NULL))
+ROW(nvs_ckpt_wait, nvs_ckpt_wait(NULL))
 /* Two more ways nvs_parse_size fails (finding 9). */
 static int row_parse_20_digits(void)
 {
@@ -216,6 +218,8 @@ static const struct row rows[] = {
 	R(nvs_ckpt_writer_open),
 	R(nvs_ckpt_write),
 	R(nvs_ckpt_close),
+	R(nvs_ckpt_write_async),
+	R(nvs_ckpt_wait),
 };
 
 /*
@@ -269,6 +273,7 @@ static const char *const cannot_fail[] = {
 	"nvs_ckpt_offset",
 	"nvs_ckpt_temp_path",
 	"nvs_ckpt_abort",
+	"nvs_ckpt_async_done",
 };
 
 /* @name appears in @s as a whole word ("nvs_aio_pread" not matched by
