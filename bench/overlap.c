@@ -36,6 +36,11 @@
  * reads up to --lookahead layers ahead (default buffers - 2), as far as
  * free buffers go: pass a config's offload_param.buffer_count as
  * --buffers and its nvswap.lookahead as --lookahead to run its pool.
+ *
+ * NVSWAP_BENCH_SAMPLES=1 also prints every repeat, in the order run, as
+ *   sample ratio R rep K T_io S T_step S step/max X not_hidden P%
+ * so the spread of T_io itself (the I/O alone, repeat to repeat) shows
+ * beside the ratios it divides. The summary lines do not change.
  */
 #include <nvswap/nvswap.h>
 
@@ -43,6 +48,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +187,7 @@ int main(int argc, char **argv)
 	struct nvs_param_stats ps0;
 	unsigned *walk;
 	size_t size;
+	bool samples;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -287,6 +294,7 @@ int main(int argc, char **argv)
 	       cfg.steps > 1 ? "steady state" : "one step, cold to drained");
 	printf("  I/O:compute   T_io(s)  T_step(s)  step/max(compute,io)"
 	       "         I/O not hidden\n");
+	samples = getenv("NVSWAP_BENCH_SAMPLES") != NULL;
 	for (unsigned k = 0; k < nratios; k++) {
 		double eff[MAX_REPS], hid[MAX_REPS], tio[MAX_REPS],
 			tst[MAX_REPS];
@@ -309,6 +317,12 @@ int main(int argc, char **argv)
 			hid[r] = (step - comp) / io;
 			if (hid[r] < 0)
 				hid[r] = 0;
+			if (samples)
+				printf("  sample ratio %.2f rep %u T_io %.4f "
+				       "T_step %.4f step/max %.4f not_hidden "
+				       "%.2f%%\n",
+				       ratios[k], r, io, step, eff[r],
+				       100 * hid[r]);
 		}
 		double me = bench_median(eff, (int)cfg.reps);
 		double mh = bench_median(hid, (int)cfg.reps);

@@ -20,8 +20,10 @@ in one interleaved run:
    nvs_aio_sync_pread() loop in C (build/bench/nvswap-bench-call, kept
    running and fed one batch at a time, NVS_DIRECT_NEVER, the same
    handle options), in alternating batches, both processes pinned to one
-   CPU (--calls-cpu; see calls()). Also aio_handle.pread(..,
-   validate=False, async=False), which always takes the Op path, and with
+   CPU (--calls-cpu; see calls()). sync_pread and the C call run a 4 KiB
+   op on the calling thread (nvs_aio_submit_wait's fast path). Also
+   aio_handle.pread(.., validate=False, async=False), which always takes
+   the Op path (an Op object, then a worker), and with
    --ctypes the same C call made from this process through ctypes on
    build/libnvswap.so. Reported per batch: wall and calling-thread CPU
    microseconds per call; the overhead is Python minus C, per round of
@@ -276,8 +278,9 @@ def ctypes_reader(lib_path, path):
 
 def calls(a, files):
     """The call loops, this process and nvswap-bench-call pinned to one
-    CPU (--calls-cpu): the caller and the handle's worker then hand over
-    on that CPU. Unpinned, where the two threads land decides the figure:
+    CPU (--calls-cpu): where a call goes to a worker (the Op path; every
+    path before the caller-thread fast path) the caller and the handle's
+    worker then hand over on that CPU. Unpinned, where the two threads land decides the figure:
     on this VM (cpuidle haltpoll, guest_halt_poll_ns 0) a wake-up sent to
     an idle vCPU costs tens of microseconds, so a process whose threads sit
     on two idle vCPUs runs ~100 us per call while one on a single vCPU,
