@@ -99,6 +99,29 @@ def _storages(obj, seen, out, depth=0):
             _storages(v, seen, out, depth + 1)
 
 
+class _Sink:
+    """What torch.save writes into: the writer, until a write fails. The
+    error is then kept and every later write swallowed, so torch.save runs
+    to its end and its zip writer stays consistent: torch 1.13 raises
+    (and, from its C++ destructor, terminates the process) when a write
+    fails inside it. save() raises the kept error afterwards; the file is
+    aborted."""
+
+    def __init__(self, w):
+        self._w, self.error = w, None
+
+    def write(self, b):
+        if self.error is None:
+            try:
+                return self._w.write(b)
+            except Exception as e:
+                self.error = e
+        return memoryview(b).nbytes
+
+    def __getattr__(self, name):
+        return getattr(self._w, name)
+
+
 def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
          size_hint=None, pickle_protocol=2, background=True, defer=True,
          crc32=True):
@@ -146,6 +169,7 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
                        buffer_count=buffer_count, fsync=fsync,
                        size_hint=size_hint, defer=defer)
         crc_was = None
+        sink = _Sink(w)
         try:
             if defer:
                 for t, ptr, n, cpu in found:
@@ -154,7 +178,9 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
             if not crc32:
                 crc_was = ser.get_crc32_options()
                 ser.set_crc32_options(False)
-            torch.save(obj, w, pickle_protocol=pickle_protocol)
+            torch.save(obj, sink, pickle_protocol=pickle_protocol)
+            if sink.error is not None:
+                raise sink.error
         except BaseException:
             w.abort()
             raise

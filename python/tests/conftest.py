@@ -6,6 +6,7 @@ which may be a tmpfs where O_DIRECT is refused.
 """
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -29,3 +30,18 @@ def diskdir():
 def swapdir(diskdir):
     """A directory for a Swapper's nvme_path."""
     return diskdir
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 2 MiB tmpfs (a disk that fills up), unmounted afterwards;
+    skipped, saying why, where mounting is not allowed."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
+                        str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root and "
+                    f"CAP_SYS_ADMIN): {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)

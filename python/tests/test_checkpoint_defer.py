@@ -8,6 +8,8 @@ import errno
 import io
 import os
 import subprocess
+import sys
+import textwrap
 import zipfile
 
 import pytest
@@ -123,19 +125,6 @@ def test_hold_range_rejects_a_bad_range(diskdir):
         w._hold(None, 4096, 10)
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
-                        str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root and "
-                    f"CAP_SYS_ADMIN): {r.stderr.strip()}")
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_full_disk_in_the_copy_thread_raises_at_wait(small_tmpfs):
     path = os.path.join(small_tmpfs, "ckpt.pt")
     with open(path, "wb") as f:
@@ -181,3 +170,32 @@ def test_save_without_crc32_loads_but_fails_the_zip_check(diskdir):
     assert torch.equal(back["a"], sd["a"]) and torch.equal(back["b"], sd["b"])
     with zipfile.ZipFile(path) as z:
         assert z.testzip() is not None  # the CRC fields are 0
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_full_disk_mid_save_is_raised_once_and_torch_stays_sane(
+        small_tmpfs, defer):
+    """torch 1.13's zip writer checks its position when it writes the
+    archive's end, and writes it again from its C++ destructor: a write
+    that raised inside torch.save made that fail, terminating the process
+    when the writer was freed. The error now surfaces after torch.save."""
+    code = textwrap.dedent(f"""
+        import gc, torch, nvswap
+        sd = {{f"t{{i}}": torch.ones(1 << 18) for i in range(8)}}
+        h = nvswap.save(sd, {str(small_tmpfs / "x.pt")!r},
+                        buffer_size="64K", buffer_count=2, size_hint=0,
+                        defer={defer})
+        try:
+            h.wait()
+        except nvswap.Error as e:
+            print("raised", e.errno, "x.pt.tmp." in str(e))
+        del h
+        gc.collect()
+        print("freed")
+        """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"raised {errno.ENOSPC} True\nfreed\n", (
+        r.stdout + r.stderr)
+    assert os.listdir(small_tmpfs) == []

@@ -426,45 +426,36 @@ def test_a_failed_gradient_write_raises_in_step_and_training_resumes(swapdir):
 
 
 def test_a_full_disk_during_write_behind_raises_in_step_and_resumes(
-        tmp_path):
+        small_tmpfs):
     """The real thing: a 2 MiB tmpfs filled up after offload(); the
     gradients' write-behind meets ENOSPC."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
-                        str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root and "
-                    f"CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
-        torch.manual_seed(0)
-        ref = GPT()
-        off = copy.deepcopy(ref)
-        nvt.offload(off, nvme_path=str(mnt), buffer_size="64K",
-                    buffer_count=4)
-        ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
-        oo = nvt.Adam(off.parameters(), lr=1e-2)
-        st = os.statvfs(mnt)
-        filler = mnt / "filler"
-        filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (100 << 10)))
-        tok = batches(1)[0]
-        for m in (ref, off):
-            torch.nn.functional.cross_entropy(
-                m(tok[:, :-1]).flatten(0, 1), tok[:, 1:].flatten()).backward()
-        before = off.state_dict()
-        with pytest.raises(nvswap.Error) as ei:
-            oo.step()
-        assert ei.value.errno == errno.ENOSPC
-        assert "No space left on device" in str(ei.value)
-        same(before, off.state_dict())   # no weight changed
-        filler.unlink()                  # space freed: training resumes
+    mnt = small_tmpfs
+    torch.manual_seed(0)
+    ref = GPT()
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=str(mnt), buffer_size="64K",
+                buffer_count=4)
+    ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    oo = nvt.Adam(off.parameters(), lr=1e-2)
+    st = os.statvfs(mnt)
+    filler = mnt / "filler"
+    filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (100 << 10)))
+    tok = batches(1)[0]
+    for m in (ref, off):
+        torch.nn.functional.cross_entropy(
+            m(tok[:, :-1]).flatten(0, 1), tok[:, 1:].flatten()).backward()
+    before = off.state_dict()
+    with pytest.raises(nvswap.Error) as ei:
         oo.step()
-        ro.step()
-        same(ref.state_dict(), off.state_dict())
-        same(ro.state_dict(), oo.state_dict())
-        nvt.restore(off)
-    finally:
-        subprocess.run(["umount", str(mnt)])
+    assert ei.value.errno == errno.ENOSPC
+    assert "No space left on device" in str(ei.value)
+    same(before, off.state_dict())   # no weight changed
+    filler.unlink()                  # space freed: training resumes
+    oo.step()
+    ro.step()
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    nvt.restore(off)
 
 
 def _peak(swapdir, layers):

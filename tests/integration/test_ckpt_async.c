@@ -21,6 +21,7 @@
 #include "internal/alloc.h"
 #include "nvswap/nvswap.h"
 #include "testutil.h"
+#include "tu_ckpt.h"
 
 static void fini(void)
 {
@@ -28,40 +29,6 @@ static void fini(void)
 }
 
 TestSuite(ckpt_async, .fini = fini);
-
-/* Files in @dir whose name contains ".tmp.". */
-static unsigned temps_in(const char *dir)
-{
-	unsigned n = 0;
-	struct dirent *e;
-	DIR *d = opendir(dir);
-
-	cr_assert_not_null(d, "%s", dir);
-	while ((e = readdir(d)))
-		n += strstr(e->d_name, ".tmp.") != NULL;
-	closedir(d);
-	return n;
-}
-
-static void assert_file(const char *path, const void *ref, size_t n)
-{
-	size_t got;
-	void *back = tu_read_file(path, &got);
-
-	cr_assert_eq(got, n, "%s: %zu bytes, want %zu", path, got, n);
-	cr_assert(n == 0 || !memcmp(back, ref, n), "%s: bytes differ", path);
-	free(back);
-}
-
-static struct nvs_ckpt_opts small_opts(size_t bufsize, unsigned count)
-{
-	struct nvs_ckpt_opts o;
-
-	nvs_ckpt_opts_init(&o);
-	o.buffer_size = bufsize;
-	o.buffer_count = count;
-	return o;
-}
 
 /*
  * Write @n bytes of a misaligned source: pieces cycling through @splits,
@@ -104,9 +71,9 @@ static void mixed(const struct nvs_ckpt_opts *o, size_t n, size_t mis,
 	cr_assert_eq(nvs_ckpt_wait(w), 0, "%s", nvs_last_error());
 	cr_assert_geq(nvs_ckpt_async_done(w), last);
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
-	assert_file(path, src, n);
+	tu_assert_file(path, src, n);
 	cr_assert(tu_guards_ok(src, n ? n : 1), "source changed");
-	cr_assert_eq(temps_in(tu_dir()), 0, "a temp file was left behind");
+	cr_assert_eq(tu_temps_in(tu_dir()), 0, "a temp file was left behind");
 	tu_free(src);
 }
 
@@ -117,7 +84,7 @@ Test(ckpt_async, many_deferred_writes_read_back_exactly)
 	static const size_t big[] = {(1 << 20) + 1, 30,	   4095,    200000,
 				     (3 << 20) + 1, 65537, 1 << 20, 0};
 	static const size_t tiny[] = {3, 24, 101, 2, 4097, 0};
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 3);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 3);
 
 	mixed(&o, (20 << 20) + 3, 1, big);
 	mixed(&o, (9 << 20) + 4097, 4095, big);
@@ -131,7 +98,7 @@ Test(ckpt_async, many_deferred_writes_read_back_exactly)
 Test(ckpt_async, only_deferred_and_empty_writes)
 {
 	static const size_t all[] = {(1 << 20) + 1, 0};
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	struct nvs_ckpt_writer *w;
 	uint64_t t = 99;
 
@@ -145,14 +112,14 @@ Test(ckpt_async, only_deferred_and_empty_writes)
 	cr_assert_eq(nvs_ckpt_wait(NULL), -EINVAL);
 	cr_assert_eq(nvs_ckpt_async_done(NULL), 0);
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
-	assert_file(tu_path("e.bin"), "", 0);
+	tu_assert_file(tu_path("e.bin"), "", 0);
 }
 
 Test(ckpt_async, a_source_is_reusable_once_its_ticket_is_done)
 {
 	const size_t n = 4 << 20;
 	const char *path = tu_path("reuse.bin");
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	unsigned char *a = malloc(n), *ref = malloc(2 * n);
 	struct nvs_ckpt_writer *w;
 	uint64_t t1, t2;
@@ -173,7 +140,7 @@ Test(ckpt_async, a_source_is_reusable_once_its_ticket_is_done)
 	memset(a, 0, n); /* done: the writer no longer reads it */
 	free(a);
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
-	assert_file(path, ref, 2 * n);
+	tu_assert_file(path, ref, 2 * n);
 	free(ref);
 }
 
@@ -181,7 +148,7 @@ Test(ckpt_async, abort_with_copies_queued_leaves_nothing)
 {
 	const size_t n = 1 << 20;
 	const char *path = tu_path("abort.bin");
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	unsigned char *a = malloc(n);
 	struct nvs_ckpt_writer *w;
 
@@ -195,14 +162,14 @@ Test(ckpt_async, abort_with_copies_queued_leaves_nothing)
 	}
 	cr_assert_eq(nvs_ckpt_abort(w), 0, "%s", nvs_last_error());
 	free(a);
-	assert_file(path, "old", 3);
-	cr_assert_eq(temps_in(tu_dir()), 0, "a temp file was left behind");
+	tu_assert_file(path, "old", 3);
+	cr_assert_eq(tu_temps_in(tu_dir()), 0, "a temp file was left behind");
 }
 
 Test(ckpt_async, failed_side_buffer_copies_on_the_caller)
 {
 	const char *path = tu_path("fallback.bin");
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	unsigned char buf[300000];
 	struct nvs_ckpt_writer *w;
 	uint64_t t = 99;
@@ -240,7 +207,7 @@ static const char *small_tmpfs(void)
 Test(ckpt_async, full_disk_in_the_copy_thread_is_sticky_and_leaves_nothing)
 {
 	const char *mnt = small_tmpfs();
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	const size_t n = 256 << 10;
 	unsigned char old[5000], *big;
 	struct nvs_ckpt_writer *w;
@@ -287,8 +254,9 @@ Test(ckpt_async, full_disk_in_the_copy_thread_is_sticky_and_leaves_nothing)
 			else
 				cr_assert_eq(nvs_ckpt_abort(w), 0);
 		}
-		assert_file(path, old, sizeof(old));
-		cr_assert_eq(temps_in(mnt), 0, "a temp file was left behind");
+		tu_assert_file(path, old, sizeof(old));
+		cr_assert_eq(tu_temps_in(mnt), 0,
+			     "a temp file was left behind");
 	}
 	umount2(mnt, MNT_DETACH);
 	free(big);

@@ -18,6 +18,7 @@
 #include "internal/alloc.h"
 #include "nvswap/nvswap.h"
 #include "testutil.h"
+#include "tu_ckpt.h"
 
 static void fini(void)
 {
@@ -26,46 +27,11 @@ static void fini(void)
 
 TestSuite(ckpt, .fini = fini);
 
-/* Files in @dir whose name contains ".tmp.". */
-static unsigned temps_in(const char *dir)
-{
-	unsigned n = 0;
-	struct dirent *e;
-	DIR *d = opendir(dir);
-
-	cr_assert_not_null(d, "%s", dir);
-	while ((e = readdir(d)))
-		n += strstr(e->d_name, ".tmp.") != NULL;
-	closedir(d);
-	return n;
-}
-
 static bool exists(const char *path)
 {
 	struct stat st;
 
 	return stat(path, &st) == 0;
-}
-
-/* The file holds exactly @n bytes equal to @ref. */
-static void assert_file(const char *path, const void *ref, size_t n)
-{
-	size_t got;
-	void *back = tu_read_file(path, &got);
-
-	cr_assert_eq(got, n, "%s: %zu bytes, want %zu", path, got, n);
-	cr_assert(n == 0 || !memcmp(back, ref, n), "%s: bytes differ", path);
-	free(back);
-}
-
-static struct nvs_ckpt_opts small_opts(size_t bufsize, unsigned count)
-{
-	struct nvs_ckpt_opts o;
-
-	nvs_ckpt_opts_init(&o);
-	o.buffer_size = bufsize;
-	o.buffer_count = count;
-	return o;
 }
 
 /* Write @n pattern bytes from a source misaligned by @mis, in pieces
@@ -92,9 +58,9 @@ static void roundtrip(const struct nvs_ckpt_opts *o, size_t n, size_t mis,
 			k = 0;
 	}
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
-	assert_file(path, src, n);
+	tu_assert_file(path, src, n);
 	cr_assert(tu_guards_ok(src, n ? n : 1), "source changed");
-	cr_assert_eq(temps_in(tu_dir()), 0, "a temp file was left behind");
+	cr_assert_eq(tu_temps_in(tu_dir()), 0, "a temp file was left behind");
 	tu_free(src);
 }
 
@@ -111,7 +77,7 @@ Test(ckpt, every_size_reads_back_exactly)
 				       (3 << 20) + 123,
 				       8u << 20,
 				       (9 << 20) + 4097};
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 3);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 3);
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 		roundtrip(&o, sizes[i], 0, NULL);
@@ -121,7 +87,7 @@ Test(ckpt, odd_splits_from_misaligned_sources_read_back_exactly)
 {
 	static const size_t splits[] = {1, 7, 4093, 65537, 3, 200000, 4096, 0};
 	static const size_t mis[] = {1, 3, 64, 511, 4095};
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 
 	for (size_t i = 0; i < sizeof(mis) / sizeof(mis[0]); i++) {
 		roundtrip(&o, (5 << 20) + 17 * i, mis[i], splits);
@@ -132,7 +98,7 @@ Test(ckpt, odd_splits_from_misaligned_sources_read_back_exactly)
 Test(ckpt, defaults_and_many_buffers_read_back_exactly)
 {
 	static const size_t splits[] = {(1 << 20) + 1, 13, (17 << 20) - 5, 0};
-	struct nvs_ckpt_opts o = small_opts(4096, 64);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(4096, 64);
 
 	roundtrip(NULL, (40 << 20) + 4095, 5, splits);
 	roundtrip(&o, (1 << 20) + 100, 7, splits);
@@ -141,7 +107,7 @@ Test(ckpt, defaults_and_many_buffers_read_back_exactly)
 Test(ckpt, buffered_and_unsynced_modes_read_back_exactly)
 {
 	static const size_t splits[] = {999, 0};
-	struct nvs_ckpt_opts o = small_opts(16 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(16 << 10, 2);
 
 	o.direct = NVS_DIRECT_NEVER;
 	roundtrip(&o, (1 << 20) + 3, 1, splits);
@@ -152,7 +118,7 @@ Test(ckpt, buffered_and_unsynced_modes_read_back_exactly)
 
 Test(ckpt, size_hint_above_or_below_the_bytes_written_gives_exact_size)
 {
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 
 	o.size_hint = 10 << 20;
 	roundtrip(&o, (1 << 20) + 1, 0, NULL);
@@ -162,7 +128,7 @@ Test(ckpt, size_hint_above_or_below_the_bytes_written_gives_exact_size)
 
 Test(ckpt, borrowed_aio_handle_is_used_and_left_alive)
 {
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	struct nvs_aio_stats st;
 	struct nvs_aio *h;
 
@@ -193,7 +159,7 @@ Test(ckpt, file_appears_under_its_final_name_only_at_close)
 	cr_assert(!exists(path), "visible before close");
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
 	cr_assert(!exists(tmp));
-	assert_file(path, buf, sizeof(buf));
+	tu_assert_file(path, buf, sizeof(buf));
 }
 
 Test(ckpt, close_replaces_and_abort_keeps_the_previous_file)
@@ -201,7 +167,7 @@ Test(ckpt, close_replaces_and_abort_keeps_the_previous_file)
 	const char *path = tu_path("prev.pt");
 	unsigned char old[5000], neu[300000];
 	struct nvs_ckpt_writer *w;
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 
 	tu_fill(old, sizeof(old), 2);
 	tu_fill(neu, sizeof(neu), 3);
@@ -209,16 +175,16 @@ Test(ckpt, close_replaces_and_abort_keeps_the_previous_file)
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), 0);
 	cr_assert_eq(nvs_ckpt_write(w, neu, sizeof(neu)), 0);
 	cr_assert_eq(nvs_ckpt_abort(w), 0, "%s", nvs_last_error());
-	assert_file(path, old, sizeof(old));
-	cr_assert_eq(temps_in(tu_dir()), 0);
+	tu_assert_file(path, old, sizeof(old));
+	cr_assert_eq(tu_temps_in(tu_dir()), 0);
 	cr_assert_eq(nvs_ckpt_abort(NULL), 0);
 
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), 0);
 	cr_assert_eq(nvs_ckpt_write(w, neu, sizeof(neu)), 0);
-	assert_file(path, old, sizeof(old));
+	tu_assert_file(path, old, sizeof(old));
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
-	assert_file(path, neu, sizeof(neu));
-	cr_assert_eq(temps_in(tu_dir()), 0);
+	tu_assert_file(path, neu, sizeof(neu));
+	cr_assert_eq(tu_temps_in(tu_dir()), 0);
 }
 
 Test(ckpt, two_writers_of_one_path_get_two_temp_names)
@@ -233,7 +199,7 @@ Test(ckpt, two_writers_of_one_path_get_two_temp_names)
 	cr_assert_eq(nvs_ckpt_write(b, "bb", 2), 0);
 	cr_assert_eq(nvs_ckpt_close(a), 0);
 	cr_assert_eq(nvs_ckpt_close(b), 0);
-	assert_file(path, "bb", 2);
+	tu_assert_file(path, "bb", 2);
 }
 
 Test(ckpt, bad_arguments_are_einval_and_leave_nothing)
@@ -248,26 +214,26 @@ Test(ckpt, bad_arguments_are_einval_and_leave_nothing)
 	cr_assert_eq(nvs_ckpt_writer_open(path, NULL, NULL), -EINVAL);
 	cr_assert(strstr(nvs_last_error(), "nvs_ckpt_writer_open"), "%s",
 		  nvs_last_error());
-	o = small_opts(1000, 2);
+	o = tu_ckpt_opts(1000, 2);
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
 	cr_assert(strstr(nvs_last_error(), "buffer_size 1000"), "%s",
 		  nvs_last_error());
-	o = small_opts(0, 2);
+	o = tu_ckpt_opts(0, 2);
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
-	o = small_opts(4096, 1);
+	o = tu_ckpt_opts(4096, 1);
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
-	o = small_opts(4096, NVS_CKPT_MAX_BUFFERS + 1);
+	o = tu_ckpt_opts(4096, NVS_CKPT_MAX_BUFFERS + 1);
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
-	o = small_opts(4096, 2);
+	o = tu_ckpt_opts(4096, 2);
 	o.direct = (enum nvs_direct)99;
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
-	o = small_opts(4096, 2);
+	o = tu_ckpt_opts(4096, 2);
 	o.mode = 010000;
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
-	o = small_opts(4096, 2);
+	o = tu_ckpt_opts(4096, 2);
 	o.size = 8;
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -EINVAL);
-	cr_assert_eq(temps_in(tu_dir()), 0);
+	cr_assert_eq(tu_temps_in(tu_dir()), 0);
 	cr_assert(!exists(path));
 
 	cr_assert_eq(nvs_ckpt_write(NULL, "x", 1), -EINVAL);
@@ -280,7 +246,7 @@ Test(ckpt, bad_arguments_are_einval_and_leave_nothing)
 		  nvs_last_error());
 	cr_assert_eq(nvs_ckpt_write(w, NULL, 0), 0);
 	cr_assert_eq(nvs_ckpt_close(w), 0, "a refused write is not sticky");
-	assert_file(path, "", 0);
+	tu_assert_file(path, "", 0);
 }
 
 Test(ckpt, missing_directory_is_enoent_naming_the_path)
@@ -307,7 +273,7 @@ Test(ckpt, full_disk_is_enospc_and_the_previous_file_survives)
 	const char *mnt = small_tmpfs();
 	unsigned char old[100000], *big;
 	struct nvs_ckpt_writer *w;
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	char path[512];
 	int r = 0;
 
@@ -337,8 +303,9 @@ Test(ckpt, full_disk_is_enospc_and_the_previous_file_survives)
 		cr_assert_eq(r, -ENOSPC, "%s", nvs_last_error());
 		cr_assert(strstr(nvs_last_error(), "ckpt.pt.tmp."), "%s",
 			  nvs_last_error());
-		assert_file(path, old, sizeof(old));
-		cr_assert_eq(temps_in(mnt), 0, "a temp file was left behind");
+		tu_assert_file(path, old, sizeof(old));
+		cr_assert_eq(tu_temps_in(mnt), 0,
+			     "a temp file was left behind");
 	}
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), 0);
 	r = 0;
@@ -347,23 +314,23 @@ Test(ckpt, full_disk_is_enospc_and_the_previous_file_survives)
 	cr_assert_eq(r, -ENOSPC, "%s", nvs_last_error());
 	cr_assert_eq(nvs_ckpt_write(w, big, 1), -ENOSPC, "sticky");
 	cr_assert_eq(nvs_ckpt_abort(w), 0);
-	assert_file(path, old, sizeof(old));
-	cr_assert_eq(temps_in(mnt), 0);
+	tu_assert_file(path, old, sizeof(old));
+	cr_assert_eq(tu_temps_in(mnt), 0);
 
 	/* The size hint finds the full disk at open. */
 	o.size_hint = 2 << 20;
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), -ENOSPC);
 	cr_assert(strstr(nvs_last_error(), "size_hint"), "%s",
 		  nvs_last_error());
-	cr_assert_eq(temps_in(mnt), 0);
-	assert_file(path, old, sizeof(old));
+	cr_assert_eq(tu_temps_in(mnt), 0);
+	tu_assert_file(path, old, sizeof(old));
 
 	/* And the space freed by both failures is usable again. */
 	o.size_hint = 0;
 	cr_assert_eq(nvs_ckpt_writer_open(path, &o, &w), 0);
 	cr_assert_eq(nvs_ckpt_write(w, big, 300000), 0);
 	cr_assert_eq(nvs_ckpt_close(w), 0, "%s", nvs_last_error());
-	assert_file(path, big, 300000);
+	tu_assert_file(path, big, 300000);
 	umount2(mnt, MNT_DETACH);
 	free(big);
 }
@@ -371,7 +338,7 @@ Test(ckpt, full_disk_is_enospc_and_the_previous_file_survives)
 Test(ckpt, each_failed_allocation_is_enomem_and_leaves_nothing)
 {
 	const char *path = tu_path("oom.pt");
-	struct nvs_ckpt_opts o = small_opts(64 << 10, 2);
+	struct nvs_ckpt_opts o = tu_ckpt_opts(64 << 10, 2);
 	unsigned failures = 0;
 
 	for (unsigned long i = 1;; i++) {
@@ -383,7 +350,7 @@ Test(ckpt, each_failed_allocation_is_enomem_and_leaves_nothing)
 			cr_assert_eq(nvs_ckpt_write(w, "abc", 3), 0);
 			cr_assert_eq(nvs_ckpt_close(w), 0, "%s",
 				     nvs_last_error());
-			assert_file(path, "abc", 3);
+			tu_assert_file(path, "abc", 3);
 			if (used < i)
 				break;
 		} else {
@@ -392,7 +359,7 @@ Test(ckpt, each_failed_allocation_is_enomem_and_leaves_nothing)
 			cr_assert_null(w);
 			failures++;
 		}
-		cr_assert_eq(temps_in(tu_dir()), 0, "allocation %lu", i);
+		cr_assert_eq(tu_temps_in(tu_dir()), 0, "allocation %lu", i);
 		cr_assert_lt(i, 200);
 	}
 	cr_assert_gt(failures, 2);
