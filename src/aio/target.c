@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void nvs__target_close(struct nvs_aio *h, struct nvs_target *t)
@@ -119,6 +120,26 @@ static int preallocate(int fd, const struct stat *st,
 	if (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)
 		return -errno;
 	return 0; /* EOPNOTSUPP and friends: not needed for correctness */
+}
+
+/*
+ * Deleted files whose descriptors were just closed give their blocks
+ * back when the kernel drops its last reference to them, which io_uring
+ * may leave to a kernel worker a moment later (and the engine's own hold
+ * goes when the worker next submits). Ask again a few times, 255 ms at
+ * most; then the write decides. Only on a full disk, never on the fast
+ * path.
+ */
+static int space_back(int fd, const struct stat *st,
+		      const struct nvs_aio_io *io)
+{
+	for (unsigned i = 0; i < 8; i++) {
+		struct timespec ts = {0, (long)(1000000L << i)};
+		nanosleep(&ts, NULL);
+		if (preallocate(fd, st, io) == 0)
+			return 0;
+	}
+	return 0;
 }
 
 /* fstat an open target and, for O_DIRECT, learn its alignment. */
@@ -246,10 +267,8 @@ static int check_range(struct nvs_aio *h, const struct nvs_aio_io *io,
 	} else if (t->direct && io->nbytes > 0 && S_ISREG(st->st_mode) &&
 		   io->offset + (int64_t)io->nbytes > st->st_size) {
 		ret = preallocate(t->fd, st, io);
-		/* Closed deleted files free space once the worker drops
-		 * the engine's hold, before it writes: the write decides. */
 		if (ret == -ENOSPC && (t->closed || nvs__files_prune(h->files)))
-			ret = 0;
+			ret = space_back(t->fd, st, io);
 		if (ret < 0)
 			return NVS__SUBMIT_ERR(ret, io, "preallocating: %s",
 					       nvs_strerror(ret));
