@@ -299,15 +299,43 @@ static int saved_step(struct nvs_swapper *s, unsigned *step)
 	struct nvs_generation_info g;
 	int n = nvs_swapper_generations(s, &g, 1), used = 0;
 
-	if (n < 1 || sscanf(g.tag, "step %u%n", step, &used) != 1 ||
-	    g.tag[used]) {
-		fprintf(stderr,
-			"offload_train: %s: its newest generation is %s\"%s\","
-			" not a step this example saved\n",
-			nvs_swapper_dir(s, 0),
-			n < 1 ? "missing, tag" : "tagged", n < 1 ? "" : g.tag);
+	if (n < 1) {
+		fprintf(stderr, "offload_train: %s holds no generation\n",
+			nvs_swapper_dir(s, 0));
 		return -EINVAL;
 	}
+	if (sscanf(g.tag, "step %u%n", step, &used) != 1 || g.tag[used]) {
+		fprintf(stderr,
+			"offload_train: %s: its newest generation is tagged "
+			"\"%s\", not a step this example saved\n",
+			nvs_swapper_dir(s, 0), g.tag);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The step both sets were saved at (one message when they cannot be
+ * resumed together). */
+static int resume_step(struct off *o, unsigned *step)
+{
+	unsigned sp, so;
+
+	if (saved_step(o->pcore, &sp) < 0 || saved_step(o->ocore, &so) < 0)
+		return -EINVAL;
+	if (sp != so) {
+		fprintf(stderr,
+			"offload_train: the parameters were saved at step %u, "
+			"the optimizer state at step %u: not one run\n",
+			sp, so);
+		return -EINVAL;
+	}
+	if (sp > STEPS) {
+		fprintf(stderr,
+			"offload_train: saved at step %u, beyond --steps %u\n",
+			sp, STEPS);
+		return -EINVAL;
+	}
+	*step = sp;
 	return 0;
 }
 
@@ -490,20 +518,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (RESUME) {
-		unsigned sp, so;
-		if (saved_step(o.pcore, &sp) < 0 ||
-		    saved_step(o.ocore, &so) < 0 || sp != so || sp > STEPS) {
-			if (sp != so)
-				fprintf(stderr,
-					"offload_train: the parameters were "
-					"saved at step %u, the optimizer "
-					"state at step %u: not one run\n",
-					sp, so);
-			else if (sp > STEPS)
-				fprintf(stderr,
-					"offload_train: saved at step %u, "
-					"beyond --steps %u\n",
-					sp, STEPS);
+		unsigned sp;
+		if (resume_step(&o, &sp) < 0) {
 			teardown(&o);
 			return 1;
 		}

@@ -627,17 +627,19 @@ PyTypeObject ext_SwapperType = {
 int ext_swapper_init(PyObject *module)
 {
 	/* The type's methods: the calls here, then a swap set's (swapset.c). */
-	static PyMethodDef all[64];
+	static PyMethodDef all[64]; /* the last entry stays the sentinel */
+	const PyMethodDef *parts[] = {swapper_methods, ext_swapset_methods};
 	size_t n = 0;
 
-	for (const PyMethodDef *m = swapper_methods; m->ml_name; m++)
-		all[n++] = *m;
-	for (const PyMethodDef *m = ext_swapset_methods; m->ml_name; m++)
-		all[n++] = *m;
-	if (n >= sizeof(all) / sizeof(all[0])) {
-		PyErr_SetString(PyExc_SystemError, "nvswap: too many methods");
-		return -1;
-	}
+	for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]); k++)
+		for (const PyMethodDef *m = parts[k]; m->ml_name; m++) {
+			if (n + 1 >= sizeof(all) / sizeof(all[0])) {
+				PyErr_SetString(PyExc_SystemError,
+						"nvswap: too many methods");
+				return -1;
+			}
+			all[n++] = *m;
+		}
 	ext_SwapperType.tp_methods = all;
 	if (PyType_Ready(&ext_SwapperType) < 0)
 		return -1;

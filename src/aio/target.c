@@ -130,16 +130,15 @@ static int preallocate(int fd, const struct stat *st,
  * most; then the write decides. Only on a full disk, never on the fast
  * path.
  */
-static int space_back(int fd, const struct stat *st,
-		      const struct nvs_aio_io *io)
+static void wait_for_space(int fd, const struct stat *st,
+			   const struct nvs_aio_io *io)
 {
 	for (unsigned i = 0; i < 8; i++) {
 		struct timespec ts = {0, (long)(1000000L << i)};
 		nanosleep(&ts, NULL);
 		if (preallocate(fd, st, io) == 0)
-			return 0;
+			return;
 	}
-	return 0;
 }
 
 /* fstat an open target and, for O_DIRECT, learn its alignment. */
@@ -267,8 +266,11 @@ static int check_range(struct nvs_aio *h, const struct nvs_aio_io *io,
 	} else if (t->direct && io->nbytes > 0 && S_ISREG(st->st_mode) &&
 		   io->offset + (int64_t)io->nbytes > st->st_size) {
 		ret = preallocate(t->fd, st, io);
-		if (ret == -ENOSPC && (t->closed || nvs__files_prune(h->files)))
-			ret = space_back(t->fd, st, io);
+		if (ret == -ENOSPC &&
+		    (t->closed || nvs__files_prune(h->files))) {
+			wait_for_space(t->fd, st, io);
+			ret = 0; /* the write decides */
+		}
 		if (ret < 0)
 			return NVS__SUBMIT_ERR(ret, io, "preallocating: %s",
 					       nvs_strerror(ret));

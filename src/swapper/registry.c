@@ -203,10 +203,11 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	ret = nvs__grow_files(s);
 	if (ret < 0)
 		goto out_unplace;
-	if (s->pers && (ret = nvs__persist_placed(s, t)) < 0)
-		goto out_unplace;
-	if (s->pers)
+	if (s->pers) {
+		if ((ret = nvs__persist_placed(s, t)) < 0)
+			goto out_unplace;
 		s->pers->changed = true; /* a new tensor */
+	}
 	nvs__hash_oom = 0;
 	HASH_ADD(hh, s->table, id, sizeof(t->id), t);
 	if (nvs__hash_oom) {
