@@ -139,7 +139,13 @@ struct nvs_aio_opts {
 					  nvs_aio_submit_wait); 0 = default
 					  min(block_size, 64 KiB);
 					  NVS_AIO_INLINE_OFF = never */
-	uint64_t reserved[6];	       /* zero */
+	bool use_gds;		       /* device memory through cuFile
+					  (GPUDirect Storage) instead of the
+					  pinned bounce slots; create fails
+					  with -ENODEV without cuFile (see
+					  nvswap/gpu.h). Default false */
+	uint8_t reserved8[7];	       /* zero */
+	uint64_t reserved[5];	       /* zero */
 };
 
 /**
@@ -195,7 +201,11 @@ struct nvs_aio_stats {
 	uint64_t inline_ops; /* synchronous ops done on the caller's thread
 				(see nvs_aio_opts.inline_max); counted in
 				ops_completed, not in requests */
-	uint64_t reserved[3];
+	uint64_t device_bytes; /* payload bytes of ops on device memory,
+				  staged through the bounce slots */
+	uint64_t gds_bytes;    /* payload bytes of ops on device memory
+				  moved by cuFile (use_gds) */
+	uint64_t reserved[1];
 };
 
 struct nvs_aio;
@@ -352,6 +362,11 @@ NVS_API int nvs_aio_wait(struct nvs_aio *h);
  * nvs_aio_pread() - read @nbytes at @file_offset of @path into @buf.
  * @async: true = queue and return 0 (DeepNVMe async_pread); false = queue
  *         then nvs_aio_wait() (DeepNVMe sync_pread).
+ *
+ * @buf may be CUDA device memory (nvswap/gpu.h): the bytes are staged
+ * through the handle's pinned bounce slots and copied to the device on a
+ * stream per worker, or moved by cuFile when the handle has use_gds. A
+ * device op whose copy fails gives -EIO with the driver's error.
  *
  * Return: async: 0 or a submit error. Sync: what nvs_aio_wait() returns,
  * 1 when nothing else was pending. Errors as nvs_aio_submit().

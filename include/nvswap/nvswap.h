@@ -11,5 +11,6 @@
 #include "nvswap/swapper.h"
 #include "nvswap/offload.h"
 #include "nvswap/ckpt.h"
+#include "nvswap/gpu.h"
 
 #endif /* NVSWAP_NVSWAP_H */

@@ -16,6 +16,8 @@
 #include "aio/engine.h"
 #include "aio/files.h"
 #include "buffers/pinned.h"
+#include "gpu/driver.h"
+#include "gpu/gds.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/fork.h"
@@ -124,6 +126,8 @@ static int create(const struct nvs_aio_opts *opts,
 	pthread_cond_init(&h->cond, NULL);
 	h->born = nvs__fork_gen();
 	ret = nvs__aio_opts_check(&h->opts, opts, &h->backend_reason);
+	if (ret == 0 && h->opts.use_gds)
+		ret = nvs__gds_load("nvs_aio_create (use_gds)");
 	if (ret < 0)
 		goto fail;
 	if (plan) {
@@ -254,7 +258,9 @@ static int submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 	char fdname[32];
 	const char *path;
 	struct nvs_target t = {.fd = -1, .bfd = -1};
+	struct nvs_gpu_mem mem = {.device = -1};
 	struct nvs_op *op = NULL;
+	void *gds_fh = NULL;
 	unsigned k, start;
 	int ret;
 
@@ -269,8 +275,19 @@ static int submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 		return NVS__SUBMIT_ERR(-ret, io,
 				       "refused by the fault plan (%s)",
 				       nvs_strerror(ret));
+	ret = nvs__gpu_ptr(io->buf, &mem.device, &mem.ctx);
+	if (ret < 0) {
+		char why[NVS_ERRMSG_MAX];
+		snprintf(why, sizeof(why), "%s", nvs_last_error());
+		return NVS__SUBMIT_ERR(ret, io, "%s", why);
+	}
+	if (ret == 0)
+		mem.device = -1;
 	ret = nvs__target_open(h, io, path, &t);
-	if (ret == 0 && mode != QUEUE && nvs__inline_fits(h, io, &t) &&
+	if (ret == 0 && mem.device >= 0 && h->opts.use_gds)
+		ret = nvs__gds_handle_open(t.fd, &gds_fh, "nvs_aio_submit");
+	if (ret == 0 && mode != QUEUE && mem.device < 0 &&
+	    nvs__inline_fits(h, io, &t) &&
 	    nvs__inline_begin(h, mode == SYNC_ALONE)) {
 		*ran = true;
 		ret = nvs__inline_run(h, io, path, &t);
@@ -284,11 +301,15 @@ static int submit(struct nvs_aio *h, const struct nvs_aio_io *io,
 							  : NVS_OP_UNTRACKED,
 				       &op);
 	if (ret < 0) {
+		nvs__gds_handle_close(gds_fh);
 		nvs__target_close(h, &t);
 		return ret;
 	}
 	op->write = io->opcode == NVS_AIO_WRITE;
 	op->t = t; /* the op releases it when it ends */
+	op->mem = mem;
+	op->gds = gds_fh != NULL;
+	op->gds_fh = gds_fh; /* likewise */
 	op->stage_all = t.direct && nvs__target_stage_unpinned(h, &t) &&
 			!nvs_pinned_contains(io->buf, io->nbytes);
 	op->offset = io->offset;

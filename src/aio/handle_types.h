@@ -10,6 +10,7 @@
 
 #include "aio/engine.h"
 #include "aio/stats.h"
+#include "gpu/stage.h"
 #include "nvswap/aio.h"
 
 #include <pthread.h>
@@ -70,8 +71,11 @@ struct nvs_op {
 	struct nvs_op *next_free;
 	/* Written by the submitter before dispatch, then read-only. */
 	bool write;
-	bool stage_all;	     /* bounce every request, aligned or not */
-	struct nvs_target t; /* descriptors, released when the op ends */
+	bool stage_all;		/* bounce every request, aligned or not */
+	struct nvs_gpu_mem mem; /* device memory: staged (or cuFile) */
+	bool gds;		/* moved by cuFile (use_gds handle) */
+	void *gds_fh;		/* its cuFile handle, closed at the end */
+	struct nvs_target t;	/* descriptors, released when the op ends */
 	uint32_t mem_align;
 	uint32_t grain; /* body boundaries: edges never share a page */
 	size_t chunk;	/* request size for this file */
@@ -111,8 +115,10 @@ struct nvs_worker {
 	unsigned nslots, nfree_slots;
 	int *free_slots;
 	bool bounce_locked;
-	uint64_t retries_seen; /* engine retries already counted */
-	uint64_t closes_seen;  /* file-cache closes already acted on */
+	struct nvs_gpu_lane *lane; /* device copies, made at first use */
+	char *edge_scratch;	   /* device ops' edges, pinned, at first use */
+	uint64_t retries_seen;	   /* engine retries already counted */
+	uint64_t closes_seen;	   /* file-cache closes already acted on */
 	/* Start-up, under lock: the worker creates its own engine (an
 	 * io_uring ring is then single-issuer) and reports here. */
 	bool ready;

@@ -9,9 +9,11 @@
 #include "internal/errors.h"
 #include "internal/util.h"
 #include "nvswap/aio.h"
+#include "nvswap/gpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,16 +24,22 @@
 int nvs__validate_file(const char *call, const char *path, const void *buf,
 		       size_t n)
 {
-	char *tmp;
+	char *tmp, *mine = NULL;
+	const char *have;
 	size_t pos = 0;
 	int fd, ret = 0;
+	bool dev = nvs_gpu_pointer(buf, NULL) == 1;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return nvs__err(-errno, "%s %s: validate: open: %s", call, path,
 				nvs_strerror(errno));
 	tmp = nvs__malloc(VALIDATE_CHUNK);
-	if (!tmp) {
+	if (dev) /* device memory: compared through a host copy */
+		mine = nvs__malloc(VALIDATE_CHUNK);
+	if (!tmp || (dev && !mine)) {
+		nvs__free(tmp);
+		nvs__free(mine);
 		close(fd);
 		return nvs__err(-ENOMEM, "%s %s: validate: out of memory", call,
 				path);
@@ -52,9 +60,16 @@ int nvs__validate_file(const char *call, const char *path, const void *buf,
 				       call, path, pos + (size_t)r, n);
 			break;
 		}
-		if (memcmp(tmp, (const char *)buf + pos, len)) {
+		have = (const char *)buf + pos;
+		if (dev) {
+			ret = nvs_gpu_memcpy(mine, have, len);
+			if (ret < 0)
+				break;
+			have = mine;
+		}
+		if (memcmp(tmp, have, len)) {
 			size_t i = 0;
-			while (tmp[i] == ((const char *)buf)[pos + i])
+			while (tmp[i] == have[i])
 				i++;
 			ret = nvs__err(-EBADMSG,
 				       "%s %s: validate: first difference at "
@@ -65,6 +80,7 @@ int nvs__validate_file(const char *call, const char *path, const void *buf,
 		pos += len;
 	}
 	nvs__free(tmp);
+	nvs__free(mine);
 	close(fd);
 	return ret;
 }

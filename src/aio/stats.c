@@ -68,6 +68,8 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 	st->ops_failed = load(&h->c.ops_failed);
 	st->bytes_read = load(&h->c.bytes_read);
 	st->bytes_written = load(&h->c.bytes_written);
+	st->device_bytes = load(&h->c.device_bytes);
+	st->gds_bytes = load(&h->c.gds_bytes);
 	st->requests = load(&h->c.requests);
 	st->bounced_requests = load(&h->c.bounced);
 	st->edge_bytes = load(&h->c.edge_bytes);

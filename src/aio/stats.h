@@ -10,7 +10,7 @@ struct nvs_aio_counters {
 	/* Relaxed atomics: statistics only, no ordering with data. */
 	atomic_uint_fast64_t ops_completed, ops_failed, bytes_read,
 		bytes_written, requests, bounced, edge_bytes, retries,
-		fallbacks, opened, reused, inline_ops;
+		fallbacks, opened, reused, inline_ops, device_bytes, gds_bytes;
 };
 
 static inline void nvs__aio_count(atomic_uint_fast64_t *c, uint64_t v)

@@ -7,6 +7,7 @@
  */
 #include "aio/ticket.h"
 #include "aio/target.h"
+#include "gpu/gds.h"
 #include "internal/errors.h"
 #include "internal/fork.h"
 #include "internal/util.h"
@@ -50,6 +51,9 @@ static void op_finish_locked(struct nvs_aio *h, struct nvs_op *op)
 		nvs__aio_count(&h->c.bytes_written, op->nbytes);
 	else
 		nvs__aio_count(&h->c.bytes_read, op->nbytes);
+	if (!op->err && op->mem.device >= 0)
+		nvs__aio_count(op->gds ? &h->c.gds_bytes : &h->c.device_bytes,
+			       op->nbytes);
 	if (op->ticket) {
 		op->state = NVS_OP_DONE;
 		if (op->owned)
@@ -74,6 +78,8 @@ void nvs__op_slice_done(struct nvs_aio *h, struct nvs_op *op)
 	if (atomic_fetch_sub_explicit(&op->slices_left, 1,
 				      memory_order_acq_rel) != 1)
 		return;
+	nvs__gds_handle_close(op->gds_fh);
+	op->gds_fh = NULL;
 	nvs__target_close(h, &op->t);
 	pthread_mutex_lock(&h->lock);
 	op_finish_locked(h, op);

@@ -12,6 +12,8 @@
 #include "aio/handle.h"
 #include "aio/ticket.h"
 #include "buffers/pinned.h"
+#include "gpu/gds.h"
+#include "gpu/stage.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/util.h"
@@ -79,6 +81,53 @@ static void slice_finish(struct nvs_worker *w, struct nvs_slice *s)
 	nvs__op_slice_done(w->h, s->op);
 }
 
+static void req_release(struct nvs_worker *w, struct nvs_req *r);
+
+/*
+ * Copy between device memory and this worker's pinned memory (a bounce
+ * slot or the edge scratch) for a device op; on failure the slice fails
+ * with the driver's error for the request at @off.
+ */
+static int dev_copy(struct nvs_worker *w, struct nvs_slice *s, void *dst,
+		    const void *src, size_t len, int64_t off, bool to_device)
+{
+	char cause[NVS_ERRMSG_MAX / 2];
+	int ret = nvs__gpu_lane_copy(
+		&w->lane, &s->op->mem, dst, src, len, to_device, w->bounce,
+		(size_t)w->nslots * w->slot_size, cause, sizeof(cause));
+
+	if (ret < 0)
+		slice_fail(w, s, ret, off, len, cause);
+	return ret;
+}
+
+/* A device op's edge through the (pinned) edge scratch, made once. */
+static ssize_t dev_edge(struct nvs_worker *w, struct nvs_slice *s,
+			struct nvs_edge *e)
+{
+	struct nvs_op *op = s->op;
+	bool locked;
+	ssize_t n;
+	int ret;
+
+	if (!w->edge_scratch) {
+		w->edge_scratch = nvs__pinned_alloc(
+			2 * NVS_BOUNCE_GRAIN, NVS_BOUNCE_GRAIN, true,
+			"nvs_aio (device edges)", &locked, &ret);
+		if (!w->edge_scratch)
+			return ret;
+	}
+	if (op->write &&
+	    dev_copy(w, s, w->edge_scratch, e->buf, e->len, e->off, false) < 0)
+		return 0; /* failed with the driver's error */
+	n = nvs__pio_full(op->t.bfd, w->edge_scratch, e->len, (off_t)e->off,
+			  op->write);
+	if (!op->write && n == (ssize_t)e->len &&
+	    dev_copy(w, s, e->buf, w->edge_scratch, e->len, e->off, true) < 0)
+		return 0;
+	return n;
+}
+
 /* Unaligned head and tail: buffered, synchronous, on a distinct page. */
 static void slice_edges(struct nvs_worker *w, struct nvs_slice *s)
 {
@@ -90,8 +139,13 @@ static void slice_edges(struct nvs_worker *w, struct nvs_slice *s)
 
 		if (e->len == 0)
 			continue;
-		n = nvs__pio_full(op->t.bfd, e->buf, e->len, (off_t)e->off,
-				  op->write);
+		if (op->mem.device >= 0)
+			n = dev_edge(w, s, e);
+		else
+			n = nvs__pio_full(op->t.bfd, e->buf, e->len,
+					  (off_t)e->off, op->write);
+		if (s->err)
+			break; /* the device copy failed */
 		if (n < 0)
 			slice_fail(w, s, (int)n, e->off, e->len,
 				   nvs_strerror((int)n));
@@ -119,8 +173,9 @@ static struct nvs_req *slice_next_req(struct nvs_worker *w, struct nvs_slice *s)
 
 	if (!w->free_reqs)
 		return NULL;
-	if (op->t.direct &&
-	    (op->stage_all || ((uintptr_t)user & (op->mem_align - 1)))) {
+	if (op->mem.device >= 0 ||
+	    (op->t.direct &&
+	     (op->stage_all || ((uintptr_t)user & (op->mem_align - 1))))) {
 		if (w->nfree_slots == 0)
 			return NULL;
 		slot = w->free_slots[--w->nfree_slots];
@@ -138,7 +193,13 @@ static struct nvs_req *slice_next_req(struct nvs_worker *w, struct nvs_slice *s)
 	r->io.len = len;
 	if (slot >= 0) {
 		r->io.buf = w->bounce + (size_t)slot * w->slot_size;
-		if (op->write)
+		if (op->write && op->mem.device >= 0 &&
+		    dev_copy(w, s, r->io.buf, user, len, r->io.off, false) <
+			    0) {
+			req_release(w, r);
+			return NULL; /* the slice failed: nothing issued */
+		}
+		if (op->write && op->mem.device < 0)
 			nvs_copy(r->io.buf, user, len);
 		nvs__aio_count(&w->h->c.bounced, 1);
 	} else {
@@ -194,7 +255,11 @@ static void req_complete(struct nvs_worker *w, struct nvs_req *r)
 		slice_fail(w, s, s->op->write ? -ENOSPC : -EIO, r->io.off,
 			   r->io.len, cause);
 	} else if (r->slot >= 0 && !s->op->write) {
-		nvs_copy(r->user, r->io.buf, r->io.len);
+		if (s->op->mem.device >= 0)
+			dev_copy(w, s, r->user, r->io.buf, r->io.len, r->io.off,
+				 true);
+		else
+			nvs_copy(r->user, r->io.buf, r->io.len);
 	}
 	req_release(w, r);
 	if (slice_finished(s))
@@ -221,6 +286,37 @@ static unsigned submit_batch(struct nvs_worker *w, unsigned nb)
 	return acc;
 }
 
+/*
+ * A use_gds handle's device slice: cuFile moves it, edges and body, in
+ * block_size calls on this thread (cuFile handles alignment itself; in
+ * compatibility mode it does POSIX I/O through its own bounce buffers).
+ */
+static void slice_run_gds(struct nvs_worker *w, struct nvs_slice *s)
+{
+	struct nvs_op *op = s->op;
+	struct nvs_edge body = {s->buf, s->off, s->len};
+	struct nvs_edge *parts[3] = {&s->edge[0], &body, &s->edge[1]};
+	char cause[NVS_ERRMSG_MAX / 2];
+
+	for (int i = 0; i < 3 && !s->err; i++) {
+		struct nvs_edge *e = parts[i];
+		for (size_t done = 0; done < e->len && !s->err;) {
+			size_t len = NVS_MIN(op->chunk, e->len - done);
+			int64_t off = e->off + (int64_t)done;
+			int ret = nvs__gds_io(op->gds_fh, &op->mem,
+					      e->buf + done, len, off,
+					      op->write, cause, sizeof(cause));
+			if (ret < 0)
+				slice_fail(w, s, ret, off, len, cause);
+			else
+				nvs__aio_count(&w->h->c.requests, 1);
+			done += len;
+		}
+	}
+	s->started = true;
+	s->issued = s->len;
+}
+
 /* Issue requests from the active slices up to the queue depth. */
 static void fill(struct nvs_worker *w)
 {
@@ -237,7 +333,9 @@ static void fill(struct nvs_worker *w)
 	while (s) {
 		struct nvs_slice *next = s->next;
 
-		if (!s->started)
+		if (s->op->gds && !s->started)
+			slice_run_gds(w, s);
+		else if (!s->started)
 			slice_edges(w, s);
 		while (!s->err && s->issued < s->len &&
 		       nvs__engine_inflight(w->eng) + nb < qd) {
@@ -397,6 +495,10 @@ void nvs__worker_enqueue(struct nvs_worker *w, struct nvs_slice *s)
 static void worker_release(struct nvs_worker *w)
 {
 	nvs__engine_destroy(w->eng);
+	/* Before the bounce memory it may have registered goes. */
+	nvs__gpu_lane_destroy(w->lane);
+	if (w->edge_scratch)
+		nvs__pinned_free(w->edge_scratch, "nvs_aio_destroy");
 	if (w->bounce)
 		nvs__pinned_free(w->bounce, "nvs_aio_destroy");
 	nvs__free(w->free_slots);

@@ -29,7 +29,8 @@ Test(opts, defaults_match_deepnvme)
 	cr_assert_eq(o.intra_op_parallelism, 1);
 	cr_assert_eq(o.backend, NVS_BACKEND_AUTO);
 	cr_assert_eq(o.direct, NVS_DIRECT_AUTO);
-	cr_assert_eq(o.reserved[5], 0);
+	cr_assert_eq(o.reserved[4], 0);
+	cr_assert_eq(o.use_gds, false);
 	cr_assert_eq(o.uring_flags, 0);
 	cr_assert_eq(o.open_files, 0, "0 means the default cache size");
 	cr_assert_eq(nvs_aio_create(NULL, &h), 0);
