@@ -88,7 +88,7 @@ build-tsan/build.ninja: | deps
 # The integration suite runs once on each backend the kernel allows here
 # (io_uring, libaio, psync); one it refuses is named with the reason.
 test-plain: build
-	scripts/run-tests.sh build plain unit headers link tools
+	scripts/run-tests.sh build plain unit headers link tools gpu
 	@rc=0; for b in $$(build/tests/nvs-test-backends); do \
 		NVSWAP_BACKEND=$$b scripts/run-tests.sh build plain-$$b \
 			integration || rc=1; \

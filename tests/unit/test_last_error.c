@@ -112,6 +112,17 @@ ROW(nvs_ckpt_write, nvs_ckpt_write(NULL, NULL, 1))
 ROW(nvs_ckpt_close, nvs_ckpt_close(NULL))
 ROW(nvs_ckpt_write_async, nvs_ckpt_write_async(NULL, NULL, 1, NULL))
 ROW(nvs_ckpt_wait, nvs_ckpt_wait(NULL))
+/* GPU support off first (the rows run in order, in one process), so the
+ * GPU rows fail alike with and without a GPU. */
+ROW(nvs_gpu_open, (setenv("NVSWAP_GPU", "off", 1), nvs_gpu_open()))
+ROW(nvs_gpu_malloc, nvs_gpu_malloc(0, 0, NULL))
+ROW(nvs_gpu_free, nvs_gpu_free(&pool))
+ROW(nvs_gpu_memcpy, nvs_gpu_memcpy(NULL, NULL, 1))
+ROW(nvs_gpu_memset, nvs_gpu_memset(&pool, 0, 1))
+ROW(nvs_gpu_info, nvs_gpu_info(NULL))
+ROW(nvs_gds_open, nvs_gds_open())
+ROW(nvs_gds_register, nvs_gds_register(&pool, 1))
+ROW(nvs_gds_deregister, nvs_gds_deregister(&pool))
 /* Two more ways nvs_parse_size fails (finding 9). */
 static int row_parse_20_digits(void)
 {
@@ -220,6 +231,15 @@ static const struct row rows[] = {
 	R(nvs_ckpt_close),
 	R(nvs_ckpt_write_async),
 	R(nvs_ckpt_wait),
+	R(nvs_gpu_open),
+	R(nvs_gpu_malloc),
+	R(nvs_gpu_free),
+	R(nvs_gpu_memcpy),
+	R(nvs_gpu_memset),
+	R(nvs_gpu_info),
+	R(nvs_gds_open),
+	R(nvs_gds_register),
+	R(nvs_gds_deregister),
 };
 
 /*
@@ -274,6 +294,8 @@ static const char *const cannot_fail[] = {
 	"nvs_ckpt_temp_path",
 	"nvs_ckpt_abort",
 	"nvs_ckpt_async_done",
+	"nvs_gpu_pointer",    /* 1, 0, or -EIO from the driver */
+	"nvs_gds_registered", /* bool */
 };
 
 /* @name appears in @s as a whole word ("nvs_aio_pread" not matched by
@@ -329,7 +351,7 @@ Test(last_error, every_public_function_is_in_the_table)
 {
 	static const char *const hdrs[] = {"aio",     "buffers", "common",
 					   "config",  "offload", "swapper",
-					   "version", "ckpt"};
+					   "version", "ckpt",	 "gpu"};
 	unsigned seen = 0;
 
 	for (size_t h = 0; h < sizeof(hdrs) / sizeof(hdrs[0]); h++) {
