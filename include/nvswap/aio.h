@@ -198,7 +198,7 @@ struct nvs_aio_stats {
 	char backend_notes[240];
 	enum nvs_backend_reason backend_reason; /* who chose backend */
 	uint32_t reserved32;
-	uint64_t inline_ops; /* synchronous ops done on the caller's thread
+	uint64_t inline_ops;   /* synchronous ops done on the caller's thread
 				(see nvs_aio_opts.inline_max); counted in
 				ops_completed, not in requests */
 	uint64_t device_bytes; /* payload bytes of ops on device memory,
