@@ -16,7 +16,8 @@
 #   lib/pkgconfig/  liburing.pc, jansson.pc, criterion.pc with
 #                   prefix=${pcfiledir}/../..: relocatable, shared
 #                   linking only (no Requires.private, Libs.private:
-#                   criterion's name .pc files and .a the device lacks)
+#                   criterion's name .pc files and .a the device lacks),
+#                   headers as -isystem: -Werror is for nvswap's code
 #   jemalloc/       libjemalloc_pic.a (debug info stripped), include/,
 #                   debian-version, as meson's -Djemalloc_pic= expects
 #   wheels/         meson-python, pyproject-metadata, packaging, pytest and
@@ -102,6 +103,7 @@ for pc in liburing jansson criterion; do
 	sed -e 's|^prefix=.*|prefix=${pcfiledir}/../..|' \
 		-e "s|^libdir=.*|libdir=\${prefix}/lib$sub|" \
 		-e 's|^includedir=.*|includedir=${prefix}/include|' \
+		-e 's|-I\${includedir}|-isystem ${includedir}|g' \
 		-e 's|^exec_prefix=.*|exec_prefix=${prefix}|' \
 		-e '/^Requires.private:/d' -e '/^Libs.private:/d' \
 		"$libdir/pkgconfig/$pc.pc" >"$out/lib/pkgconfig/$pc.pc"
