@@ -21,7 +21,8 @@
 #   jemalloc/       libjemalloc_pic.a (debug info stripped), include/,
 #                   debian-version, as meson's -Djemalloc_pic= expects
 #   wheels/         meson-python, pyproject-metadata, packaging, pytest and
-#                   its pure-Python dependencies, numpy for cp312
+#                   its pure-Python dependencies, pip (run from its wheel
+#                   where the interpreter has none: uv venvs), numpy
 #                   (NVSWAP_BUNDLE_NUMPY=0 leaves it out)
 #   bin/fio         fio, static, built from source without optional
 #                   engines (FIO_SRC: a fio source tree, or a git
@@ -125,7 +126,7 @@ echo "jemalloc $(cat "$jedir/debian-version") from $jedir (debug info stripped)"
 
 # ---- wheels for Python 3.12, no dependencies resolved on the device
 wheels=(meson-python pyproject-metadata packaging pytest pluggy iniconfig
-	pygments)
+	pygments pip)
 [ "${NVSWAP_BUNDLE_NUMPY:-1}" = 1 ] && wheels+=(numpy)
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 	--implementation cp --abi cp312 --abi none \

@@ -220,6 +220,13 @@ fi
 
 # ---- 5. the Python package for $PY, offline
 t0=$SECONDS
+# pip: the interpreter's, else the bundle's wheel run as is (a venv made
+# by uv has none).
+if "$PY" -m pip --version >/dev/null 2>&1; then
+	pip=("$PY" -m pip)
+else
+	pip=("$PY" "$(ls "$B"/wheels/pip-*.whl | head -1)/pip")
+fi
 pytools=$bdir/pytools pysite=$bdir/pysite
 rm -rf "$pysite"
 {
@@ -231,9 +238,9 @@ rm -rf "$pysite"
 		whl+=("$B"/wheels/$w-*.whl)
 	done
 	"$PY" -c 'import numpy' 2>/dev/null || whl+=("$B"/wheels/numpy-*.whl)
-	[ -d "$pytools" ] || "$PY" -m pip install -q --no-index --no-deps \
+	[ -d "$pytools" ] || "${pip[@]}" install -q --no-index --no-deps \
 		--target "$pytools" "${whl[@]}"
-	PYTHONPATH=$pytools timeout "$(limit 200 100)" "$PY" -m pip install \
+	PYTHONPATH=$pytools timeout "$(limit 200 100)" "${pip[@]}" install \
 		--no-index --no-build-isolation --no-deps --target "$pysite" \
 		-Csetup-args=-Djemalloc_pic="$jemalloc" \
 		-Cbuild-dir="$bdir/py" -v .
