@@ -7,6 +7,7 @@
 #               banned-call checks
 #   make fuzz   libFuzzer on the config loader and the argument parsers,
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
+#   make test-gpu  the GPU suite (C and Python); skips without a GPU
 # Everything else is for developers: build, stress, bench (bench-full),
 # format, clean.
 
@@ -39,7 +40,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: all deps build demo demo-io demo-python test test-plain test-asan test-tsan \
-	test-python \
+	test-python test-gpu \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
 	clean
 
@@ -118,6 +119,22 @@ test-python: deps
 		$(CURDIR)/build/venv-debian debian || rc=1; \
 	scripts/python-tests.sh python-pypi "$(PYPI_PYTHON)" \
 		$(CURDIR)/build/venv-pypi pypi || rc=1; \
+	exit $$rc
+
+# The GPU suite in one command: the C tests of suite gpu (tests/), then
+# the Python tests marked gpu (python/tests) on the PyPI interpreter's
+# venv (build/venv-pypi, as make test-python makes it: torch with CUDA).
+# Without a GPU every test skips and prints why; an empty selection is
+# not a failure. On a GPU machine without internet: docs/gpu.md.
+test-gpu: build
+	@rc=0; \
+	if meson test -C build --list --suite gpu 2>/dev/null | grep -q ' / '; \
+	then meson test -C build --suite gpu --print-errorlogs || rc=1; \
+	else echo "meson test --suite gpu: no test in suite gpu"; fi; \
+	PYTEST_ARGS="-m gpu" scripts/python-tests.sh python-gpu \
+		"$(PYPI_PYTHON)" $(CURDIR)/build/venv-pypi pypi; prc=$$?; \
+	if [ $$prc -eq 5 ]; then echo "pytest -m gpu: no test marked gpu"; \
+	elif [ $$prc -ne 0 ]; then rc=1; fi; \
 	exit $$rc
 
 check-format: deps

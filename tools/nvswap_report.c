@@ -4,7 +4,8 @@
  * ds_report, for the storage side). Backends and why one is missing; for
  * an NVMe path: filesystem, block device and model, O_DIRECT and its
  * alignment, free space, rotational or NVMe; memlock and pinnable memory;
- * huge pages; the copy loop's SIMD level; CUDA. Each problem ends with
+ * huge pages; the copy loop's SIMD level; CUDA: devices, driver,
+ * PCIe link, cuFile and its mode (GDS or compatibility). Each problem ends with
  * its fix. Human-readable, or --json. Exit status 1 when nothing usable
  * is found (no backend, or the path cannot hold swap files).
  *
@@ -14,9 +15,8 @@
 
 #include <nvswap/nvswap.h>
 
-#include <dlfcn.h>
+#include <dirent.h>
 #include <errno.h>
-#include <link.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -413,41 +413,101 @@ static json_t *memory(void)
 	return m;
 }
 
-/* GPUDirect Storage: is the cuFile library there, and the nvidia-fs
- * kernel module it needs? Only a probe: dlopen and close, no driver
- * opened. */
-static json_t *gds(void)
+/* The PCIe link of the first NVIDIA display or 3D controller in sysfs
+ * (vendor 0x10de, class 0x03xxxx): its maximum, which an idle GPU's
+ * current link (nvs_gpu_info) may train down from. 0 when unknown. */
+static void pcie_max(int *gen, int *width)
 {
-	static const char *const names[] = {"libcufile.so.0", "libcufile.so"};
-	json_t *g = json_object();
-	char buf[256];
-	const char *found = NULL;
+	static const double gt[] = {2.5, 5, 8, 16, 32, 64};
+	char path[320], buf[64];
+	DIR *d = opendir("/sys/bus/pci/devices");
+	struct dirent *e;
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !found;
-	     i++) {
-		void *h = dlopen(names[i], RTLD_LAZY | RTLD_LOCAL);
-		struct link_map *lm = NULL;
-		if (!h)
+	*gen = *width = 0;
+	if (!d)
+		return;
+	while ((e = readdir(d)) && !*width) {
+		if (e->d_name[0] == '.')
 			continue;
-		if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
-			snprintf(buf, sizeof(buf), "%s", lm->l_name);
-		else
-			snprintf(buf, sizeof(buf), "%s", names[i]);
-		found = buf;
-		dlclose(h);
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor",
+			 e->d_name);
+		if (strcmp(read_line(path, buf, sizeof(buf)), "0x10de"))
+			continue;
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/class",
+			 e->d_name);
+		if (strncmp(read_line(path, buf, sizeof(buf)), "0x03", 4))
+			continue;
+		snprintf(path, sizeof(path),
+			 "/sys/bus/pci/devices/%s/max_link_width", e->d_name);
+		*width = atoi(read_line(path, buf, sizeof(buf)));
+		snprintf(path, sizeof(path),
+			 "/sys/bus/pci/devices/%s/max_link_speed", e->d_name);
+		double speed = atof(read_line(path, buf, sizeof(buf)));
+		for (int g = 0; g < 6; g++)
+			if (speed > gt[g] * 0.9 && speed < gt[g] * 1.1)
+				*gen = g + 1;
 	}
-	json_object_set_new(g, "cufile",
-			    found ? json_string(found) : json_null());
-	bool fs = access("/sys/module/nvidia_fs", F_OK) == 0;
-	json_object_set_new(g, "nvidia_fs", json_boolean(fs));
-	json_object_set_new(g, "used_by_nvswap", json_false());
-	if (found && !fs)
-		problem("the cuFile library is installed but the nvidia-fs "
-			"kernel module is not loaded: GPUDirect Storage would "
-			"run in compatibility mode",
-			"modprobe nvidia-fs (from NVIDIA's GDS packages); "
-			"nvswap itself does not use GDS yet");
-	return g;
+	closedir(d);
+}
+
+/* The GPU side from nvs_gpu_info(): devices, driver, PCIe link, cuFile
+ * and its mode; problems only where a GPU is evidently meant to work
+ * (a device node, or NVSWAP_LIBCUDA set). Fills "gpu" and "gds". */
+static void gpu(json_t *r)
+{
+	struct nvs_gpu_info gi;
+	int mgen, mwidth;
+	bool node = access("/dev/nvidia0", F_OK) == 0 ||
+		    access("/proc/driver/nvidia/version", F_OK) == 0;
+	const char *env = getenv("NVSWAP_LIBCUDA");
+
+	nvs_gpu_info(&gi);
+	pcie_max(&mgen, &mwidth);
+	json_object_set_new(
+		r, "gpu",
+		json_pack("{s:i, s:i, s:s?, s:s?, s:I, s:{s:i, s:i, s:i, "
+			  "s:i}, s:s}",
+			  "device_count", gi.device_count, "driver_version",
+			  gi.driver_version, "driver_lib",
+			  gi.driver_lib[0] ? gi.driver_lib : NULL, "device0",
+			  gi.device0[0] ? gi.device0 : NULL, "device0_bytes",
+			  (json_int_t)gi.device0_bytes, "pcie", "gen",
+			  gi.device0_pcie_gen, "width", gi.device0_pcie_width,
+			  "max_gen", mgen, "max_width", mwidth, "status",
+			  gi.status));
+	json_object_set_new(
+		r, "gds",
+		json_pack("{s:s?, s:b, s:b, s:s?, s:s, s:b}", "cufile",
+			  gi.cufile_lib[0] ? gi.cufile_lib : NULL,
+			  "cufile_opened", gi.cufile, "nvidia_fs", gi.nvfs,
+			  "mode", gi.cufile_mode[0] ? gi.cufile_mode : NULL,
+			  "status", gi.cufile_status, "used_by_nvswap",
+			  gi.cufile));
+	if (gi.device_count == 0) {
+		if (node || (env && *env))
+			problem(gi.status,
+				"install the NVIDIA driver (its libcuda.so.1), "
+				"or set NVSWAP_LIBCUDA to the path of "
+				"libcuda.so.1; NVSWAP_GPU=off means no GPU");
+		return;
+	}
+	if (!gi.cufile)
+		problem("no cuFile: aio handles with use_gds fail (-ENODEV); "
+			"device memory is still staged through pinned memory",
+			"install CUDA's libcufile (the cuda-cufile or "
+			"libcufile package), or set NVSWAP_CUFILE to the path "
+			"of libcufile.so.0");
+	else if (!gi.nvfs)
+		problem("cuFile runs in compatibility mode (no nvidia-fs "
+			"kernel module): use_gds works, through host memory",
+			"nothing is needed for it to work; for true GPUDirect "
+			"Storage install NVIDIA's GDS packages and modprobe "
+			"nvidia-fs");
+	if ((mgen && mgen < 4) || (mwidth && mwidth < 16))
+		problem("the GPU's PCIe link is below gen4 x16: staged copies "
+			"will be slower than the disk can go",
+			"seat the GPU in a PCIe gen4 (or later) x16 slot, and "
+			"check the BIOS link settings");
 }
 
 static void print_human(json_t *r)
@@ -564,14 +624,46 @@ static void print_human(json_t *r)
 	       json_string_value(json_object_get(r, "copy_impl")));
 	printf("cuda          %s\n",
 	       json_string_value(json_object_get(r, "cuda")));
-	json_t *g = json_object_get(r, "gds");
-	printf("gds           cuFile %s; nvidia-fs module %s; nvswap does not "
-	       "use GDS yet (aio.use_gds true gets a config warning)\n",
+	json_t *g = json_object_get(r, "gds"), *gp = json_object_get(r, "gpu"),
+	       *link = json_object_get(gp, "pcie");
+	if (json_integer_value(json_object_get(gp, "device_count")) > 0) {
+		char hb[32];
+		printf("gpu           %lld device%s: %s, %s; driver %lld (%s)\n",
+		       json_integer_value(json_object_get(gp, "device_count")),
+		       json_integer_value(
+			       json_object_get(gp, "device_count")) == 1
+			       ? ""
+			       : "s",
+		       json_string_value(json_object_get(gp, "device0")),
+		       tool_human((uint64_t)json_integer_value(
+					  json_object_get(gp, "device0_bytes")),
+				  hb, sizeof(hb)),
+		       json_integer_value(
+			       json_object_get(gp, "driver_version")),
+		       json_string_value(json_object_get(gp, "driver_lib")));
+		printf("  pcie        gen%lld x%lld now, gen%lld x%lld at most "
+		       "(0: unknown; an idle GPU trains its link down)\n",
+		       json_integer_value(json_object_get(link, "gen")),
+		       json_integer_value(json_object_get(link, "width")),
+		       json_integer_value(json_object_get(link, "max_gen")),
+		       json_integer_value(json_object_get(link, "max_width")));
+		printf("  staging     %s\n",
+		       json_string_value(json_object_get(gp, "status")));
+	} else {
+		printf("gpu           none: %s\n",
+		       json_string_value(json_object_get(gp, "status")));
+	}
+	printf("gds           cuFile %s; mode %s; nvidia-fs module %s\n"
+	       "  cufile      %s\n",
 	       json_is_string(json_object_get(g, "cufile"))
 		       ? json_string_value(json_object_get(g, "cufile"))
-		       : "not found",
+		       : "not loaded",
+	       json_is_string(json_object_get(g, "mode"))
+		       ? json_string_value(json_object_get(g, "mode"))
+		       : "none",
 	       json_is_true(json_object_get(g, "nvidia_fs")) ? "loaded"
-							     : "not loaded");
+							     : "not loaded",
+	       json_string_value(json_object_get(g, "status")));
 	printf("\n%s\n", json_is_true(json_object_get(r, "usable"))
 				 ? "verdict: nvswap can run here"
 				 : "verdict: NOT usable here");
@@ -626,7 +718,7 @@ int main(int argc, char **argv)
 	json_object_set_new(r, "memory", memory());
 	json_object_set_new(r, "copy_impl", json_string(nvs_copy_impl()));
 	json_object_set_new(r, "cuda", json_string(nvs_pinned_cuda_status()));
-	json_object_set_new(r, "gds", gds());
+	gpu(r);
 	json_object_set_new(r, "usable", json_boolean(any && path_ok));
 	json_object_set_new(r, "problems", problems);
 	if (as_json) {

@@ -68,7 +68,10 @@ Test(nvswap_report, the_json_report_has_every_field)
 	cr_assert(json_is_string(json_object_get(g, "cufile")) ||
 		  json_is_null(json_object_get(g, "cufile")));
 	cr_assert(json_is_boolean(json_object_get(g, "nvidia_fs")));
-	cr_assert(json_is_false(json_object_get(g, "used_by_nvswap")));
+	cr_assert(json_is_boolean(json_object_get(g, "used_by_nvswap")));
+	has(r, "gpu", JSON_OBJECT);
+	has(json_object_get(r, "gpu"), "device_count", JSON_INTEGER);
+	has(json_object_get(r, "gpu"), "status", JSON_STRING);
 	has(r, "problems", JSON_ARRAY);
 	cr_assert(json_is_true(json_object_get(r, "usable")));
 	cr_assert_eq(json_array_size(json_object_get(r, "backends")), 3);
