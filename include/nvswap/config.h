@@ -145,9 +145,11 @@ NVS_API int nvs_config_aio_opts(const struct nvs_config *cfg,
 				struct nvs_aio_opts *opts);
 
 /**
- * aio.use_gds (default false); false for NULL. nvswap has no GPUDirect
- * Storage path yet: when it is true, nvs_config_warning() says so and the
- * I/O goes through pinned host memory as usual.
+ * aio.use_gds (default false); false for NULL. The swap manager's buffers
+ * are pinned host memory, which cuFile does not move: when it is true,
+ * nvs_config_warning() says so and the swappers' I/O goes through pinned
+ * host memory as usual. Device memory goes through cuFile on a handle
+ * made with nvs_aio_opts.use_gds (nvswap/gpu.h).
  */
 NVS_API bool nvs_config_use_gds(const struct nvs_config *cfg);
 
@@ -159,7 +161,8 @@ NVS_API int nvs_config_nvswap(const struct nvs_config *cfg,
  * nvs_config_warning() - the @i-th note about the file (0-based): keys
  * accepted but unused by nvswap, deprecated spellings, an "aio" section
  * inside zero_optimization (ignored there, as by DeepSpeed), aio.use_gds
- * true (no GPUDirect Storage path yet). NULL past the end.
+ * true (the swappers hold host memory, see nvs_config_use_gds()). NULL
+ * past the end.
  */
 NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
 				       unsigned i);

@@ -435,14 +435,17 @@ int nvs__config_load_sections(struct nvs_config *c)
 	sec = json_object_get(c->root, "aio");
 	if (sec && (ret = load_section(c, sec, "aio", aio_keys, c)) < 0)
 		return ret;
-	/* DeepSpeed would take GPUDirect Storage; nvswap has no such path
-	 * yet, and a user who asked for it should not find out from the
-	 * throughput. */
+	/* DeepSpeed would take GPUDirect Storage for the swappers' buffers;
+	 * nvswap's swappers hold host memory (pinned pool buffers), where
+	 * cuFile has nothing to do, and a user who asked for it should not
+	 * find out from the throughput. */
 	if (c->use_gds)
 		nvs__config_warn(
 			c, "aio.use_gds",
-			"true, but nvswap has no GPUDirect Storage path yet: I/O "
-			"goes through pinned host memory");
+			"true, but the swap manager's buffers are pinned host "
+			"memory: cuFile (GPUDirect Storage) moves device "
+			"memory only, on handles made with use_gds "
+			"(nvs_aio_opts.use_gds, nvswap.gds_handle)");
 	sec = json_object_get(c->root, "nvswap");
 	if (sec &&
 	    (ret = load_section(c, sec, "nvswap", nvswap_keys, &c->nv)) < 0)

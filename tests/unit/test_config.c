@@ -142,12 +142,13 @@ Test(config, a_deepspeed_config_with_other_sections_loads_every_key)
 		 (int)(strstr(l8, "\"fast_init\"") - l8) + 1);
 	cr_assert_str_eq(nvs_config_warning(c, 0), want);
 	cr_assert(strstr(nvs_config_warning(c, 1), "offload_optimizer.ratio"));
-	/* use_gds true is read, and said not to be acted on. */
+	/* use_gds true is read, and said not to be acted on by the
+	 * swappers (their buffers are host memory). */
 	cr_assert(strstr(nvs_config_warning(c, 2), "t.json:10:"), "%s",
 		  nvs_config_warning(c, 2));
 	cr_assert(strstr(nvs_config_warning(c, 2),
-			 "aio.use_gds: true, but nvswap has no GPUDirect "
-			 "Storage path yet"),
+			 "aio.use_gds: true, but the swap manager's buffers "
+			 "are pinned host memory"),
 		  "%s", nvs_config_warning(c, 2));
 	cr_assert_null(nvs_config_warning(c, 3));
 	nvs_config_free(c);
