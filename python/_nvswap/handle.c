@@ -702,7 +702,9 @@ static PyMethodDef handle_methods[] = {
 	M(stats, METH_NOARGS,
 	  "stats() -> dict\n\n"
 	  "The handle's counters since creation (nvs_aio_stats): ops,\n"
-	  "bytes, bounced requests, the backend and why it was chosen."),
+	  "bytes, bounced requests, the backend and why it was chosen;\n"
+	  "device_bytes and gds_bytes: bytes of ops on CUDA memory staged\n"
+	  "through pinned memory, and moved by cuFile (gds_handle)."),
 	M(close, METH_NOARGS,
 	  "close() -> None\n\n"
 	  "Wait for every queued op, then free the handle and its threads.\n"
