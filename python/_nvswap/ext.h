@@ -56,27 +56,41 @@ PyObject *ext_raise_config(int err, const char *msg);
 /*
  * What an op reads into or writes from: the memory of a contiguous CPU
  * torch tensor, or of an object with the buffer protocol (numpy arrays,
- * bytearray, memoryview, mmap...). Holds a reference to @obj, and for the
- * buffer protocol the exported view, until ext_buf_release(): an async op
- * keeps it until it completes, so the memory cannot be freed or resized
- * under the kernel.
+ * bytearray, memoryview, mmap...), and for ext_buf_get_io() that of a
+ * CUDA tensor. Holds a reference to @obj, and for the buffer protocol
+ * the exported view, until ext_buf_release(): an async op keeps it until
+ * it completes, so the memory cannot be freed or resized under the kernel.
  */
 struct ext_buf {
 	void *ptr;
 	size_t nbytes;
 	PyObject *obj; /* strong reference; NULL when empty */
+	int device;    /* CUDA device ordinal of device memory (never read
+			  or written from the host: only handed to calls
+			  that take it), or -1 for host memory */
 	bool has_view;
 	Py_buffer view;
 };
 
 /*
- * Fill @b from @obj. @writable: the op writes into it (a read), so a
- * read-only buffer is refused. Raises TypeError (not a buffer, a CUDA or
- * other non-CPU tensor, a sparse tensor) or ValueError (not contiguous,
- * read-only, a lazily conjugated or negated tensor view) naming the
- * problem and returns -1; 0 on success.
+ * Fill @b from @obj, host memory only. @writable: the op writes into it
+ * (a read), so a read-only buffer is refused. Raises TypeError (not a
+ * buffer, a CUDA or other non-CPU tensor, a sparse tensor) or ValueError
+ * (not contiguous, read-only, a lazily conjugated or negated tensor view)
+ * naming the problem and returns -1; 0 on success.
  */
 int ext_buf_get(PyObject *obj, bool writable, struct ext_buf *b);
+/*
+ * ext_buf_get() for calls whose C side takes device memory (the aio
+ * handle's reads and writes, aio_read/aio_write): a dense contiguous
+ * CUDA tensor is taken too, by data_ptr() and nbytes, once the driver
+ * confirms it is device memory (nvs_gpu_pointer() == 1; else
+ * nvswap.Error with ENODEV and the C library's sentence when the driver
+ * cannot be used, EINVAL when it calls the memory host memory) and the
+ * tensor's current CUDA stream has been synchronized. @b->device is then
+ * its device. A CPU tensor costs what it costs in ext_buf_get().
+ */
+int ext_buf_get_io(PyObject *obj, bool writable, struct ext_buf *b);
 void ext_buf_release(struct ext_buf *b);
 
 /* The torch module if it is imported (borrowed), else NULL; no import. */
@@ -209,6 +223,13 @@ void ext_handle_quiesce(struct ext_handle *h);
 int ext_op_wait(struct ext_op *op);
 
 /*
+ * aio_handle.__init__ (block_size, queue_depth, ..., max_ops), the C
+ * handle made with nvs_aio_opts.use_gds = @use_gds (gds_handle's).
+ */
+int ext_handle_tp_init(PyObject *o, PyObject *args, PyObject *kwds,
+		       bool use_gds);
+
+/*
  * A new nvswap.aio_handle over a C handle made from @opts (borrowed for
  * the call; GIL released around the create). NULL with Error raised.
  */
@@ -216,6 +237,11 @@ PyObject *ext_handle_from_opts(const struct nvs_aio_opts *opts);
 /* A backend name ('auto', 'io_uring', 'libaio', 'psync'); NULL and None
  * leave @out alone. ValueError otherwise. */
 int ext_parse_backend(PyObject *v, enum nvs_backend *out);
+
+/* ---- GPUs (gpu.c) ----------------------------------------------------- */
+
+/* nvswap.gds_handle (an aio_handle subtype with use_gds) and gpu_info(). */
+int ext_gpu_init(PyObject *module);
 
 /* ---- the config (config.c) -------------------------------------------- */
 

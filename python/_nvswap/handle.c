@@ -78,7 +78,8 @@ static int u32_arg(PyObject *v, const char *what, uint32_t *out)
 	return 0;
 }
 
-static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
+int ext_handle_tp_init(PyObject *o, PyObject *args, PyObject *kwds,
+		       bool use_gds)
 {
 	static char *kwlist[] = {"block_size",
 				 "queue_depth",
@@ -115,6 +116,7 @@ static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    parse_direct(direct, &opts.direct) ||
 	    u32_arg(max_ops, "max_ops", &opts.max_ops))
 		return -1;
+	opts.use_gds = use_gds;
 	Py_BEGIN_ALLOW_THREADS
 	rc = nvs_aio_create(&opts, &h);
 	Py_END_ALLOW_THREADS
@@ -125,6 +127,11 @@ static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
 	self->h = h;
 	self->pid = getpid();
 	return 0;
+}
+
+static int handle_init(PyObject *o, PyObject *args, PyObject *kwds)
+{
+	return ext_handle_tp_init(o, args, kwds, false);
 }
 
 static PyObject *handle_new(PyTypeObject *type, PyObject *Py_UNUSED(a),
@@ -291,7 +298,7 @@ static int prepare(struct ext_handle *self, int opcode, PyObject *bufobj,
 	}
 	if (ext_arg_file(file, path, fd))
 		return -1;
-	if (ext_buf_get(bufobj, opcode == NVS_AIO_READ, buf)) {
+	if (ext_buf_get_io(bufobj, opcode == NVS_AIO_READ, buf)) {
 		Py_CLEAR(*path);
 		return -1;
 	}
@@ -695,7 +702,9 @@ static PyMethodDef handle_methods[] = {
 	M(stats, METH_NOARGS,
 	  "stats() -> dict\n\n"
 	  "The handle's counters since creation (nvs_aio_stats): ops,\n"
-	  "bytes, bounced requests, the backend and why it was chosen."),
+	  "bytes, bounced requests, the backend and why it was chosen;\n"
+	  "device_bytes and gds_bytes: bytes of ops on CUDA memory staged\n"
+	  "through pinned memory, and moved by cuFile (gds_handle)."),
 	M(close, METH_NOARGS,
 	  "close() -> None\n\n"
 	  "Wait for every queued op, then free the handle and its threads.\n"
@@ -732,7 +741,9 @@ PyTypeObject ext_HandleType = {
 		"names, defaults and return values, so DeepSpeed runs on it\n"
 		"(nvswap.deepspeed.install()). Buffers are CPU torch tensors,\n"
 		"numpy arrays or any writable (for reads) buffer, contiguous,\n"
-		"pinned or not, at any alignment. Every blocking call releases\n"
+		"pinned or not, at any alignment, or contiguous CUDA tensors\n"
+		"(staged through pinned memory; the tensor's current stream is\n"
+		"synchronized before the op). Every blocking call releases\n"
 		"the GIL. Failures raise nvswap.Error (an OSError with the\n"
 		"errno and nvswap's sentence) where DeepNVMe returns -1,\n"
 		"asserts or drops the error.\n\n"

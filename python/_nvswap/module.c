@@ -51,7 +51,7 @@ static PyObject *oneshot(int opcode, const char *fname, PyObject *const *args,
 			     fname);
 		return NULL;
 	}
-	if (ext_buf_get(a[0], opcode == NVS_AIO_READ, &buf)) {
+	if (ext_buf_get_io(a[0], opcode == NVS_AIO_READ, &buf)) {
 		Py_DECREF(path);
 		return NULL;
 	}
@@ -89,13 +89,15 @@ static PyObject *mod_deepspeed_memcpy(PyObject *Py_UNUSED(m),
 				      PyObject *kw)
 {
 	static const char *const names[] = {"dest", "src", NULL};
+	char msg[NVS_ERRMSG_MAX] = "";
 	struct ext_buf d, s;
 	PyObject *a[2];
+	int rc = 0;
 
 	if (ext_bind("deepspeed_memcpy", args, nargs, kw, names, 2, 2, a) ||
-	    ext_buf_get(a[0], true, &d))
+	    ext_buf_get_io(a[0], true, &d))
 		return NULL;
-	if (ext_buf_get(a[1], false, &s)) {
+	if (ext_buf_get_io(a[1], false, &s)) {
 		ext_buf_release(&d);
 		return NULL;
 	}
@@ -103,6 +105,9 @@ static PyObject *mod_deepspeed_memcpy(PyObject *Py_UNUSED(m),
 		PyErr_Format(PyExc_ValueError,
 			     "deepspeed_memcpy: dest has %zu bytes, src %zu",
 			     d.nbytes, s.nbytes);
+	} else if (d.device >= 0 || s.device >= 0) {
+		/* The driver copies device memory (synchronously). */
+		EXT_NOGIL(rc, msg, nvs_gpu_memcpy(d.ptr, s.ptr, d.nbytes));
 	} else {
 		Py_BEGIN_ALLOW_THREADS
 		nvs_copy(d.ptr, s.ptr, d.nbytes);
@@ -110,6 +115,8 @@ static PyObject *mod_deepspeed_memcpy(PyObject *Py_UNUSED(m),
 	}
 	ext_buf_release(&d);
 	ext_buf_release(&s);
+	if (rc < 0)
+		return ext_raise(rc, msg);
 	return PyErr_Occurred() ? NULL : PyLong_FromLong(0);
 }
 
@@ -186,7 +193,8 @@ static PyMethodDef mod_methods[] = {
 	 "DeepNVMe's one-shot read: len(buffer) bytes from the start of\n"
 	 "filename, with a temporary handle. Returns 0; raises\n"
 	 "nvswap.Error on failure (DeepNVMe returns -1), EBADMSG when\n"
-	 "validate finds a difference. Prints nothing."},
+	 "validate finds a difference. Prints nothing. buffer may be a\n"
+	 "CUDA tensor, as for aio_handle."},
 	{"aio_write", (PyCFunction)(void (*)(void))mod_aio_write, FAST,
 	 "aio_write(buffer, filename, block_size, queue_depth, single_submit,\n"
 	 "          overlap_events, validate) -> int\n\n"
@@ -195,7 +203,8 @@ static PyMethodDef mod_methods[] = {
 	 FAST,
 	 "deepspeed_memcpy(dest, src) -> int\n\n"
 	 "Copy src into dest (contiguous, the same size in bytes) with\n"
-	 "nvswap's copy (the GIL released); return 0."},
+	 "nvswap's copy (the GIL released); return 0. Either may be a\n"
+	 "CUDA tensor: the CUDA driver copies then (cuMemcpy)."},
 	{"pinned_buffer", mod_pinned_buffer, METH_O,
 	 "pinned_buffer(nbytes) -> PinnedBuffer\n\n"
 	 "nbytes of page-locked memory from nvswap's pinned pool."},
@@ -242,7 +251,7 @@ PyMODINIT_FUNC PyInit__nvswap(void)
 		return NULL;
 	if (ext_errors_init(m) || ext_pinned_init(m) || ext_op_init(m) ||
 	    ext_handle_init(m) || ext_config_init(m) || ext_swapper_init(m) ||
-	    ext_offload_init(m) || ext_ckpt_init(m)) {
+	    ext_offload_init(m) || ext_ckpt_init(m) || ext_gpu_init(m)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -81,13 +81,17 @@ static void list_remove(struct ext_handle *h, struct ext_op *op)
 /*
  * The buffered re-read behind validate=True (DeepNVMe's validate): the
  * file range must hold exactly the op's bytes. Runs without the GIL; the
- * op holds its buffer. Returns 0 or -errno with @msg written.
+ * op holds its buffer. Device memory is compared through a host copy of
+ * each chunk (nvs_gpu_memcpy: the driver copies, the host never reads
+ * device memory). Returns 0 or -errno with @msg written.
  */
 static int validate_op(struct ext_op *op, const char *path, char *msg,
 		       size_t msglen)
 {
-	char procfd[64], *chunk;
+	char procfd[64], *chunk, *mine = NULL;
+	const char *have;
 	size_t done = 0, len = 1 << 20;
+	bool dev = op->buf.device >= 0;
 	int fd, rc = 0;
 
 	if (!path) {
@@ -103,7 +107,11 @@ static int validate_op(struct ext_op *op, const char *path, char *msg,
 		return rc;
 	}
 	chunk = malloc(len);
-	if (!chunk) {
+	if (dev)
+		mine = malloc(len);
+	if (!chunk || (dev && !mine)) {
+		free(chunk);
+		free(mine);
 		close(fd);
 		snprintf(msg, msglen, "validate: out of memory");
 		return -ENOMEM;
@@ -122,10 +130,22 @@ static int validate_op(struct ext_op *op, const char *path, char *msg,
 				 n < 0 ? nvs_strerror(errno) : "end of file");
 			break;
 		}
-		if (memcmp(chunk, (char *)op->buf.ptr + done, (size_t)n)) {
+		have = (const char *)op->buf.ptr + done;
+		if (dev) {
+			rc = nvs_gpu_memcpy(mine, have, (size_t)n);
+			if (rc < 0) {
+				snprintf(msg, msglen,
+					 "validate: copying the device buffer "
+					 "to the host: %s",
+					 nvs_last_error());
+				break;
+			}
+			have = mine;
+		}
+		if (memcmp(chunk, have, (size_t)n)) {
 			size_t i = 0;
 
-			while (chunk[i] == ((char *)op->buf.ptr + done)[i])
+			while (chunk[i] == have[i])
 				i++;
 			rc = -EBADMSG;
 			snprintf(msg, msglen,
@@ -141,6 +161,7 @@ static int validate_op(struct ext_op *op, const char *path, char *msg,
 		done += (size_t)n;
 	}
 	free(chunk);
+	free(mine);
 	close(fd);
 	return rc;
 }

@@ -121,7 +121,9 @@ PyObject *ext_aio_stats_dict(const struct nvs_aio_stats *st)
 			 U64(st->fixed_file_requests)) ||
 	    ext_dict_put(&d, "registered_bytes", U64(st->registered_bytes)) ||
 	    ext_dict_put(&d, "register_error",
-			 PyLong_FromLong(st->register_error)))
+			 PyLong_FromLong(st->register_error)) ||
+	    ext_dict_put(&d, "device_bytes", U64(st->device_bytes)) ||
+	    ext_dict_put(&d, "gds_bytes", U64(st->gds_bytes)))
 		return NULL;
 	return d;
 }

@@ -10,12 +10,17 @@ DeepNVMe compatibility
                           names, defaults and return values; failures
                           raise nvswap.Error instead of returning -1.
     aio_read, aio_write   DeepSpeed's one-shot module functions.
+    gds_handle            DeepSpeed's gds_handle: an aio_handle whose
+                          CUDA tensors go through cuFile (GPUDirect
+                          Storage), plus pin_device_tensor & co.
     nvswap.deepspeed      install() makes DeepSpeed's AsyncIOBuilder
-                          load nvswap.
+                          (and GDSBuilder) load nvswap.
 
 Beyond DeepNVMe
     aio_handle.submit_read/submit_write -> Op, a future per op.
     pinned_empty(shape, dtype)  a torch tensor in page-locked memory.
+    gpu_info()                  the CUDA driver, device and cuFile as
+                                nvswap finds them (docs/gpu-python.md).
     Config                      a checked DeepSpeed-style JSON config.
     Swapper                     the swap manager: register, prefetch,
                                 acquire -> a tensor on the pinned pool
@@ -37,10 +42,12 @@ Errors
     ConfigError   Error and ValueError, with .file .line .column .key.
 
 Buffers are contiguous CPU torch tensors, numpy arrays, or any object
-with the buffer protocol. A non-contiguous or read-only (for a read)
-buffer raises ValueError; a CUDA tensor raises TypeError; nothing is
-submitted then. Every blocking call releases the GIL, and an async op
-keeps its buffer alive until it completes.
+with the buffer protocol; reads and writes (aio_handle, gds_handle,
+aio_read, aio_write) and deepspeed_memcpy also take contiguous CUDA
+tensors, which the swapper and checkpoint calls refuse with TypeError.
+A non-contiguous or read-only (for a read) buffer raises ValueError;
+nothing is submitted then. Every blocking call releases the GIL, and an
+async op keeps its buffer alive until it completes.
 """
 
 from . import _nvswap
@@ -70,6 +77,8 @@ from ._nvswap import (
     aio_write,
     build_features,
     deepspeed_memcpy,
+    gds_handle,
+    gpu_info,
     pinned_buffer,
     pinned_stats,
     version,
@@ -97,6 +106,8 @@ __all__ = [
     "aio_write",
     "build_features",
     "deepspeed_memcpy",
+    "gds_handle",
+    "gpu_info",
     "pinned_buffer",
     "pinned_empty",
     "pinned_stats",

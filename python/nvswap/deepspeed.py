@@ -9,6 +9,9 @@ After install(), DeepSpeed's ``AsyncIOBuilder().load()`` returns the
 ``deepspeed_memcpy`` are DeepNVMe's API) and ``is_compatible()`` is True,
 so DeepSpeed's swap-tensor runtime, ``ds_io`` and the DeepNVMe checkpoint
 writer run on nvswap with no op build, no libaio headers and no CUDA.
+``GDSBuilder().load()`` returns the same module, whose ``gds_handle`` is
+DeepNVMe's (cuFile for CUDA tensors); its ``is_compatible()`` is True
+where nvswap finds a CUDA device and cuFile (``nvswap.gpu_info()``).
 ``PinMemoryBuilder().load().pin_handle()`` (DeepSpeed >= 0.19.5's pinned
 swap buffers) is nvswap.deepspeed.pin_handle on the same pinned pool.
 ``uninstall()`` puts DeepSpeed's own builders back.
@@ -51,14 +54,27 @@ def _original(cls, attr):
 
 
 def _load(self, verbose=True):
-    # GDSBuilder subclasses the CUDA AsyncIOBuilder: it keeps its own op.
-    if getattr(self, "NAME", "async_io") != "async_io":
+    # GDSBuilder subclasses the CUDA AsyncIOBuilder: nvswap has its
+    # gds_handle too. Any other subclass keeps its own op.
+    if getattr(self, "NAME", "async_io") not in ("async_io", "gds"):
         return _original(type(self), "load")(self, verbose)
     return _nvswap_module()
 
 
+def _gds_usable():
+    """Whether a gds_handle can be made here: a CUDA device and cuFile."""
+    try:
+        info = _nvswap_module().gpu_info()
+    except Exception:
+        return False
+    return info["device_count"] > 0 and info["cufile"]
+
+
 def _is_compatible(self, verbose=False):
-    if getattr(self, "NAME", "async_io") not in ("async_io", "pin_memory"):
+    name = getattr(self, "NAME", "async_io")
+    if name == "gds":
+        return _gds_usable()
+    if name not in ("async_io", "pin_memory"):
         return _original(type(self), "is_compatible")(self, verbose)
     return True
 
@@ -137,6 +153,7 @@ def _builder_classes(name="AsyncIOBuilder"):
 
     for modname in ("deepspeed.ops.op_builder.async_io",
                     "deepspeed.ops.op_builder.pin_memory",
+                    "deepspeed.ops.op_builder.gds",
                     "deepspeed.ops.op_builder.cpu.async_io",
                     "deepspeed.ops.op_builder.cpu.pin_memory",
                     "deepspeed.ops.op_builder.cpu",
@@ -174,8 +191,11 @@ def install():
             "nvswap.deepspeed.install: no AsyncIOBuilder class in this "
             f"DeepSpeed ({getattr(deepspeed, '__version__', '?')})")
     pin_classes = _builder_classes("PinMemoryBuilder")
-    for cls in classes + pin_classes:
-        load = _load if cls in classes else _load_pin
+    # GDSBuilder defines its own is_compatible (and inherits load).
+    gds_classes = [c for c in _builder_classes("GDSBuilder")
+                   if c not in classes]
+    for cls in classes + pin_classes + gds_classes:
+        load = _load_pin if cls in pin_classes else _load
         for attr, new in (("load", load), ("is_compatible", _is_compatible)):
             if (cls, attr) not in _saved:
                 _saved[(cls, attr)] = cls.__dict__.get(attr)
@@ -188,11 +208,14 @@ def install():
         d = vars(mod) if mod is not None else {}
         table = d.get("__compatible_ops__", d.get("compatible_ops"))
         if isinstance(table, dict):
-            for op in ("async_io", "pin_memory"):
+            ops = {"async_io": True, "pin_memory": True}
+            if "gds" in table or gds_classes:
+                ops["gds"] = _gds_usable()
+            for op, ok in ops.items():
                 key = (id(table), op)
                 if key not in _saved_ops:
                     _saved_ops[key] = (table, op, table.get(op))
-                table[op] = True
+                table[op] = ok
     return classes
 
 

@@ -45,3 +45,9 @@ def small_tmpfs(tmp_path):
                     f"CAP_SYS_ADMIN): {r.stderr.strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA device (test_gpu.py); select them "
+        "with pytest -m gpu, leave them out with -m 'not gpu'")

@@ -269,19 +269,3 @@ def test_non_buffers_are_type_errors(target):
         for obj in (42, "text", None, [1, 2], 1.5):
             refused(h, all_reads(h, obj, p) + all_writes(h, obj, p), TypeError,
                     "buffer must be a CPU torch.Tensor", p, before)
-
-
-def test_cuda_tensors_are_type_errors(target):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        why = (f"torch {torch.__version__} has no usable CUDA device "
-               f"(built with CUDA {torch.version.cuda})")
-        print(why)
-        pytest.skip(why)
-    p, before = target
-    with nvswap.aio_handle() as h:
-        t = torch.zeros(100, device="cuda")
-        refused(h, all_reads(h, t, p) + all_writes(h, t, p), TypeError,
-                "device 'cuda'", p, before)
-        # the CPU copy the message suggests works
-        assert h.sync_pwrite(t.cpu(), p) == 1

@@ -46,6 +46,18 @@ def test_async_io_builder_loads_nvswap(installed):
     assert nvswap.deepspeed.installed()
 
 
+def test_gds_builder_loads_nvswap_with_gds_handle(installed):
+    try:
+        from deepspeed.ops.op_builder.gds import GDSBuilder
+    except Exception as e:  # absent in this release
+        pytest.skip(f"no GDSBuilder in this DeepSpeed ({e})")
+    info = nvswap.gpu_info()
+    assert GDSBuilder().load() is nvswap
+    assert GDSBuilder().load().gds_handle is nvswap.gds_handle
+    assert GDSBuilder().is_compatible() is (info["device_count"] > 0
+                                            and info["cufile"])
+
+
 def test_uninstall_restores_deepspeeds_builder():
     from deepspeed.ops.op_builder import AsyncIOBuilder
 
@@ -55,6 +67,13 @@ def test_uninstall_restores_deepspeeds_builder():
     nvswap.deepspeed.uninstall()
     assert AsyncIOBuilder.__dict__.get("load") is before
     assert not nvswap.deepspeed.installed()
+    try:
+        from deepspeed.ops.op_builder.gds import GDSBuilder
+    except Exception:
+        return
+    assert "load" not in GDSBuilder.__dict__
+    assert GDSBuilder.__dict__["is_compatible"] is not \
+        nvswap.deepspeed._is_compatible
 
 
 def test_deepspeed_handle_round_trips_a_tensor(installed, diskdir):
