@@ -333,7 +333,7 @@ def test_cuda_round_trip_async_and_every_call(cuda, handle_kind, diskdir,
                 for _ in range(4)]
         assert h.async_pread(dsts[0], p, offset) == 0
         assert h.pread(dsts[1], p + "1", True, True, offset) == 0
-        op = h.submit_read(dsts[2], p + "2", offset, True)
+        op = h.submit_read(dsts[2], p + "2", offset, validate=True)
         assert h.wait() == 3
         assert op.done() and op.nbytes == size
         assert h.read(dsts[3], p + "3", True, offset) == 0
