@@ -95,6 +95,46 @@ static void *open_lib(char *which, size_t len)
 			missing = (name);                                      \
 	} while (0)
 
+/* cuFile's CUfileOpError values from 5001 on, as cufile.h names them. */
+static const char *const op_names[] = {
+	"DRIVER_NOT_INITIALIZED",
+	"DRIVER_INVALID_PROPS",
+	"DRIVER_UNSUPPORTED_LIMIT",
+	"DRIVER_VERSION_MISMATCH",
+	"DRIVER_VERSION_READ_ERROR",
+	"DRIVER_CLOSING",
+	"PLATFORM_NOT_SUPPORTED",
+	"IO_NOT_SUPPORTED",
+	"DEVICE_NOT_SUPPORTED",
+	"NVFS_DRIVER_ERROR",
+	"CUDA_DRIVER_ERROR",
+	"CUDA_POINTER_INVALID",
+	"CUDA_MEMORY_TYPE_INVALID",
+	"CUDA_POINTER_RANGE_ERROR",
+	"CUDA_CONTEXT_MISMATCH",
+	"INVALID_MAPPING_SIZE",
+	"INVALID_MAPPING_RANGE",
+	"INVALID_FILE_TYPE",
+	"INVALID_FILE_OPEN_FLAG",
+	"DIO_NOT_SET",
+	"?",
+	"INVALID_VALUE",
+	"MEMORY_ALREADY_REGISTERED",
+	"MEMORY_NOT_REGISTERED",
+	"PERMISSION_DENIED",
+	"DRIVER_ALREADY_OPEN",
+	"HANDLE_NOT_REGISTERED",
+	"HANDLE_ALREADY_REGISTERED",
+	"DEVICE_NOT_FOUND",
+};
+
+static const char *op_name(int err)
+{
+	unsigned i = (unsigned)(err - 5001);
+
+	return i < sizeof(op_names) / sizeof(op_names[0]) ? op_names[i] : "?";
+}
+
 static void describe_err(char *buf, size_t len, struct cufile_err e,
 			 const char *call)
 {
@@ -102,8 +142,8 @@ static void describe_err(char *buf, size_t len, struct cufile_err e,
 
 	if (e.cu_err)
 		nvs__cu_describe(cu, sizeof(cu), e.cu_err, "the CUDA call");
-	snprintf(buf, len, "%s failed: cuFile error %d%s%s", call, e.err,
-		 e.cu_err ? "; " : "", cu);
+	snprintf(buf, len, "%s failed: cuFile error %d (CU_FILE_%s)%s%s", call,
+		 e.err, op_name(e.err), e.cu_err ? "; " : "", cu);
 }
 
 static bool nvfs_loaded(void)
@@ -370,8 +410,8 @@ int nvs__gds_io(void *fh, const struct nvs_gpu_mem *m, void *dev, size_t n,
 				 nvs_strerror(e ? -e : -EIO));
 			return e ? -e : -EIO;
 		}
-		snprintf(err, errlen, "cuFile%s: cuFile error %zd",
-			 write ? "Write" : "Read", -r);
+		snprintf(err, errlen, "cuFile%s: cuFile error %zd (CU_FILE_%s)",
+			 write ? "Write" : "Read", -r, op_name((int)-r));
 		return -EIO;
 	}
 	return 0;
