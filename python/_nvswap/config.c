@@ -335,9 +335,10 @@ static PyMethodDef config_methods[] = {
 
 static PyGetSetDef config_getset[] = {
 	{"use_gds", config_get_use_gds, NULL,
-	 "aio.use_gds (default False). nvswap has no GPUDirect Storage path\n"
-	 "yet: when True, warnings says so and I/O goes through pinned\n"
-	 "host memory.",
+	 "aio.use_gds (default False). The swappers hold pinned host\n"
+	 "memory, which cuFile does not move: when True, warnings says so\n"
+	 "and their I/O goes through pinned host memory. Device memory\n"
+	 "goes through cuFile on an nvswap.gds_handle.",
 	 NULL},
 	{"warnings", config_get_warnings, NULL,
 	 "Notes about the file, a list of str: DeepSpeed keys accepted but\n"
