@@ -14,6 +14,11 @@
  * worker). A handle made with nvs_aio_opts.use_gds moves device memory
  * with cuFile instead (GPUDirect Storage; its POSIX compatibility mode
  * where the nvidia-fs driver is absent). Host memory is never affected.
+ * The copies run on nvswap's own non-blocking streams, not ordered after
+ * the application's work: synchronise the stream that writes a buffer
+ * before writing it to a file, and the streams that use one before
+ * reading into it (the Python binding does this for the tensor's
+ * current stream).
  *
  * Pointers are recognised without loading anything: while the process has
  * not loaded the CUDA driver, no device memory can exist in it, and every
