@@ -246,7 +246,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
             buffer_count=None, lookahead=None, max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
-            persist=None):
+            persist=None, device=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -276,8 +276,18 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     from NVMe only when used; the model given only says the layout, which
     must match. 'resume' requires a checkpoint (ENOENT otherwise).
 
+    device: where the model computes. By default the device its
+    parameters are on: a model on a CUDA device keeps computing there
+    (ZeRO-Infinity's layout): each layer is read from NVMe into a pinned
+    pool buffer and copied to the device while its module runs (the copy
+    is asynchronous, on the current stream), gradients come back to the
+    CPU gradient pool, and the optimizer steps in CPU memory; between
+    uses a parameter holds a one-element placeholder on the device.
+    step_in_backward is not available then. device='cpu' makes ordinary
+    CPU copies the same way (the pool buffers stay private).
+
     Raises ValueError (already offloaded, no path, another model than the
-    one saved), nvswap.Error(EFBIG) naming a parameter larger than a pool
+    one saved, parameters on several devices), nvswap.Error(EFBIG) naming a parameter larger than a pool
     buffer (nothing written then), and the Swapper's errors.
     """
     if not isinstance(model, torch.nn.Module):
@@ -288,6 +298,7 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
             raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
                              "already offloaded (offload() was called on "
                              "this model or one sharing its parameters)")
+    device = _device(model, device)
     cfg, raw = _config(config)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
@@ -314,7 +325,8 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
         eng = Engine(pswap, params, gswap, {
             "rank": rank,
             "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
-                          "pipeline_write": bool(oo.get("pipeline_write"))}})
+                          "pipeline_write": bool(oo.get("pipeline_write"))}},
+            device=device)
     except BaseException:
         gswap.close()
         pswap.close()
@@ -348,6 +360,22 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     return model
 
 
+def _device(model, device):
+    """The device a model offloaded with device= computes on: given, or
+    the one its parameters are on (None: CPU or meta, the pool buffers
+    are the parameters)."""
+    if device is not None:
+        return torch.device(device)
+    found = {p.device for p in model.parameters()
+             if p.device.type != "meta"}
+    if len(found) > 1:
+        raise ValueError("nvswap.torch.offload: the model's parameters are "
+                         f"on several devices ({sorted(map(str, found))}); "
+                         "move them to one, or pass device=")
+    dev = found.pop() if found else None
+    return None if dev is None or dev.type == "cpu" else dev
+
+
 def _undo(model, eng):
     """A failed offload: parameters already written are read back."""
     for layer, ps in enumerate(eng.layers):
@@ -356,7 +384,7 @@ def _undo(model, eng):
         except nvswap.Error:
             data = [torch.zeros(p.shape, dtype=p.dtype) for p in ps]
         for p, d in zip(ps, data):
-            p.data = d
+            p.data = d if eng.device is None else d.to(eng.device)
             del p._nvswap
     try:
         eng.close(save=False)
@@ -434,7 +462,7 @@ def _state_dict_hook(module, sd, prefix, meta):
         for layer, entries in want.items():
             data = eng.read_layer(layer, [i for _, i in entries])
             for (key, _), t in zip(entries, data):
-                sd[key] = t
+                sd[key] = t if eng.device is None else t.to(eng.device)
 
 
 def _module_engine(module):
@@ -540,7 +568,7 @@ def restore(model):
     for layer, ps in enumerate(eng.layers):
         data = eng.read_layer(layer)
         for p, d in zip(ps, data):
-            p.data = d
+            p.data = d if eng.device is None else d.to(eng.device)
     for p in [p for ps in eng.layers for p in ps]:
         del p._nvswap
     for m in model.modules():

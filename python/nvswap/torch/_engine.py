@@ -66,12 +66,13 @@ class Saved:
         self.offset = t.storage_offset()
 
 
-def _placeholder(p):
+def _placeholder(p, device=None):
     """What an offloaded parameter holds between uses: its shape, dtype and
     device, one element of memory (NaN for floating types, so that a use
     outside any forward shows), and in-place writes refused."""
     fill = float("nan") if p.dtype.is_floating_point else 0
-    return torch.full((), fill, dtype=p.dtype).expand(p.shape)
+    return torch.full((), fill, dtype=p.dtype,
+                      device=device).expand(p.shape)
 
 
 class ParamDict(OrderedDict):
@@ -89,7 +90,15 @@ class ParamDict(OrderedDict):
 
 
 class Engine:
-    def __init__(self, pswap, params, gswap, opts):
+    def __init__(self, pswap, params, gswap, opts, device=None):
+        # device: where the model computes (a CUDA device), or None: the
+        # parameters are the pool's pinned buffers themselves. With a
+        # device, the pool buffers stage them: a layer acquired for
+        # forward or backward is copied to the device (asynchronously, on
+        # the current stream) and the parameters point there; the
+        # optimizer steps on the pool buffers in CPU memory.
+        self.device = device
+        self.staged = {}  # layer -> (pool tensors, copy done event)
         self.pswap = pswap  # nvswap.Swapper for the parameters
         self.params = params  # nvswap.ParamSwapper
         self.gswap = gswap  # nvswap.Swapper for gradients + optimizer state
@@ -134,6 +143,8 @@ class Engine:
         layer = len(self.layers)
         data = [p.data if p.data.is_contiguous() else p.data.contiguous()
                 for _, p in items]
+        if self.device is not None:
+            data = [d.to("cpu") for d in data]
         self.params.add_layer(layer, data)
         del data
         offs, off = [], 0
@@ -146,7 +157,7 @@ class Engine:
         self.grad_off.append(offs)
         self.refs.append(0)
         for i, (name, p) in enumerate(items):
-            ph = _placeholder(p)
+            ph = _placeholder(p, self.device)
             p._nvswap = Rec(self, layer, i, name, ph)
             p.data = ph
         return layer
@@ -156,15 +167,51 @@ class Engine:
             p.data = t
             self.live[_storage_ptr(t)] = p
 
-    def acquire(self, layer):
+    def acquire(self, layer, host=False):
+        """host: the caller (the optimizer, a state dict) wants the pool
+        buffers themselves even when the model computes on a device."""
+        stage = self.device is not None and not host
         if self.refs[layer] == 0:
             t0 = time.perf_counter_ns()
             tensors = self.params.acquire_layer(layer)
             self.exposed_ns += time.perf_counter_ns() - t0
+            if stage:
+                tensors = self._to_device(layer, tensors)
             self._set_live(layer, tensors)
             if self.frames:
                 self.trace.append(layer)  # the walk: the C acquires
+        elif stage != (layer in self.staged):
+            raise error(errno.EBUSY,
+                        f"nvswap.torch: layer {layer} is held in "
+                        f"{'CPU' if stage else 'device'} memory by another "
+                        "use (an optimizer step inside a forward or "
+                        "backward of a model on a device?)")
         self.refs[layer] += 1
+
+    def _to_device(self, layer, pool):
+        """Copies of a layer's pool buffers on the device, made on the
+        current stream; the pool buffers stay acquired until the copies
+        are done (release() waits for them)."""
+        out = [torch.empty(t.shape, dtype=t.dtype, device=self.device)
+               for t in pool]
+        for d, t in zip(out, pool):
+            d.copy_(t, non_blocking=True)
+        done = None
+        if self.device.type == "cuda":
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+        self.staged[layer] = (pool, done)
+        return out
+
+    def _from_device(self, layer, dirty):
+        """Before the pool buffers go back: the copies made from them are
+        finished, and a layer changed on the device is copied back."""
+        pool, done = self.staged.pop(layer)
+        if dirty:
+            for p, t in zip(self.layers[layer], pool):
+                t.copy_(p.data)  # synchronous: the buffer is written now
+        elif done is not None:
+            done.synchronize()
 
     def release(self, layer, dirty=False):
         """End one acquire; the layer is written back (dirty) when any of
@@ -173,11 +220,13 @@ class Engine:
             self.dirty.add(layer)
         self.refs[layer] -= 1
         if self.refs[layer] == 0:
+            dirty = layer in self.dirty
+            self.dirty.discard(layer)
+            if layer in self.staged:
+                self._from_device(layer, dirty)
             for p in self.layers[layer]:
                 self.live.pop(_storage_ptr(p.data), None)
                 p.data = p._nvswap.placeholder
-            dirty = layer in self.dirty
-            self.dirty.discard(layer)
             self.params.release_layer(layer, dirty)
             # Give the buffer back now (a changed layer's write-back
             # starts): the C read-ahead fills free buffers only, and a pool
@@ -417,6 +466,8 @@ class Engine:
         adds into p.grad: the first since zero_grad is copied."""
         if not g.is_contiguous():
             g = g.contiguous()
+        if g.device.type != "cpu":
+            g = g.to("cpu")  # the gradient pool is CPU memory
         off = self.grad_off[layer][i]
         seen = self.written.setdefault(layer, set())
         if i not in seen:
@@ -449,7 +500,7 @@ class Engine:
     def read_layer(self, layer, indexes=None):
         """Copies of a layer's parameters (all, or those at indexes)."""
         ps = self.layers[layer]
-        self.acquire(layer)
+        self.acquire(layer, host=True)
         try:
             return [ps[i].data.clone()
                     for i in (range(len(ps)) if indexes is None

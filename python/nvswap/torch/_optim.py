@@ -61,6 +61,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if eng.optimizer is not None and not eng.optimizer._closed:
             raise ValueError(f"nvswap.torch.{cls}: the model already has "
                              "an nvswap optimizer")
+        if step_in_backward and eng.device is not None:
+            raise ValueError(f"nvswap.torch.{cls}: step_in_backward steps "
+                             "a layer in CPU memory while backward holds "
+                             f"it on {eng.device}: not supported for a "
+                             "model offloaded from a device")
         self._check_fit(eng, where, kwargs.get("amsgrad", False))
         opt = eng.gswap_options
         self._swap = nvswap.OptimizerSwapper(
@@ -150,7 +155,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """Step one layer; grads: {param index: gradient} given in
         backward (step_in_backward), else the layer's gradient region."""
         eng, inner = self._eng, self._inner
-        eng.acquire(layer)
+        eng.acquire(layer, host=True)  # steps in CPU memory
         changed = False
         try:
             region = eng.grads.acquire(layer) if grads is None else None

@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: MIT
+"""nvswap.torch with the model computing on a device (ZeRO-Infinity's
+layout): parameters on NVMe staged through pinned pool buffers to the
+device for forward and backward, gradients back to the CPU pool, the
+optimizer stepping in CPU memory. device='cpu' runs the same staging with
+ordinary CPU copies on any machine; the tests marked gpu run it on CUDA
+(pytest -m gpu) against a reference that computes on the GPU and steps
+the same optimizer on CPU copies of the parameters."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+from nvswap import _nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+
+from test_torch import GPT, batches, same, train  # noqa: E402
+
+
+def offloaded(swapdir, ref, device):
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                device=device)
+    return off
+
+
+def test_device_staging_trains_bit_identically_to_memory(swapdir):
+    torch.manual_seed(0)
+    ref = GPT()
+    off = offloaded(swapdir, ref, "cpu")
+    eng = nvt.engine_of(off)
+    assert eng.device == torch.device("cpu")
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    seen = []
+    # Inside a forward the parameters are copies, not the pool buffers.
+    off.blocks[0].linear1.register_forward_pre_hook(
+        lambda m, a: seen.append(
+            (bool(eng.staged), _nvswap.is_pinned(m.weight.data))))
+    data = batches(3)
+    assert train(ref, ro, data) == train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    assert seen == [(True, False)] * 3
+    assert not eng.staged
+    assert nvt.stats(off)["bytes_read"] > 0
+    # Between uses a parameter is a placeholder, not the pool buffer.
+    p = off.blocks[0].linear1.weight
+    assert p.data.stride() == (0, 0) and torch.isnan(p.data).all()
+
+
+def test_device_staging_writes_back_what_load_state_dict_changes(swapdir):
+    torch.manual_seed(1)
+    ref = GPT()
+    off = offloaded(swapdir, ref, "cpu")
+    torch.manual_seed(2)
+    other = GPT()
+    off.load_state_dict(other.state_dict())
+    same(other.state_dict(), off.state_dict())
+    nvt.restore(off)
+    same(other.state_dict(), off.state_dict())
+
+
+def test_step_in_backward_is_refused_for_a_model_on_a_device(swapdir):
+    torch.manual_seed(0)
+    off = offloaded(swapdir, GPT(), "cpu")
+    with pytest.raises(ValueError, match="step_in_backward"):
+        nvt.AdamW(off.parameters(), lr=1e-2, step_in_backward=True)
+
+
+def test_the_device_is_the_parameters_unless_given():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    assert nvt._device(m, None) is None  # CPU: the pool buffers are it
+    m[1].weight = torch.nn.Parameter(torch.zeros(4, 4, device="meta"))
+    assert nvt._device(m, None) is None  # meta is materialized on CPU
+    assert nvt._device(m, "cpu") == torch.device("cpu")
+
+
+# ---- on a CUDA device --------------------------------------------------
+
+
+@pytest.fixture
+def cuda():
+    if not torch.cuda.is_available():
+        why = (f"no CUDA device: torch {torch.__version__} (CUDA "
+               f"{torch.version.cuda}) finds none")
+        print(why)
+        pytest.skip(why)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def reference_steps(gpu_model, data, lr):
+    """ZeRO-Offload by hand: forward and backward on the GPU, AdamW on CPU
+    copies of the parameters, the result copied back to the GPU."""
+    master = [p.detach().to("cpu").clone().requires_grad_(True)
+              for p in gpu_model.parameters()]
+    opt = torch.optim.AdamW(master, lr=lr)
+    losses = []
+    for tok in data:
+        tok = tok.to(next(gpu_model.parameters()).device)
+        out = gpu_model(tok[:, :-1])
+        loss = torch.nn.functional.cross_entropy(out.flatten(0, 1),
+                                                 tok[:, 1:].flatten())
+        loss.backward()
+        for m, p in zip(master, gpu_model.parameters()):
+            m.grad = p.grad.to("cpu")
+            p.grad = None
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            for m, p in zip(master, gpu_model.parameters()):
+                p.copy_(m)
+        losses.append(loss.item())
+    return losses, master, opt
+
+
+@pytest.mark.gpu
+def test_a_model_on_the_gpu_trains_bit_identically_offloaded(swapdir, cuda):
+    torch.manual_seed(0)
+    base = GPT()
+    ref = copy.deepcopy(base).to(cuda)
+    off = copy.deepcopy(base).to(cuda)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    assert off.head.weight.device == cuda  # the placeholder stays there
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    data = batches(3)
+    want, master, ro = reference_steps(ref, data, 1e-2)
+    got = []
+    for tok in data:
+        tok = tok.to(cuda)
+        out = off(tok[:, :-1])
+        assert out.device == cuda
+        loss = torch.nn.functional.cross_entropy(out.flatten(0, 1),
+                                                 tok[:, 1:].flatten())
+        loss.backward()
+        oo.step()
+        oo.zero_grad()
+        got.append(loss.item())
+    assert got == want
+    sd = off.state_dict()
+    for name, p in ref.named_parameters():
+        assert sd[name].device == cuda, name
+        assert torch.equal(sd[name], p.detach()), name
+    same(ro.state_dict(), oo.state_dict())
+    st = nvt.stats(off)
+    assert st["bytes_read"] > 0 and st["bytes_written"] > 0
+    nvt.restore(off)
+    assert off.head.weight.device == cuda
+    for (n, a), b in zip(ref.named_parameters(), off.parameters()):
+        assert torch.equal(a.detach(), b.detach()), n
+
+
+@pytest.mark.gpu
+def test_parameters_on_the_cpu_and_a_gpu_are_refused(swapdir, cuda):
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    m[1].to(cuda)
+    with pytest.raises(ValueError, match="several devices"):
+        nvt.offload(m, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    assert getattr(m[0].weight, "_nvswap", None) is None
