@@ -14,11 +14,12 @@
  * worker). A handle made with nvs_aio_opts.use_gds moves device memory
  * with cuFile instead (GPUDirect Storage; its POSIX compatibility mode
  * where the nvidia-fs driver is absent). Host memory is never affected.
- * The copies run on nvswap's own non-blocking streams, not ordered after
- * the application's work: synchronise the stream that writes a buffer
- * before writing it to a file, and the streams that use one before
- * reading into it (the Python binding does this for the tensor's
- * current stream).
+ * The copies run on streams of nvswap's own, which the driver orders
+ * after work on the legacy default stream (PyTorch's default stream,
+ * cuMemset...) but not after work on other streams: synchronise a stream
+ * of your own that writes a buffer before writing it to a file, and those
+ * that use one before reading into it (the Python binding synchronises
+ * the tensor's current stream).
  *
  * Pointers are recognised without loading anything: while the process has
  * not loaded the CUDA driver, no device memory can exist in it, and every
@@ -93,7 +94,8 @@ NVS_API int nvs_gpu_free(void *p);
 NVS_API int nvs_gpu_memcpy(void *dst, const void *src, size_t nbytes);
 
 /**
- * nvs_gpu_memset() - set @nbytes of device memory at @dst to @byte.
+ * nvs_gpu_memset() - set @nbytes of device memory at @dst to @byte and
+ * wait until the device is written.
  *
  * Return: 0; -ENODEV; -EINVAL when @dst is not device memory; -EIO.
  */

@@ -398,6 +398,12 @@ int nvs_gpu_memcpy(void *dst, const void *src, size_t nbytes)
 		return ret;
 	rc = nvs__cu.Memcpy((nvs_cuptr)(uintptr_t)dst,
 			    (nvs_cuptr)(uintptr_t)src, nbytes);
+	/* cuMemcpy may return before a device-to-device copy is done. */
+	if (rc == 0 && (rc = nvs__cu.StreamSynchronize(NULL)) != 0) {
+		nvs__gpu_leave(saved);
+		return nvs__cu_fail(rc, "nvs_gpu_memcpy",
+				    "cuStreamSynchronize");
+	}
 	nvs__gpu_leave(saved);
 	return rc ? nvs__cu_fail(rc, "nvs_gpu_memcpy", "cuMemcpy") : 0;
 }
@@ -414,6 +420,12 @@ int nvs_gpu_memset(void *dst, int byte, size_t nbytes)
 		return ret;
 	rc = nvs__cu.MemsetD8((nvs_cuptr)(uintptr_t)dst, (unsigned char)byte,
 			      nbytes);
+	/* cuMemsetD8 returns before the device is written. */
+	if (rc == 0 && (rc = nvs__cu.StreamSynchronize(NULL)) != 0) {
+		nvs__gpu_leave(saved);
+		return nvs__cu_fail(rc, "nvs_gpu_memset",
+				    "cuStreamSynchronize");
+	}
 	nvs__gpu_leave(saved);
 	return rc ? nvs__cu_fail(rc, "nvs_gpu_memset", "cuMemsetD8") : 0;
 }

@@ -53,8 +53,13 @@ static int lane_stream(struct nvs_gpu_lane *l, const struct nvs_gpu_mem *m,
 				 MAX_STREAMS);
 			return -EINVAL;
 		}
-		rc = nvs__cu.StreamCreate(&l->s[i].stream,
-					  NVS_CU_STREAM_NON_BLOCKING);
+		/* A blocking stream: ordered after work the application put
+		 * on the legacy default stream (PyTorch's default, cuMemset,
+		 * cuMemcpy of device memory), which a non-blocking one would
+		 * overtake: on the H200 a device buffer memset just before a
+		 * staged read was overwritten by the memset landing after
+		 * the read's copies. */
+		rc = nvs__cu.StreamCreate(&l->s[i].stream, 0);
 		if (rc != 0)
 			return fail(err, errlen, rc, "cuStreamCreate");
 		l->s[i].ctx = m->ctx;

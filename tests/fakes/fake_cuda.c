@@ -384,6 +384,8 @@ int cuStreamSynchronize(void *sp)
 	struct stream *s = sp;
 	int ret = 0;
 
+	if (!s)
+		return current ? 0 : E_INVALID_CONTEXT; /* the legacy stream */
 	pthread_mutex_lock(&lock);
 	if (!s->live)
 		ret = E_INVALID_HANDLE;
