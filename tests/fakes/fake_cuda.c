@@ -10,8 +10,13 @@
  * it hands out are reserved with PROT_NONE, so any host access to them
  * crashes the test; copies translate them to a hidden backing mapping.
  * Async copies run only at cuStreamSynchronize, so a caller that uses
- * data before synchronising sees stale bytes. Contexts must be current
- * for the calls that need one, as with the real driver.
+ * data before synchronising sees stale bytes. cuMemsetD8 is queued on the
+ * legacy default stream, which runs when something waits for it: a
+ * synchronous cuMemcpy, cuStreamSynchronize(NULL), or an async copy on a
+ * blocking stream (created without CU_STREAM_NON_BLOCKING), which the real
+ * driver orders after the legacy stream; a non-blocking stream overtakes
+ * it, as on a GPU. Contexts must be current for the calls that need one,
+ * as with the real driver.
  *
  * Environment: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_INIT_FAIL (a
  * CUresult for cuInit), FAKE_CUDA_FAIL_COPY=N (the Nth async copy fails
@@ -54,6 +59,7 @@ struct pending {
 struct stream {
 	int live;
 	int device;
+	unsigned flags; /* 1: CU_STREAM_NON_BLOCKING */
 	unsigned npending;
 	struct pending p[MAX_PENDING];
 };
@@ -70,6 +76,9 @@ static int inited;
 static unsigned long copies;
 static unsigned long host_registered;
 static _Thread_local struct ctx *current;
+/* Memsets queued on the legacy default stream: dst, byte (in src), n. */
+static struct pending legacy[MAX_PENDING];
+static unsigned nlegacy;
 
 /* The driver's prototypes (no header: the real one is not installed). */
 int cuInit(unsigned flags);
@@ -306,6 +315,18 @@ static int do_copy(uintptr_t dst, uintptr_t src, size_t n)
 	return 0;
 }
 
+/* Under lock: run what the legacy stream holds (memsets). */
+static void flush_legacy(void)
+{
+	for (unsigned i = 0; i < nlegacy; i++) {
+		int err;
+		char *d = host_of(legacy[i].dst, legacy[i].n, &err);
+		if (!err)
+			memset(d, (int)legacy[i].src, legacy[i].n);
+	}
+	nlegacy = 0;
+}
+
 int cuMemcpy(uint64_t dst, uint64_t src, size_t n)
 {
 	int ret;
@@ -313,6 +334,7 @@ int cuMemcpy(uint64_t dst, uint64_t src, size_t n)
 	if (!current)
 		return E_INVALID_CONTEXT;
 	pthread_mutex_lock(&lock);
+	flush_legacy();
 	ret = do_copy((uintptr_t)dst, (uintptr_t)src, n);
 	pthread_mutex_unlock(&lock);
 	return ret;
@@ -334,10 +356,14 @@ int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t n, void *sp)
 		ret = E_INVALID_CONTEXT; /* a stream of another context */
 	else if (fail && strtoul(fail, NULL, 10) == copies)
 		ret = E_ILLEGAL_ADDRESS;
-	else if (s->npending == MAX_PENDING)
-		ret = do_copy((uintptr_t)dst, (uintptr_t)src, n);
-	else
-		s->p[s->npending++] = (struct pending){dst, src, n};
+	if (ret == 0) {
+		if (!(s->flags & 1))
+			flush_legacy(); /* blocking: after the legacy stream */
+		if (s->npending == MAX_PENDING)
+			ret = do_copy((uintptr_t)dst, (uintptr_t)src, n);
+		else
+			s->p[s->npending++] = (struct pending){dst, src, n};
+	}
 	pthread_mutex_unlock(&lock);
 	return ret;
 }
@@ -353,15 +379,16 @@ int cuMemsetD8_v2(uint64_t dst, unsigned char v, size_t n)
 	d = host_of((uintptr_t)dst, n, &err);
 	if (!err && d == (char *)(uintptr_t)dst)
 		err = E_INVALID_VALUE; /* host memory */
-	if (!err)
-		memset(d, v, n);
+	if (!err && nlegacy == MAX_PENDING)
+		flush_legacy();
+	if (!err) /* asynchronous, on the legacy stream */
+		legacy[nlegacy++] = (struct pending){dst, v, n};
 	pthread_mutex_unlock(&lock);
 	return err;
 }
 
 int cuStreamCreate(void **sp, unsigned flags)
 {
-	(void)flags;
 	if (!current)
 		return E_INVALID_CONTEXT;
 	pthread_mutex_lock(&lock);
@@ -369,6 +396,7 @@ int cuStreamCreate(void **sp, unsigned flags)
 		if (streams[i].live)
 			continue;
 		streams[i].live = 1;
+		streams[i].flags = flags;
 		streams[i].device = current->device;
 		streams[i].npending = 0;
 		*sp = &streams[i];
@@ -384,8 +412,14 @@ int cuStreamSynchronize(void *sp)
 	struct stream *s = sp;
 	int ret = 0;
 
-	if (!s)
-		return current ? 0 : E_INVALID_CONTEXT; /* the legacy stream */
+	if (!s) { /* the legacy stream */
+		if (!current)
+			return E_INVALID_CONTEXT;
+		pthread_mutex_lock(&lock);
+		flush_legacy();
+		pthread_mutex_unlock(&lock);
+		return 0;
+	}
 	pthread_mutex_lock(&lock);
 	if (!s->live)
 		ret = E_INVALID_HANDLE;

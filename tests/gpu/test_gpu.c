@@ -339,6 +339,51 @@ Test(gpu, a_failed_edge_copy_fails_the_op)
 	cr_assert_eq(nvs_gpu_free(d), 0);
 }
 
+/*
+ * Device memory set on the legacy default stream (as PyTorch computes and
+ * cuMemsetD8 writes) just before a staged read into it: the read's copies
+ * must come after the memset, not be overwritten by it. On the H200 a
+ * non-blocking stream let them overtake it (the stand-in driver models
+ * the same ordering).
+ */
+Test(gpu, staged_reads_are_ordered_after_the_legacy_stream)
+{
+	const size_t n = 1u << 20;
+	char *src = tu_alloc(n, 0), *back = tu_alloc(n, 0), *d;
+	int (*memset_d8)(uint64_t, unsigned char, size_t);
+	struct nvs_aio *h;
+	void *s;
+
+	need_fake();
+	s = fake_sym("cuMemsetD8_v2");
+	memcpy(&memset_d8, &s, sizeof(s));
+	d = dev_alloc(n);
+	h = handle(1, 64u << 10, NVS_DIRECT_AUTO);
+	tu_fill(src, n, 21);
+	tu_write_file(tu_path("o.bin"), src, n);
+	/* Queued on the legacy stream, as a kernel or memset would be (the
+	 * context current on this thread: nvs_gpu_malloc put it back). */
+	{
+		int (*set)(void *), (*get_ctx)(void **, int);
+		void *ctx = NULL, *p1 = fake_sym("cuCtxSetCurrent"),
+		     *p2 = fake_sym("cuDevicePrimaryCtxRetain");
+		memcpy(&set, &p1, sizeof(p1));
+		memcpy(&get_ctx, &p2, sizeof(p2));
+		cr_assert_eq(get_ctx(&ctx, 0), 0);
+		cr_assert_eq(set(ctx), 0);
+	}
+	cr_assert_eq(memset_d8((uint64_t)(uintptr_t)d, 0xee, n), 0);
+	cr_assert_geq(nvs_aio_pread(h, d, n, tu_path("o.bin"), 0, false), 0,
+		      "%s", nvs_last_error());
+	cr_assert_eq(nvs_gpu_memcpy(back, d, n), 0);
+	cr_assert_eq(memcmp(back, src, n), 0,
+		     "the memset landed after the staged read's copies");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	cr_assert_eq(nvs_gpu_free(d), 0);
+	tu_free(src);
+	tu_free(back);
+}
+
 Test(gpu, destroy_releases_streams_and_registrations)
 {
 	struct nvs_aio *h;
