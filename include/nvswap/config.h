@@ -81,7 +81,57 @@ struct nvs_nvswap_config {
 	uint32_t keep_generations; /* "keep_generations": checkpoints a
 				      persistent set keeps, 1 to 64;
 				      default 2 */
+	int rank;		   /* "rank": the swap directories' rank,
+				      default NVS_RANK_AUTO: the launcher's
+				      (nvs_launch_detect()) */
+	uint32_t node_queue_depth; /* "node_queue_depth": requests in
+				      flight per worker for all the ranks of
+				      a node together, split evenly (each
+				      rank's aio queue_depth becomes
+				      max(1, this / local_size)); default 0:
+				      aio.queue_depth for every rank */
 };
+
+/* ------------------------------------------------------------ launchers */
+
+/** nvs_config_swapper_opts() rank: the config's nvswap.rank, else the
+ *  launcher's (nvs_launch_detect()). */
+#define NVS_RANK_AUTO (-1)
+
+/**
+ * struct nvs_launch - where this process sits in a job, from the
+ * launcher's environment (nvs_launch_detect()).
+ */
+struct nvs_launch {
+	int rank;	 /* global rank, 0 when not launched as a job */
+	int world_size;	 /* ranks in the job, 1 */
+	int local_rank;	 /* rank on this node, 0 */
+	int local_size;	 /* ranks on this node, 1 */
+	char source[24]; /* who said so: "Open MPI", "torch.distributed",
+			    "MPICH/PMI", "Slurm" or "none" */
+};
+
+/**
+ * nvs_launch_detect() - read the launcher's environment variables, first
+ * family found wins:
+ *   Open MPI (mpirun):   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK,
+ *                        _LOCAL_SIZE;
+ *   torch.distributed (torchrun, deepspeed): RANK, WORLD_SIZE,
+ *                        LOCAL_RANK, LOCAL_WORLD_SIZE;
+ *   MPICH/Hydra (PMI):   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
+ *                        MPI_LOCALNRANKS;
+ *   Slurm (srun):        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+ *                        SLURM_NTASKS_PER_NODE (its first number);
+ * else rank 0 of 1 ("none"). A family is found by its rank variable; its
+ * others may be missing: the world size is then rank + 1, the local rank
+ * 0 and the local size local rank + 1.
+ *
+ * Return: 0, or -EINVAL for @out NULL or a value that is not a number,
+ * negative, or inconsistent (rank >= world size, local rank >= local
+ * size): the message names the variable and its value.
+ * Threading: reads the environment; any thread.
+ */
+NVS_API int nvs_launch_detect(struct nvs_launch *out);
 
 struct nvs_config;
 
@@ -170,6 +220,12 @@ NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
 /**
  * nvs_config_swapper_opts() - swapper options from a loaded config.
  * @which: NVS_OFFLOAD_PARAM or NVS_OFFLOAD_OPTIMIZER.
+ * @rank:  the rank directory's number, or NVS_RANK_AUTO: nvswap.rank
+ *         when the config sets it, else the launcher's
+ *         (nvs_launch_detect()).
+ * With nvswap.node_queue_depth set, the aio queue_depth is that divided
+ * by the launcher's local_size (at least 1): the ranks of a node share
+ * the devices' queue evenly.
  * @opts:  from nvs_swapper_opts_init(); set elem_size first to override
  *         the element size (0: 2 bytes for parameters, fp16/bf16; 4 for
  *         optimizer state, fp32).
@@ -179,8 +235,9 @@ NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
  * buffer_size (the section's buffer_size elements x elem_size),
  * pin_memory, stripe_size, checksum, auto_evict and the aio options.
  * Return: 0, or -EINVAL: a NULL argument, an unknown @which, a negative
- * @rank, or a section whose device is not "nvme" or that has no path (the
- * message says which).
+ * @rank other than NVS_RANK_AUTO, a launcher variable nvs_launch_detect()
+ * refuses, or a section whose device is not "nvme" or that has no path
+ * (the message says which).
  */
 NVS_API int nvs_config_swapper_opts(const struct nvs_config *cfg,
 				    enum nvs_offload_kind which, int rank,

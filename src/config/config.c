@@ -47,6 +47,7 @@ static void defaults(struct nvs_config *c)
 	c->nv.wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
 	c->nv.lookahead = 1; /* as nvs_param_swapper_opts_init() */
 	c->nv.keep_generations = 2;
+	c->nv.rank = NVS_RANK_AUTO;
 }
 
 static int load_text(struct nvs_config *c, const char *text, size_t len)
@@ -208,7 +209,11 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 	const struct nvs_offload_config *off;
 	uint64_t elem, bytes;
 
-	if (!cfg || !opts || opts->size != sizeof(*opts) || rank < 0 ||
+	struct nvs_launch launch;
+	int ret;
+
+	if (!cfg || !opts || opts->size != sizeof(*opts) ||
+	    (rank < 0 && rank != NVS_RANK_AUTO) ||
 	    (which != NVS_OFFLOAD_PARAM && which != NVS_OFFLOAD_OPTIMIZER))
 		return nvs__err(-EINVAL, "nvs_config_swapper_opts: NULL "
 					 "argument, opts not from "
@@ -248,6 +253,19 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 				"but no nvme_path (nor nvswap.nvme_paths)",
 				cfg->name, names[which]);
 	}
+	/* The launcher is read only when the rank or the split needs it:
+	 * a refused variable should not fail a config that does not. */
+	if ((rank == NVS_RANK_AUTO && cfg->nv.rank == NVS_RANK_AUTO) ||
+	    cfg->nv.node_queue_depth) {
+		ret = nvs_launch_detect(&launch);
+		if (ret < 0)
+			return ret;
+	} else {
+		launch = (struct nvs_launch){0, 1, 0, 1, "none"};
+	}
+	if (rank == NVS_RANK_AUTO)
+		rank = cfg->nv.rank != NVS_RANK_AUTO ? cfg->nv.rank
+						     : launch.rank;
 	opts->name = which == NVS_OFFLOAD_PARAM ? "param" : "optimizer";
 	opts->rank = rank;
 	opts->elem_size = (size_t)elem;
@@ -261,5 +279,10 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 	opts->persist = cfg->nv.persist;
 	opts->keep_generations = cfg->nv.keep_generations;
 	opts->aio = cfg->aio;
+	if (cfg->nv.node_queue_depth) {
+		uint32_t qd =
+			cfg->nv.node_queue_depth / (uint32_t)launch.local_size;
+		opts->aio.queue_depth = qd ? qd : 1;
+	}
 	return 0;
 }

@@ -96,6 +96,9 @@ static const struct keydef nvswap_keys[] = {
 	{"persist", V_PERSIST, OFF(persist), 0, 0, NULL},
 	{"keep_generations", V_U32, OFF(keep_generations),
 	 NVS_KEEP_GENERATIONS_MAX, 0, NULL},
+	/* an int read as a uint32 up to INT_MAX: the same object */
+	{"rank", V_U32_0, OFF(rank), 0x7fffffffu, 0, NULL},
+	{"node_queue_depth", V_U32, OFF(node_queue_depth), 1u << 20, 0, NULL},
 	{NULL, 0, 0, 0, 0, NULL},
 };
 #undef OFF

@@ -584,8 +584,8 @@ Test(config, offload_sections_become_swapper_options)
 	o.elem_size = 4;
 	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, &o), 0);
 	cr_assert_eq(o.buffer_size, 4000000, "the caller's element size");
-	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, -1, &o),
-		     -EINVAL);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, -2, &o),
+		     -EINVAL, "negative, and not NVS_RANK_AUTO (-1)");
 	cr_assert_eq(
 		nvs_config_swapper_opts(c, (enum nvs_offload_kind)7, 0, &o),
 		-EINVAL);

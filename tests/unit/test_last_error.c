@@ -123,6 +123,7 @@ ROW(nvs_gpu_info, nvs_gpu_info(NULL))
 ROW(nvs_gds_open, nvs_gds_open())
 ROW(nvs_gds_register, nvs_gds_register(&pool, 1))
 ROW(nvs_gds_deregister, nvs_gds_deregister(&pool))
+ROW(nvs_launch_detect, nvs_launch_detect(NULL))
 /* Two more ways nvs_parse_size fails (finding 9). */
 static int row_parse_20_digits(void)
 {
@@ -240,6 +241,7 @@ static const struct row rows[] = {
 	R(nvs_gds_open),
 	R(nvs_gds_register),
 	R(nvs_gds_deregister),
+	R(nvs_launch_detect),
 };
 
 /*

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Rank and world size from the launcher's environment (nvs_launch_detect)
+ * and how a config's rank and node_queue_depth use them. Each test is a
+ * fresh process, so each sets the environment it means.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvswap/config.h"
+#include "nvswap/swapper.h"
+#include "testutil.h"
+
+static const char *const vars[] = {
+	"OMPI_COMM_WORLD_RANK",
+	"OMPI_COMM_WORLD_SIZE",
+	"OMPI_COMM_WORLD_LOCAL_RANK",
+	"OMPI_COMM_WORLD_LOCAL_SIZE",
+	"RANK",
+	"WORLD_SIZE",
+	"LOCAL_RANK",
+	"LOCAL_WORLD_SIZE",
+	"PMI_RANK",
+	"PMI_SIZE",
+	"MPI_LOCALRANKID",
+	"MPI_LOCALNRANKS",
+	"SLURM_PROCID",
+	"SLURM_NTASKS",
+	"SLURM_LOCALID",
+	"SLURM_NTASKS_PER_NODE",
+};
+
+/* No launcher variable from the machine running the tests leaks in. */
+static void clean(void)
+{
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i]);
+}
+
+static void fini(void)
+{
+	tu_cleanup();
+}
+
+TestSuite(launch, .init = clean, .fini = fini);
+
+static struct nvs_launch detect(void)
+{
+	struct nvs_launch l;
+
+	memset(&l, 0x5a, sizeof(l));
+	cr_assert_eq(nvs_launch_detect(&l), 0, "%s", nvs_last_error());
+	return l;
+}
+
+static void is(struct nvs_launch l, int r, int w, int lr, int ls,
+	       const char *src)
+{
+	cr_assert_eq(l.rank, r);
+	cr_assert_eq(l.world_size, w);
+	cr_assert_eq(l.local_rank, lr);
+	cr_assert_eq(l.local_size, ls);
+	cr_assert_str_eq(l.source, src);
+}
+
+Test(launch, without_a_launcher_this_is_rank_0_of_1)
+{
+	is(detect(), 0, 1, 0, 1, "none");
+}
+
+Test(launch, open_mpi_comes_first)
+{
+	setenv("RANK", "7", 1); /* a stale torchrun variable: Open MPI wins */
+	setenv("OMPI_COMM_WORLD_RANK", "5", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+	is(detect(), 5, 8, 1, 4, "Open MPI");
+}
+
+Test(launch, torchrun_and_deepspeed)
+{
+	setenv("RANK", "3", 1);
+	setenv("WORLD_SIZE", "4", 1);
+	setenv("LOCAL_RANK", "3", 1);
+	setenv("LOCAL_WORLD_SIZE", "4", 1);
+	is(detect(), 3, 4, 3, 4, "torch.distributed");
+}
+
+Test(launch, mpich_and_slurm)
+{
+	setenv("PMI_RANK", "2", 1);
+	setenv("PMI_SIZE", "3", 1);
+	is(detect(), 2, 3, 0, 1, "MPICH/PMI");
+	unsetenv("PMI_RANK");
+	setenv("SLURM_PROCID", "6", 1);
+	setenv("SLURM_NTASKS", "8", 1);
+	setenv("SLURM_LOCALID", "2", 1);
+	setenv("SLURM_NTASKS_PER_NODE", "4(x2)", 1);
+	is(detect(), 6, 8, 2, 4, "Slurm");
+}
+
+Test(launch, missing_sizes_are_the_least_that_fits)
+{
+	setenv("RANK", "2", 1);
+	setenv("LOCAL_RANK", "1", 1);
+	is(detect(), 2, 3, 1, 2, "torch.distributed");
+}
+
+static void refused(const char *name, const char *want)
+{
+	struct nvs_launch l;
+
+	cr_assert_eq(nvs_launch_detect(&l), -EINVAL, "%s", name);
+	cr_assert(strstr(nvs_last_error(), want), "%s", nvs_last_error());
+}
+
+Test(launch, a_bad_value_is_refused_naming_the_variable)
+{
+	setenv("RANK", "two", 1);
+	refused("RANK", "RANK=\"two\" is not a number");
+	setenv("RANK", "-1", 1);
+	refused("RANK", "RANK=\"-1\"");
+	setenv("RANK", "1x", 1);
+	refused("RANK", "RANK=\"1x\"");
+	setenv("RANK", "4", 1);
+	setenv("WORLD_SIZE", "4", 1);
+	refused("RANK", "RANK 4 is not below WORLD_SIZE 4");
+	setenv("RANK", "1", 1);
+	setenv("LOCAL_RANK", "2", 1);
+	setenv("LOCAL_WORLD_SIZE", "2", 1);
+	refused("LOCAL_RANK", "LOCAL_RANK 2, LOCAL_WORLD_SIZE 2");
+	setenv("SLURM_NTASKS_PER_NODE", "4(x2)", 1);
+	setenv("LOCAL_WORLD_SIZE", "4(x2)", 1); /* Slurm's form only there */
+	refused("LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE=\"4(x2)\"");
+	cr_assert_eq(nvs_launch_detect(NULL), -EINVAL);
+}
+
+/* ------------------------------------------------------------ configs */
+
+static struct nvs_swapper_opts opts_of(const char *nvswap, int rank, int want)
+{
+	char json[1024];
+	struct nvs_config *c;
+	struct nvs_swapper_opts o;
+
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}, \"aio\": "
+		 "{\"queue_depth\": 64}, \"nvswap\": {%s}}",
+		 tu_dir(), nvswap);
+	cr_assert_eq(nvs_config_load_string(json, "t.json", &c), 0, "%s",
+		     nvs_last_error());
+	nvs_swapper_opts_init(&o);
+	cr_assert_eq(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, rank, &o),
+		     want, "%s", nvs_last_error());
+	nvs_config_free(c);
+	return o;
+}
+
+Test(launch, the_rank_is_the_callers_then_the_configs_then_the_launchers)
+{
+	setenv("RANK", "2", 1);
+	setenv("WORLD_SIZE", "4", 1);
+	cr_assert_eq(opts_of("", NVS_RANK_AUTO, 0).rank, 2);
+	cr_assert_eq(opts_of("\"rank\": 3", NVS_RANK_AUTO, 0).rank, 3);
+	cr_assert_eq(opts_of("\"rank\": 3", 5, 0).rank, 5);
+	cr_assert_eq(opts_of("", 0, 0).rank, 0);
+	/* Queue depth as the aio section says without a split. */
+	cr_assert_eq(opts_of("", 0, 0).aio.queue_depth, 64);
+}
+
+Test(launch, node_queue_depth_is_split_over_the_nodes_ranks)
+{
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+	cr_assert_eq(opts_of("\"node_queue_depth\": 128", 0, 0).aio.queue_depth,
+		     32);
+	cr_assert_eq(opts_of("\"node_queue_depth\": 2", 0, 0).aio.queue_depth,
+		     1, "at least one request each");
+}
+
+Test(launch, a_bad_launcher_variable_fails_only_configs_that_need_it)
+{
+	setenv("RANK", "x", 1);
+	opts_of("", NVS_RANK_AUTO, -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "RANK=\"x\""), "%s",
+		  nvs_last_error());
+	opts_of("\"node_queue_depth\": 8", 0, -EINVAL);
+	cr_assert_eq(opts_of("", 1, 0).rank, 1, "an explicit rank needs none");
+	cr_assert_eq(opts_of("\"rank\": 2", NVS_RANK_AUTO, 0).rank, 2);
+	opts_of("", -2, -EINVAL);
+}
+
+Test(launch, bad_config_values_are_refused)
+{
+	struct nvs_config *c;
+
+	cr_assert_eq(nvs_config_load_string("{\"nvswap\": {\"rank\": -1}}",
+					    "t.json", &c),
+		     -EINVAL);
+	cr_assert_eq(nvs_config_load_string(
+			     "{\"nvswap\": {\"node_queue_depth\": 0}}",
+			     "t.json", &c),
+		     -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "node_queue_depth"), "%s",
+		  nvs_last_error());
+}
