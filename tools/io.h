@@ -46,6 +46,8 @@ struct args {
 	bool prepared;	    /* --read: the file is already there and synced */
 	bool warmup_read;   /* warm-up ops read, whatever the timed ones do */
 	bool fio_huge_only; /* --no-fio-default: skip fio's default buffers */
+	double start_at;    /* --start_at: wall-clock second (epoch) the timed
+			       ops start at, after set-up and warm-up; 0 */
 };
 
 struct run {
@@ -54,7 +56,8 @@ struct run {
 	double cpu_s;	/* process CPU (all threads) of the timed loops */
 	double *lat;	/* per-op seconds, loops of them */
 	uint64_t bytes; /* moved by the timed loops */
-	int validated;	/* 1 ok, 0 not asked, -1 mismatch */
+	double win_start, win_end; /* wall clock (epoch s) of the timed ops */
+	int validated;		   /* 1 ok, 0 not asked, -1 mismatch */
 	struct nvs_aio_stats st;
 };
 

@@ -49,6 +49,9 @@ static void usage(FILE *f)
 	      "(default 1)\n"
 	      "  --loops N               timed ops (default 1)\n"
 	      "  --warmup_loops N        untimed ops first (default 0)\n"
+	      "  --start_at T            start the timed ops at wall-clock second T\n"
+	      "                          (since the epoch, fractions allowed): several\n"
+	      "                          processes measure the same window\n"
 	      "  --validate              check every byte after the timed "
 	      "ops\n"
 	      "  --backend B             auto|io_uring|libaio|psync (default "
@@ -124,6 +127,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		O_PAR,
 		O_LOOPS,
 		O_WARM,
+		O_START,
 		O_VALIDATE,
 		O_BACKEND,
 		O_PINNED,
@@ -152,6 +156,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		{"io_parallel", required_argument, NULL, O_PAR},
 		{"loops", required_argument, NULL, O_LOOPS},
 		{"warmup_loops", required_argument, NULL, O_WARM},
+		{"start_at", required_argument, NULL, O_START},
 		{"validate", no_argument, NULL, O_VALIDATE},
 		{"backend", required_argument, NULL, O_BACKEND},
 		{"pinned", no_argument, NULL, O_PINNED},
@@ -213,6 +218,14 @@ void io_parse(int argc, char **argv, struct args *a)
 		case O_WARM:
 			a->warmup = tool_uint_arg("--warmup_loops", optarg, 0);
 			break;
+		case O_START: {
+			char *end;
+			a->start_at = strtod(optarg, &end);
+			if (end == optarg || *end || a->start_at <= 0)
+				tool_die(2, "--start_at: not a time: %s",
+					 optarg);
+			break;
+		}
 		case O_VALIDATE:
 			a->validate = true;
 			break;

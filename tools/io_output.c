@@ -53,7 +53,7 @@ json_t *io_run_json(const struct args *a, const struct run *r)
 	qsort(lat, a->loops, sizeof(*lat), tool_cmp_double);
 	return json_pack(
 		"{s:f, s:f, s:f, s:f, s:{s:f, s:f, s:f}, s:f, s:s, s:I, s:I, "
-		"s:I, s:s, s:o}",
+		"s:I, s:s, s:o, s:f, s:f}",
 		"task_latency_sec", r->task_s, "task_gbs",
 		r->bytes / r->task_s / GIB, "e2e_latency_sec", r->e2e_s,
 		"e2e_gbs", r->bytes / r->e2e_s / GIB, "op_latency_ms", "min",
@@ -66,7 +66,8 @@ json_t *io_run_json(const struct args *a, const struct run *r)
 		(json_int_t)r->st.retries, "backend_notes", r->st.backend_notes,
 		"validated",
 		r->validated == 0 ? json_null()
-				  : json_boolean(r->validated > 0));
+				  : json_boolean(r->validated > 0),
+		"timed_start", r->win_start, "timed_end", r->win_end);
 }
 
 json_t *io_config_json(const struct args *a)

@@ -115,6 +115,25 @@ static double cpu_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static double wall_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* --start_at: sleep until the wall clock reaches @t. */
+static void wait_until(double t)
+{
+	struct timespec ts = {.tv_sec = (time_t)t,
+			      .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+
+	while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		;
+}
+
 static void progress(const struct args *a, double t0, unsigned done,
 		     unsigned total, const char *what)
 {
@@ -241,6 +260,9 @@ void io_one_run(const struct args *a, struct run *r)
 		if (ret < 0)
 			tool_die(1, "warm-up %s: %s", what, nvs_last_error());
 	}
+	if (a->start_at > 0)
+		wait_until(a->start_at);
+	r->win_start = wall_now();
 	cpu0 = cpu_now();
 	t0 = tool_now();
 	for (unsigned i = 0; i < a->loops; i++) {
@@ -257,6 +279,7 @@ void io_one_run(const struct args *a, struct run *r)
 		progress(a, t0, i + 1, a->loops, what);
 	}
 	r->cpu_s = cpu_now() - cpu0;
+	r->win_end = wall_now();
 	progress_end();
 	r->bytes = (uint64_t)a->io_size * a->loops;
 	r->e2e_s = setup_s + r->task_s;
