@@ -239,7 +239,13 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 					 ? "persistent"
 					 : "scratch")) ||
 	    ext_dict_put(&d, "keep_generations",
-			 PyLong_FromUnsignedLong(nv.keep_generations)))
+			 PyLong_FromUnsignedLong(nv.keep_generations)) ||
+	    ext_dict_put(&d, "rank",
+			 nv.rank == NVS_RANK_AUTO
+				 ? Py_NewRef(Py_None)
+				 : PyLong_FromLong(nv.rank)) ||
+	    ext_dict_put(&d, "node_queue_depth",
+			 PyLong_FromUnsignedLong(nv.node_queue_depth)))
 		return NULL;
 	return d;
 }
@@ -325,7 +331,9 @@ static PyMethodDef config_methods[] = {
 	 "The nvswap section, defaults filled in: backend, stripe_size\n"
 	 "(bytes), checksum, auto_evict, nvme_paths (a list, empty when\n"
 	 "absent), wait_ms, lookahead (ParamSwapper's), persist\n"
-	 "('scratch', 'persistent' or 'resume'), keep_generations."},
+	 "('scratch', 'persistent' or 'resume'), keep_generations, rank\n"
+	 "(None: the launcher's, see nvswap.launch()), node_queue_depth\n"
+	 "(0: none; else split over the node's ranks)."},
 	{"aio_handle", config_aio_handle, METH_NOARGS,
 	 "aio_handle() -> aio_handle\n\n"
 	 "A new nvswap.aio_handle with aio_options(). Raises nvswap.Error\n"

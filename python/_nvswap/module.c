@@ -145,6 +145,19 @@ static PyObject *mod_tensor_from(PyObject *Py_UNUSED(m), PyObject *args)
 	return ext_tensor_from(exporter, dtype, shape);
 }
 
+static PyObject *mod_launch(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+	struct nvs_launch l;
+	int rc = nvs_launch_detect(&l);
+
+	if (rc < 0)
+		return ext_raise_last(rc);
+	return Py_BuildValue("{s:i, s:i, s:i, s:i, s:s}", "rank", l.rank,
+			     "world_size", l.world_size, "local_rank",
+			     l.local_rank, "local_size", l.local_size,
+			     "source", l.source);
+}
+
 static PyObject *mod_is_pinned(PyObject *Py_UNUSED(m), PyObject *buffer)
 {
 	return ext_is_pinned(buffer);
@@ -224,6 +237,13 @@ static PyMethodDef mod_methods[] = {
 	{"pinned_stats", mod_pinned_stats, METH_NOARGS,
 	 "pinned_stats() -> dict\n\n"
 	 "The pinned registry's counters (nvs_pinned_stats)."},
+	{"launch", mod_launch, METH_NOARGS,
+	 "launch() -> dict\n\n"
+	 "Where this process sits in a job, from its launcher's environment\n"
+	 "(nvs_launch_detect: Open MPI, then torch.distributed, MPICH/PMI,\n"
+	 "Slurm): rank, world_size, local_rank, local_size and source (who\n"
+	 "said so, 'none' outside a job). nvswap.Error (EINVAL) names a\n"
+	 "variable that is not a valid number."},
 	{"version", mod_version, METH_NOARGS,
 	 "version() -> str\n\nThe C library's version."},
 	{"build_features", mod_build_features, METH_NOARGS,

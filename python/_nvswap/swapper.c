@@ -575,7 +575,7 @@ PyTypeObject ext_SwapperType = {
 	.tp_repr = swapper_repr,
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
 	.tp_doc =
-		"Swapper(config=None, kind='param', rank=0, *, nvme_path=None,\n"
+		"Swapper(config=None, kind='param', rank=None, *, nvme_path=None,\n"
 		"        name=None, buffer_size=None, buffer_count=None,\n"
 		"        elem_size=None, stripe_size=None, pin_memory=None,\n"
 		"        auto_evict=None, checksum=None, wait_ms=None,\n"
@@ -589,7 +589,9 @@ PyTypeObject ext_SwapperType = {
 		"paths, buffer_count, buffer_size (elements x elem_size: 2\n"
 		"bytes for parameters, 4 for optimizer state unless\n"
 		"elem_size says otherwise) and the aio options; swap files go\n"
-		"to <path>/nvswap/<kind>/rank<rank>/. Keywords given override\n"
+		"to <path>/nvswap/<kind>/rank<rank>/ (rank None: the\n"
+		"config's nvswap.rank, else the launcher's, nvswap.launch()).\n"
+		"Keywords given override\n"
 		"the config. Without a config, nvme_path (a directory, or a\n"
 		"list of up to 16, one per device), buffer_size (bytes; an\n"
 		"int or a str such as '64M') and buffer_count are needed.\n"

@@ -121,7 +121,7 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	enum nvs_offload_kind k = NVS_OFFLOAD_PARAM;
 	struct nvs_swapper *s = NULL;
 	uint64_t r = 0, count, elem = 0, wms, kept;
-	int rc = -1;
+	int rc = -1, rk;
 
 	if (!PyArg_ParseTupleAndKeywords(
 		    args, kwds, "|OOO$OOOOOOOOOOOOOO", kwlist, &config, &kind,
@@ -138,6 +138,8 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    opt_uint(rank, "rank", INT32_MAX, &r) ||
 	    opt_uint(esize, "elem_size", SIZE_MAX, &elem))
 		return -1;
+	/* No rank given: the config's nvswap.rank, else the launcher's. */
+	rk = rank && rank != Py_None ? (int)r : NVS_RANK_AUTO;
 	opts.elem_size = (size_t)elem;
 	if (config != Py_None) {
 		if (!PyObject_TypeCheck(config, &ext_ConfigType)) {
@@ -148,14 +150,23 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 			return -1;
 		}
 		rc = nvs_config_swapper_opts(((struct ext_config *)config)->cfg,
-					     k, (int)r, &opts);
+					     k, rk, &opts);
 		if (rc < 0) {
 			ext_raise_config(rc, nvs_last_error());
 			return -1;
 		}
 		rc = -1;
+	} else if (rk == NVS_RANK_AUTO) {
+		struct nvs_launch l;
+		int lrc = nvs_launch_detect(&l);
+		if (lrc < 0) {
+			ext_raise_last(lrc);
+			return -1;
+		}
+		opts.rank = l.rank;
+	} else {
+		opts.rank = rk;
 	}
-	opts.rank = (int)r;
 	count = opts.buffer_count;
 	wms = opts.wait_ms;
 	kept = opts.keep_generations;

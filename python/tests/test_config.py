@@ -3,6 +3,9 @@
 import errno
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -47,6 +50,8 @@ def test_an_empty_config_has_deepspeeds_defaults():
         "lookahead": 1,
         "persist": "scratch",
         "keep_generations": 2,
+        "rank": None,
+        "node_queue_depth": 0,
     }
     assert c.use_gds is False
     assert c.warnings == []
@@ -83,6 +88,8 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "lookahead": 3,
         "persist": "persistent",
         "keep_generations": 3,
+        "rank": 2,
+        "node_queue_depth": 64,
     }
     c = nvswap.Config.from_str(json.dumps(cfg), name="all.json")
     assert c.source == "all.json"
@@ -117,6 +124,8 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "lookahead": 3,
         "persist": "persistent",
         "keep_generations": 3,
+        "rank": 2,
+        "node_queue_depth": 64,
     }
     assert nvswap.Config.from_str(
         '{"nvswap": {"persist": "resume", "keep_generations": 5}}'
@@ -294,3 +303,45 @@ def test_a_section_that_is_not_nvme_cannot_make_a_swapper(swapdir):
         nvswap.Swapper(c, "gradient")
     with pytest.raises(TypeError, match="nvswap.Config"):
         nvswap.Swapper({"zero_optimization": {}})
+
+
+def test_launch_reads_the_launchers_environment():
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("OMPI_", "PMI_", "SLURM_", "MPI_LOCAL")) or k in (
+                "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            del env[k]
+    code = ("import json, nvswap; print(json.dumps(nvswap.launch()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"rank": 0, "world_size": 1, "local_rank": 0,
+                               "local_size": 1, "source": "none"}
+    env.update(RANK="2", WORLD_SIZE="4", LOCAL_RANK="0",
+               LOCAL_WORLD_SIZE="2")
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"rank": 2, "world_size": 4, "local_rank": 0,
+                               "local_size": 2,
+                               "source": "torch.distributed"}
+    env["RANK"] = "two"
+    r = subprocess.run([sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert 'nvswap.Error: [Errno 22] nvs_launch_detect: RANK="two"' in r.stderr
+
+
+def test_a_swapper_without_a_rank_takes_the_launchers(swapdir):
+    env = dict(os.environ, RANK="3", WORLD_SIZE="4")
+    code = textwrap.dedent(f"""
+        import nvswap
+        s = nvswap.Swapper(nvme_path={swapdir!r}, buffer_size="64K",
+                           buffer_count=2)
+        print(s.dirs[0])
+        c = nvswap.Config.from_str('{{"nvswap": {{"rank": 1}}}}')
+        print(c.nvswap_options()["rank"], c.nvswap_options()["node_queue_depth"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.split("\n")
+    assert lines[0].endswith("/nvswap/rank3"), lines[0]
+    assert lines[1] == "1 0"

@@ -242,8 +242,9 @@ def _fix_mmap_threshold(nbytes):
     mallopt(-3, int(nbytes))  # M_MMAP_THRESHOLD
 
 
-def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
-            buffer_count=None, lookahead=None, max_in_cpu=None,
+def offload(model, config=None, rank=None, *, nvme_path=None,
+            buffer_size=None, buffer_count=None, lookahead=None,
+            max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
             persist=None, device=None):
@@ -255,7 +256,8 @@ def offload(model, config=None, rank=0, *, nvme_path=None, buffer_size=None,
     gradients and optimizer state, nvswap.lookahead the read-ahead. Or no
     config and nvme_path=, buffer_size=, buffer_count=. Keywords override
     the config. rank: the swap directory is <nvme_path>/nvswap/<kind>/
-    rank<rank>. max_in_cpu: bytes of whole layers kept in CPU memory
+    rank<rank>; None (the default) takes the config's nvswap.rank, else
+    the launcher's (nvswap.launch(): torchrun's RANK, mpirun's...). max_in_cpu: bytes of whole layers kept in CPU memory
     (default 0; also read from offload_param.max_in_cpu when the config
     sets it, taken as elements as DeepSpeed does). Parameters on the meta
     device are materialized one module at a time (init(module), else its
