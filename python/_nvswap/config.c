@@ -241,9 +241,8 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 	    ext_dict_put(&d, "keep_generations",
 			 PyLong_FromUnsignedLong(nv.keep_generations)) ||
 	    ext_dict_put(&d, "rank",
-			 nv.rank == NVS_RANK_AUTO
-				 ? Py_NewRef(Py_None)
-				 : PyLong_FromLong(nv.rank)) ||
+			 nv.rank == NVS_RANK_AUTO ? Py_NewRef(Py_None)
+						  : PyLong_FromLong(nv.rank)) ||
 	    ext_dict_put(&d, "node_queue_depth",
 			 PyLong_FromUnsignedLong(nv.node_queue_depth)))
 		return NULL;

@@ -154,8 +154,8 @@ static PyObject *mod_launch(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 		return ext_raise_last(rc);
 	return Py_BuildValue("{s:i, s:i, s:i, s:i, s:s}", "rank", l.rank,
 			     "world_size", l.world_size, "local_rank",
-			     l.local_rank, "local_size", l.local_size,
-			     "source", l.source);
+			     l.local_rank, "local_size", l.local_size, "source",
+			     l.source);
 }
 
 static PyObject *mod_is_pinned(PyObject *Py_UNUSED(m), PyObject *buffer)
