@@ -5,7 +5,7 @@
  * single-process reference bit for bit, and a rank whose weights are
  * flipped by one bit fails the verdict with a non-zero exit status.
  * Skips (saying why) only when the example was not built (no MPI for C
- * at configure time) or mpirun is not on PATH.
+ * at configure time, or -Dmpi=disabled) or mpirun is not on PATH.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -38,7 +38,8 @@ static struct tu_out mpi_train(int np, const char *extra)
 	if (!bin || !*bin)
 		cr_skip_test("examples/mpi_offload_train was not built: no "
 			     "MPI for C at configure time (Debian: "
-			     "libopenmpi-dev)");
+			     "libopenmpi-dev; make test installs it and "
+			     "configures again), or -Dmpi=disabled");
 	if (system("command -v mpirun >/dev/null 2>&1") != 0)
 		cr_skip_test("mpirun is not on PATH (Debian: openmpi-bin)");
 	snprintf(json, sizeof(json),
