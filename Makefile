@@ -8,6 +8,7 @@
 #   make fuzz   libFuzzer on the config loader and the argument parsers,
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 #   make test-gpu  the GPU suite (C and Python); skips without a GPU
+#   make demo-mpi  the main job data-parallel over Open MPI, 4 ranks
 # Everything else is for developers: build, stress, bench (bench-full),
 # format, clean.
 
@@ -19,9 +20,22 @@ DEBIAN_PACKAGES := gcc g++ make binutils meson ninja-build pkg-config libaio-dev
 	libjansson-dev fio clang-format
 # Only the tests need these: nvswap-tune's plot through gnuplot, xmllint
 # to check that its SVG is well-formed, clang and its sanitizer runtimes
-# (libFuzzer among them) for the fuzz targets.
-TEST_PACKAGES := gnuplot-nox libxml2-utils clang libclang-rt-dev \
-	$(PYTHON_PACKAGES)
+# (libFuzzer among them) for the fuzz targets. Recursive (=): the Python
+# and MPI lists below are part of it (with :=, they were still empty).
+TEST_PACKAGES = gnuplot-nox libxml2-utils clang libclang-rt-dev \
+	$(PYTHON_PACKAGES) $(MPI_PACKAGES)
+# Open MPI, for examples/mpi_offload_train (make demo-mpi, and its test
+# in make test); meson builds the example when it finds an MPI for C.
+MPI_PACKAGES := libopenmpi-dev openmpi-bin
+# All ranks on this machine: root needs --allow-run-as-root, more ranks
+# than cores --oversubscribe; shared memory only, without CMA's single
+# copy (process_vm_readv, which containers often refuse).
+MPIRUN := mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
+	--mca btl_vader_single_copy_mechanism none
+# A build tree configured before MPI was installed: configure it again.
+MPI_RECONFIGURE := test ! -e build/build.ninja || \
+	grep -q mpi_offload_train build/build.ninja || \
+	meson setup --reconfigure build >/dev/null
 # The Python package is tested on two interpreters, each named here:
 # Debian's, with Debian's torch (python3-torch, 1.13 on Debian 12), and
 # the PyPI one (pyenv's CPython 3.11 here), with torch==2.13.0 from PyPI.
@@ -39,7 +53,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all deps build demo demo-io demo-python test test-plain test-asan test-tsan \
+.PHONY: all deps build demo demo-io demo-mpi demo-python test test-plain test-asan test-tsan \
 	test-python test-gpu \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
 	clean
@@ -73,6 +87,17 @@ demo-python: build
 	mkdir -p nvme_swap
 	PYTHONPATH=build/python $(DEBIAN_PYTHON) \
 		examples/python/train_offloaded.py --dir nvme_swap
+
+# Data-parallel over MPI (examples/mpi_offload_train.c): 4 ranks, each
+# training on its own data with its own swap sets (nvme_swap/nvswap/*/
+# rank<R>/), gradients averaged in a fixed order; every rank's weights
+# must equal a single-process reference's bit for bit.
+demo-mpi: deps
+	@scripts/deps.sh $(MPI_PACKAGES)
+	@$(MPI_RECONFIGURE)
+	$(MAKE) --no-print-directory build
+	$(MPIRUN) -np 4 ./build/examples/mpi_offload_train \
+		--config examples/ds_config.json
 
 # The handle alone: 1 GiB written to ./nvme_swap/ and read back.
 demo-io: build
@@ -145,6 +170,7 @@ check-banned:
 
 test: deps
 	@scripts/deps.sh $(DEBIAN_PACKAGES) $(TEST_PACKAGES)
+	@$(MPI_RECONFIGURE)
 	@rm -f build/.totals; mkdir -p build; \
 	export NVS_TOTALS=$$PWD/build/.totals; rc=0; \
 	$(MAKE) --no-print-directory check-format || rc=1; \

@@ -32,236 +32,18 @@
 
 #include <nvswap/nvswap.h>
 
-#define BATCH 32
-#define PART_ROWS 61 /* gradient partitions: rows, an odd byte count */
+#include "train_model.h"
 
-static unsigned L = 16, H = 768, STEPS = 8, MB = 2, STOP_AFTER;
+static unsigned STEPS = 8, MB = 2, STOP_AFTER;
 static bool RESUME, PERSISTENT;
-static size_t WN, PN; /* floats: weights, weights + bias */
 
-#define TRY(call)                                                              \
-	do {                                                                   \
-		int ret_ = (call);                                             \
-		if (ret_ < 0) {                                                \
-			fprintf(stderr, "\noffload_train: %s failed: %s\n",    \
-				#call, nvs_last_error());                      \
-			return ret_;                                           \
-		}                                                              \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Deterministic data: a float in [-0.5, 0.5) from a counter. */
-static float noise(uint64_t k)
-{
-	k = (k ^ (k >> 33)) * 0xff51afd7ed558ccdull;
-	k = (k ^ (k >> 33)) * 0xc4ceb9fe1a85ec53ull;
-	return (float)((k ^ (k >> 33)) >> 40) / 16777216.0f - 0.5f;
-}
-
-/* ---- the model's arithmetic, shared by both runs (same order: same bits) */
-
-/* out = relu?(W x + b) for the batch; W is H x H, row-major. */
-static void forward(const float *W, const float *b, const float *x, float *out,
-		    int relu)
-{
-	for (unsigned n = 0; n < BATCH; n++)
-		for (unsigned o = 0; o < H; o++) {
-			float z = b[o];
-			const float *w = W + (size_t)o * H, *xn = x + n * H;
-			for (unsigned i = 0; i < H; i++)
-				z += w[i] * xn[i];
-			out[n * H + o] = relu && z < 0 ? 0 : z;
-		}
-}
-
-/* From dz (the gradient at this layer's output, ReLU applied by the
- * caller): the parameter gradient g (dW then db) and dx = W^T dz. */
-static void backward(const float *W, const float *x, const float *dz, float *g,
-		     float *dx)
-{
-	memset(g, 0, PN * sizeof(float));
-	for (unsigned o = 0; o < H; o++)
-		for (unsigned n = 0; n < BATCH; n++) {
-			float d = dz[n * H + o];
-			float *gw = g + (size_t)o * H;
-			const float *xn = x + n * H;
-			for (unsigned i = 0; i < H; i++)
-				gw[i] += d * xn[i];
-			g[WN + o] += d;
-		}
-	memset(dx, 0, BATCH * H * sizeof(float));
-	for (unsigned n = 0; n < BATCH; n++)
-		for (unsigned o = 0; o < H; o++) {
-			float d = dz[n * H + o];
-			const float *w = W + (size_t)o * H;
-			for (unsigned i = 0; i < H; i++)
-				dx[n * H + i] += w[i] * d;
-		}
-}
-
-static void adam(float *p, float *m, float *v, const float *g, unsigned t)
-{
-	const float b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f;
-	const float c1 = 1 - powf(b1, (float)t), c2 = 1 - powf(b2, (float)t);
-
-	for (size_t i = 0; i < PN; i++) {
-		m[i] = b1 * m[i] + (1 - b1) * g[i];
-		v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-		p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
-	}
-}
-
-static void init_layer(float *p, unsigned l)
-{
-	float scale = 2.0f / sqrtf((float)H);
-
-	for (size_t i = 0; i < PN; i++)
-		p[i] = i < WN ? noise(((uint64_t)l << 40) + i) * scale : 0;
-}
-
-static void batch(unsigned step, unsigned mb, float *x, float *y)
-{
-	uint64_t k = ((uint64_t)(step * 64 + mb) << 32);
-
-	for (size_t i = 0; i < BATCH * H; i++)
-		x[i] = noise(k + i);
-	/* The target: a fixed scaled permutation of the input, learnable. */
-	for (size_t n = 0; n < BATCH; n++)
-		for (size_t o = 0; o < H; o++)
-			y[n * H + o] = 0.5f * x[n * H + (o * 7 + 3) % H];
-}
-
-/* dy = d(mean squared error)/d(output); returns the loss. */
-static float loss_grad(const float *out, const float *y, float *dy)
-{
-	double loss = 0;
-	float scale = 2.0f / (float)(BATCH * H);
-
-	for (size_t i = 0; i < BATCH * H; i++) {
-		float d = out[i] - y[i];
-		loss += (double)d * d;
-		dy[i] = scale * d;
-	}
-	return (float)(loss / (BATCH * H));
-}
-
-static void relu_grad(const float *act, float *d)
-{
-	for (size_t i = 0; i < BATCH * H; i++)
-		if (act[i] <= 0)
-			d[i] = 0;
-}
-
-/* ------------------------------------------------------- the two runs */
-
-struct work {
-	float *act; /* (L + 1) x BATCH x H */
-	float *x, *y, *d, *dx, *g;
-};
-
-struct mem {
-	float **p, **m, **v, **g;
-};
-
+/* One step in memory: the reference. */
 static float mem_step(struct mem *r, struct work *w, unsigned step)
 {
-	float loss = 0;
+	float loss = mem_grads(r, w, step, 0, MB);
 
-	for (unsigned l = 0; l < L; l++)
-		memset(r->g[l], 0, PN * sizeof(float));
-	for (unsigned mb = 0; mb < MB; mb++) {
-		batch(step, mb, w->act, w->y);
-		for (unsigned l = 0; l < L; l++)
-			forward(r->p[l], r->p[l] + WN, w->act + l * BATCH * H,
-				w->act + (l + 1) * BATCH * H, l + 1 < L);
-		loss += loss_grad(w->act + L * BATCH * H, w->y, w->d);
-		for (unsigned l = L; l-- > 0;) {
-			if (l + 1 < L)
-				relu_grad(w->act + (l + 1) * BATCH * H, w->d);
-			backward(r->p[l], w->act + l * BATCH * H, w->d, w->g,
-				 w->dx);
-			for (size_t i = 0; i < PN; i++)
-				r->g[l][i] += w->g[i];
-			memcpy(w->d, w->dx, BATCH * H * sizeof(float));
-		}
-	}
-	for (unsigned l = 0; l < L; l++)
-		adam(r->p[l], r->m[l], r->v[l], r->g[l], step);
-	return loss / (float)MB;
-}
-
-struct off {
-	struct nvs_swapper *pcore, *ocore;
-	struct nvs_param_swapper *params;
-	struct nvs_optim_swapper *optim;
-	struct nvs_grad_swapper *grads;
-};
-
-static int off_step(struct off *o, struct work *w, unsigned step, float *loss)
-{
-	void *pp[2], *st[2];
-	const void *gv;
-
-	*loss = 0;
-	for (unsigned mb = 0; mb < MB; mb++) {
-		batch(step, mb, w->act, w->y);
-		for (unsigned l = 0; l < L; l++) { /* forward: read-ahead up */
-			TRY(nvs_param_acquire_layer(o->params, l, pp));
-			forward(pp[0], pp[1], w->act + l * BATCH * H,
-				w->act + (l + 1) * BATCH * H, l + 1 < L);
-			TRY(nvs_param_release_layer(o->params, l, false));
-			TRY(nvs_param_evict_layer(o->params, l)); /* no I/O */
-		}
-		*loss += loss_grad(w->act + L * BATCH * H, w->y, w->d);
-		for (unsigned l = L; l-- > 0;) { /* backward: read-ahead down */
-			if (l + 1 < L)
-				relu_grad(w->act + (l + 1) * BATCH * H, w->d);
-			TRY(nvs_param_acquire_layer(o->params, l, pp));
-			backward(pp[0], w->act + l * BATCH * H, w->d, w->g,
-				 w->dx);
-			TRY(nvs_param_release_layer(o->params, l, false));
-			TRY(nvs_param_evict_layer(o->params, l));
-			/* Write the gradient behind in partitions of rows,
-			 * accumulating over micro-batches. */
-			for (size_t r = 0; r * H < PN; r += PART_ROWS) {
-				size_t off = r * H,
-				       n = PN - off < PART_ROWS * (size_t)H
-						   ? PN - off
-						   : PART_ROWS * (size_t)H;
-				TRY(nvs_grad_write(
-					o->grads, l, off * sizeof(float),
-					w->g + off, n * sizeof(float),
-					NVS_GRAD_ACCUMULATE_F32));
-			}
-			TRY(nvs_grad_flush(o->grads, l));
-			memcpy(w->d, w->dx, BATCH * H * sizeof(float));
-		}
-	}
-	*loss /= (float)MB;
-	for (unsigned l = 0; l < L; l++) { /* the step, group by group */
-		/* The gradient first, copied out (PN floats, small beside the
-		 * state): gradients share the optimizer's pool, and this way
-		 * the step holds one of its buffers at a time, so any
-		 * buffer_count from 1 works. */
-		TRY(nvs_grad_acquire(o->grads, l, &gv));
-		memcpy(w->g, gv, PN * sizeof(float));
-		TRY(nvs_grad_release(o->grads, l));
-		TRY(nvs_grad_zero(o->grads, l));
-		TRY(nvs_optim_swap_in(o->optim, l, st));
-		TRY(nvs_param_acquire_layer(o->params, l, pp));
-		adam(pp[0], st[0], st[1], w->g, step);
-		TRY(nvs_param_release_layer(o->params, l, true));
-		TRY(nvs_param_evict_layer(o->params, l)); /* write-back */
-		TRY(nvs_optim_swap_out(o->optim, l));
-	}
-	return 0;
+	mem_update(r, step);
+	return loss;
 }
 
 /* A role's swapper. With @persist (an enum nvs_persist, 0: as the config
@@ -357,11 +139,6 @@ static int save(struct off *o, unsigned step)
 
 static int setup(const char *config, struct off *o, float *init, int persist)
 {
-	struct nvs_param_swapper_opts po;
-	struct nvs_optim_swapper_opts oo;
-	struct nvs_grad_swapper_opts go;
-	struct nvs_offload_config oc;
-	struct nvs_nvswap_config nv;
 	struct nvs_config *cfg;
 
 	TRY(nvs_config_load(config, &cfg));
@@ -372,30 +149,9 @@ static int setup(const char *config, struct off *o, float *init, int persist)
 		nvs_config_free(cfg);
 		return -1;
 	}
-	nvs_config_offload(cfg, NVS_OFFLOAD_PARAM, &oc);
-	nvs_config_nvswap(cfg, &nv);
-	nvs_param_swapper_opts_init(&po);
-	po.max_in_cpu = oc.max_in_cpu * sizeof(float);
-	po.lookahead = nv.lookahead; /* "nvswap": {"lookahead": n}, 1 */
-	TRY(nvs_param_swapper_create(o->pcore, &po, &o->params));
-
-	nvs_config_offload(cfg, NVS_OFFLOAD_OPTIMIZER, &oc);
-	nvs_optim_swapper_opts_init(&oo);
-	oo.pipeline_read = oc.pipeline_read;
-	oo.pipeline_write = oc.pipeline_write;
-	TRY(nvs_optim_swapper_create(o->ocore, &oo, &o->optim));
-	nvs_grad_swapper_opts_init(&go);
-	go.id_base = 1ull << 40; /* shares the optimizer's swapper */
-	TRY(nvs_grad_swapper_create(o->ocore, &go, &o->grads));
-
-	size_t psz[2] = {WN * sizeof(float), H * sizeof(float)};
-	size_t osz[2] = {PN * sizeof(float), PN * sizeof(float)};
-	for (unsigned l = 0; l < L; l++) {
-		init_layer(init, l);
-		const void *pi[2] = {init, init + WN};
-		TRY(nvs_param_add_layer(o->params, l, 2, psz, pi));
-		TRY(nvs_optim_add_group(o->optim, l, 2, osz, NULL));
-		TRY(nvs_grad_add_group(o->grads, l, PN * sizeof(float)));
+	if (off_setup(cfg, o, init) < 0) {
+		nvs_config_free(cfg);
+		return -1;
 	}
 	nvs_config_free(cfg);
 	return 0;
@@ -457,8 +213,10 @@ int main(int argc, char **argv)
 	const char *config = "examples/ds_config.json";
 	struct nvs_swap_stats a, b;
 	struct off o = {0};
-	struct mem r;
-	struct work w;
+	/* Static: reachable until exit on every path, so LeakSanitizer
+	 * sees the process's working memory, not leaks. */
+	static struct mem r;
+	static struct work w;
 	unsigned first = 1, last;
 	int c, persist = 0;
 
@@ -487,28 +245,9 @@ int main(int argc, char **argv)
 	if (STOP_AFTER || RESUME)
 		persist = RESUME ? NVS_PERSIST_RESUME : NVS_PERSIST_PERSISTENT;
 	last = STOP_AFTER ? STOP_AFTER : STEPS;
-	WN = (size_t)H * H;
-	PN = WN + H;
-	r.p = calloc(L, sizeof(float *));
-	r.m = calloc(L, sizeof(float *));
-	r.v = calloc(L, sizeof(float *));
-	r.g = calloc(L, sizeof(float *));
-	for (unsigned l = 0; l < L; l++) {
-		r.p[l] = malloc(PN * sizeof(float));
-		r.m[l] = calloc(PN, sizeof(float));
-		r.v[l] = calloc(PN, sizeof(float));
-		r.g[l] = malloc(PN * sizeof(float));
-		if (!r.p[l] || !r.m[l] || !r.v[l] || !r.g[l])
-			return 1;
-		init_layer(r.p[l], l);
-	}
-	w.act = malloc((L + 1) * BATCH * H * sizeof(float));
-	w.x = w.act;
-	w.y = malloc(BATCH * H * sizeof(float));
-	w.d = malloc(BATCH * H * sizeof(float));
-	w.dx = malloc(BATCH * H * sizeof(float));
-	w.g = malloc(PN * sizeof(float));
-	if (!w.act || !w.y || !w.d || !w.dx || !w.g)
+	model_prog = "offload_train";
+	model_init();
+	if (mem_alloc(&r) < 0 || work_alloc(&w) < 0)
 		return 1;
 	/* The sample config's nvme_path; removed again, when empty, by
 	 * teardown if this run made it. */
@@ -554,7 +293,8 @@ int main(int argc, char **argv)
 		if (isatty(2))
 			fprintf(stderr, "\rstep %u/%u ...", step, STEPS);
 		double t0 = now();
-		if (off_step(&o, &w, step, &loss) < 0) {
+		if (off_grads(&o, &w, step, 0, MB, &loss) < 0 ||
+		    off_update(&o, &w, step, NULL, NULL) < 0) {
 			teardown(&o);
 			return 1;
 		}
