@@ -296,6 +296,12 @@ struct nvs_aio_io {
  * here: the buffer is untouched and no file is changed (except that a
  * write may have created its file).
  *
+ * Ops in flight together run in no set order, as DeepNVMe's do: their
+ * requests go to the kernel side by side, so a read of a range that an
+ * op still in flight writes may see the old bytes or the new, and two
+ * writes of one range may land either way. Wait for a write (its ticket,
+ * or nvs_aio_wait()) before reading or rewriting what it writes.
+ *
  * Return: 0 when queued, or
  *   -EINVAL  NULL handle/io, NULL buffer with nbytes > 0, NULL path with
  *            fd < 0, negative offset, offset + nbytes overflowing, a read
