@@ -209,6 +209,62 @@ def test_gradients_accumulate_as_torchs_until_zeroed(swapdir):
     same(ref.state_dict(), off.state_dict())
 
 
+@pytest.mark.parametrize("how", ["return", "in_place", "in_backward"])
+def test_grad_hook_sees_each_gradient_before_it_is_written(swapdir, how):
+    """grad_hook(name, grad) gets every gradient of a backward, as autograd
+    made it, and what it returns (or changes in place) is what the step
+    uses: here halved, against torch halving p.grad before its step."""
+    torch.manual_seed(0)
+    ref = GPT()
+    off = copy.deepcopy(ref)
+    seen = []
+
+    def hook(name, grad):
+        seen.append((name, grad.clone()))
+        if how == "in_place":
+            grad.mul_(0.5)
+            return None
+        return grad * 0.5
+
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                grad_hook=hook)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2,
+                   step_in_backward=how == "in_backward")
+    names = [n for n, _ in ref.named_parameters()]
+    for tok in batches(2):
+        seen.clear()
+        for m, opt in ((ref, ro), (off, oo)):
+            m(tok[:, :-1]).square().mean().backward()
+            if m is ref:
+                grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
+                for p in ref.parameters():
+                    p.grad.mul_(0.5)
+            opt.step()
+            opt.zero_grad()
+        assert sorted(n for n, _ in seen) == sorted(names)
+        for n, g in seen:
+            assert torch.equal(g, grads[n]), n
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+
+
+def test_grad_hook_bad_input(swapdir):
+    model = GPT()
+    with pytest.raises(TypeError, match="grad_hook must be callable, not "
+                       "int"):
+        nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                    grad_hook=3)
+    assert not any(hasattr(p, "_nvswap") for p in model.parameters())
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                grad_hook=lambda name, g: g[:1])
+    nvt.AdamW(model.parameters())
+    with pytest.raises(TypeError, match=r"grad_hook returned torch.float32 "
+                       r"\(1, 32\) for 'head.weight', whose gradient is "
+                       r"torch.float32 \(64, 32\) \(return a tensor"):
+        model(batches(1)[0][:, :-1]).sum().backward()
+
+
 def test_state_dict_round_trips_and_load_writes_through(swapdir, diskdir):
     ref, off, ro, oo = pair(swapdir)
     same(ref.state_dict(), off.state_dict())

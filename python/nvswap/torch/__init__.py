@@ -247,7 +247,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
-            persist=None, device=None):
+            persist=None, device=None, grad_hook=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -288,6 +288,15 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     step_in_backward is not available then. device='cpu' makes ordinary
     CPU copies the same way (the pool buffers stay private).
 
+    grad_hook: fn(name, grad), called in backward with each parameter's
+    gradient once autograd has summed its uses, before it is written to
+    the gradient pool (or stepped, step_in_backward); a tensor it returns
+    (same shape and dtype) is used instead, None keeps grad. Calls follow
+    autograd's order, the same on every process running the same model:
+    a data-parallel run averages gradients across ranks there
+    (examples/python/ddp_offloaded.py). What it raises propagates out of
+    backward() and that gradient is dropped.
+
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices), nvswap.Error(EFBIG) naming a parameter larger than a pool
     buffer (nothing written then), and the Swapper's errors.
@@ -300,6 +309,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
                              "already offloaded (offload() was called on "
                              "this model or one sharing its parameters)")
+    if grad_hook is not None and not callable(grad_hook):
+        raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
+                        f"not {type(grad_hook).__name__}")
     device = _device(model, device)
     cfg, raw = _config(config)
     _fix_mmap_threshold(malloc_mmap_threshold)
@@ -329,6 +341,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
                           "pipeline_write": bool(oo.get("pipeline_write"))}},
             device=device)
+        eng.grad_hook = grad_hook
     except BaseException:
         gswap.close()
         pswap.close()

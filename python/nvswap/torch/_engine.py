@@ -132,6 +132,7 @@ class Engine:
         self.steps = 0
         self.closed = False
         self.optimizer = None
+        self.grad_hook = None  # offload(grad_hook=): fn(name, grad)
         self.persistent = False  # the pools are persistent swap sets
         self.ckpt_seq = 0  # nvswap.torch checkpoints made (or resumed)
         self.resume_record = None  # what a resumed optimizer takes
@@ -373,6 +374,8 @@ class Engine:
             return
         rec = p._nvswap
         layer, i = rec.layer, rec.index
+        if self.grad_hook is not None:
+            g = self._hooked(rec.name, g)
         self._backward_started()
         opt = self.optimizer
         if opt is not None and opt.step_in_backward and not opt._closed:
@@ -397,6 +400,22 @@ class Engine:
                 self.release(layer)
         if len(got) == sum(q.requires_grad for q in self.layers[layer]):
             self._flush(layer)
+
+    def _hooked(self, name, g):
+        """offload(grad_hook=fn): fn(name, grad) sees each gradient before
+        it is written or stepped; a tensor it returns replaces it."""
+        out = self.grad_hook(name, g)
+        if out is None:
+            return g
+        if (not torch.is_tensor(out) or out.shape != g.shape or
+                out.dtype != g.dtype):
+            got = (f"{out.dtype} {tuple(out.shape)}" if torch.is_tensor(out)
+                   else type(out).__name__)
+            raise TypeError(f"nvswap.torch: grad_hook returned {got} for "
+                            f"'{name}', whose gradient is {g.dtype} "
+                            f"{tuple(g.shape)} (return a tensor like it, "
+                            "or None to keep the gradient)")
+        return out
 
     def _grad_in_backward(self, layer, i, g):
         """step_in_backward: gradients are kept in memory until their layer
