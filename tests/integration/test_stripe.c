@@ -2,9 +2,9 @@
 /*
  * Striping over several paths (issue 22): a mix of tensor sizes keeps the
  * paths' bytes balanced, also after tensors come and go; a path that fails
- * (an injected -EIO on one path, a really full tmpfs as one of three
- * paths) gives an error naming that path, and the tensors already on disk
- * read back byte for byte.
+ * (an injected -EIO on one path, writing or reading; a really full tmpfs
+ * as one of three paths) gives an error naming that path, and the tensors
+ * already on disk read back byte for byte.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -197,8 +197,10 @@ static void assert_names(const char *want, const char *const *others,
 Test(stripe, an_eio_on_one_path_names_it_and_the_other_paths_read_back)
 {
 	enum { N = 3, SZ = 16 << 10 };
-	/* The second write fails: tensor 1's, whole on path 1 (small
-	 * tensors go to the least-filled path: 0, 1, 2 in turn). */
+	/* The second I/O attempt (reads and writes counted together; a
+	 * never-written tensor is acquired without a read) fails: tensor
+	 * 1's write, whole on path 1 (small tensors go to the least-filled
+	 * path: 0, 1, 2 in turn). */
 	struct nvs_fault_plan plan = {
 		.rules = {{.kind = NVS_FAULT_EIO,
 			   .nth = 2,
@@ -304,4 +306,44 @@ Test(stripe, a_full_path_names_it_and_the_striped_tensors_read_back)
 	cr_assert_eq(nvs_swapper_wait(s, i), 0, "%s", nvs_last_error());
 	expect_from_disk(s, i, SZ, 70 + i);
 	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+}
+
+Test(stripe, a_read_eio_on_one_path_names_it_and_a_retry_reads_it)
+{
+	enum { N = 3, SZ = 16 << 10 };
+	/* The fifth I/O attempt (reads and writes counted together) fails:
+	 * after three writes and tensor 0's read, tensor 1's read, whole
+	 * on path 1. */
+	struct nvs_fault_plan plan = {
+		.rules = {{.kind = NVS_FAULT_EIO,
+			   .nth = 5,
+			   .count = 1,
+			   .opcode = NVS_IOREQ_READ}},
+		.nrules = 1,
+	};
+	const char *others[2];
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = NULL;
+	unsigned char *init = malloc(SZ);
+	void *p;
+
+	paths_opts(&o, N, MAXT, 2);
+	cr_assert_eq(nvs__swapper_create_fault(&o, &plan, &s), 0, "%s",
+		     nvs_last_error());
+	for (unsigned i = 0; i < N; i++) {
+		tu_fill(init, SZ, 50 + i);
+		cr_assert_eq(nvs_swapper_register(s, i, SZ, init), 0);
+		cr_assert_eq(stats(s).path_bytes_written[i], SZ, "path %u", i);
+	}
+	expect_from_disk(s, 0, SZ, 50);
+	int ret = nvs_swapper_acquire(s, 1, &p);
+	cr_assert_eq(ret, -EIO, "%d %s", ret, nvs_last_error());
+	others[0] = o.nvme_paths[0];
+	others[1] = o.nvme_paths[2];
+	assert_names(o.nvme_paths[1], others, 2);
+	cr_assert_eq(stats(s).io_errors, 1);
+	expect_from_disk(s, 2, SZ, 52);
+	expect_from_disk(s, 1, SZ, 51);
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+	free(init);
 }
