@@ -40,6 +40,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchutil import fs_type, loadavg, parse_size  # noqa: E402
@@ -56,12 +57,18 @@ def run(cmd):
 class Loops:
     """N loop devices with ext4, mounted under root; undone by close()."""
 
-    def __init__(self, root, n, img_bytes):
+    def __init__(self, root):
         self.root, self.devs, self.mnts, self.imgs = root, [], [], []
-        os.makedirs(root, exist_ok=True)
+
+    def open(self, n, img_bytes):
+        """Make them; what was made before a failure is in the lists."""
+        os.makedirs(self.root, exist_ok=True)
         for i in range(n):
-            img = os.path.join(root, f"dev{i}.img")
-            mnt = os.path.join(root, f"mnt{i}")
+            img = os.path.join(self.root, f"dev{i}.img")
+            mnt = os.path.join(self.root, f"mnt{i}")
+            if os.path.ismount(mnt):
+                raise RuntimeError(f"{mnt} is mounted already (a run "
+                                   "left it?): umount it first")
             with open(img, "wb") as f:
                 os.posix_fallocate(f.fileno(), 0, img_bytes)
             self.imgs.append(img)
@@ -73,13 +80,26 @@ class Loops:
             run(["mkfs.ext4", "-q", "-F", "-E",
                  "lazy_itable_init=0,lazy_journal_init=0", dev])
             os.makedirs(mnt, exist_ok=True)
-            run(["mount", "-o", "noatime", dev, mnt])
             self.mnts.append(mnt)
+            run(["mount", "-o", "noatime", dev, mnt])
 
     def close(self):
         for mnt in self.mnts:
-            subprocess.run(["umount", mnt])
-            shutil.rmtree(mnt, ignore_errors=True)
+            if not os.path.ismount(mnt):  # its mount failed
+                os.rmdir(mnt)
+                continue
+            # io_uring drops a ring's registered files in a kernel worker
+            # after its process exits: the mount is busy for a moment.
+            for _ in range(50):
+                if subprocess.run(["umount", mnt],
+                                  capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.2)
+            else:
+                print(f"{mnt} still busy: detached lazily", file=sys.stderr)
+                subprocess.run(["umount", "-l", mnt])
+            if not os.path.ismount(mnt) and os.path.isdir(mnt):
+                os.rmdir(mnt)
         for dev in self.devs:
             subprocess.run(["losetup", "-d", dev])
         for img in self.imgs:
@@ -156,7 +176,7 @@ def main():
     if fstype == "tmpfs":
         sys.exit(f"{args.root} is on tmpfs: give --root on the disk")
 
-    loops = None
+    loops = Loops(args.root)
 
     def bye(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -170,7 +190,7 @@ def main():
     try:
         # Room for nvswap's swap files or fio's file on the first path
         # at N = 1, and metadata.
-        loops = Loops(args.root, max(ns), total + (512 << 20))
+        loops.open(max(ns), total + (512 << 20))
         for rep in range(args.reps):
             for n in ns:
                 paths = loops.mnts[:n]
@@ -190,8 +210,7 @@ def main():
             print(f"repeat {rep + 1}/{args.reps} done (load {loadavg()})",
                   file=sys.stderr)
     finally:
-        if loops:
-            loops.close()
+        loops.close()
 
     print(f"{args.tensors} tensors x {args.tensor_size} = "
           f"{total / 2**30:.2f} GiB per cycle, stripe {args.stripe}, "
