@@ -70,6 +70,8 @@ static int read_all(struct nvs_swapper *s)
 		if (ret < 0 ||
 		    (ret = nvs_swapper_acquire(s, i, (void **)&p)) < 0)
 			break;
+		/* Each page's first byte, and on every other page the byte
+		 * before it (never written: zero). */
 		for (size_t o = 0; o < cfg.size; o += 4096)
 			if (p[o] != mark(i, o / 4096) ||
 			    (o % 8192 && p[o - 1] != 0)) {
