@@ -192,14 +192,6 @@ static void usage(void)
 				"[--corrupt-rank R]\n");
 }
 
-static unsigned arg(const char *s, unsigned lo, unsigned hi)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-
-	return *end || v < lo || v > hi ? 0 : (unsigned)v;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -244,7 +236,7 @@ int main(int argc, char **argv)
 			}
 		}
 		if (c == '?' || c == 'x' ||
-		    !(*dst = arg(optarg, 1, c == 'h' ? 4096 : 1u << 16))) {
+		    !(*dst = arg_uint(optarg, 1, c == 'h' ? 4096 : 1u << 16))) {
 			usage();
 			MPI_Finalize();
 			return 2;

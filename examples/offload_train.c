@@ -190,14 +190,6 @@ static void usage(void)
 			"[--stop-after N | --resume]\n");
 }
 
-static unsigned arg(const char *s, unsigned lo, unsigned hi)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-
-	return *end || v < lo || v > hi ? 0 : (unsigned)v;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -231,7 +223,7 @@ int main(int argc, char **argv)
 			RESUME |= c == 'r';
 			continue;
 		}
-		if (c == '?' || !(*dst = arg(optarg, 1, 1u << 16))) {
+		if (c == '?' || !(*dst = arg_uint(optarg, 1, 1u << 16))) {
 			usage();
 			return 2;
 		}

@@ -22,6 +22,14 @@ void model_init(void)
 	PN = WN + H;
 }
 
+unsigned arg_uint(const char *s, unsigned lo, unsigned hi)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	return *end || v < lo || v > hi ? 0 : (unsigned)v;
+}
+
 double now(void)
 {
 	struct timespec ts;

@@ -42,6 +42,8 @@ extern const char *model_prog;
 
 void model_init(void);
 double now(void);
+/* A command-line count in [lo, hi], or 0 when @s is not one. */
+unsigned arg_uint(const char *s, unsigned lo, unsigned hi);
 
 /* ---- the arithmetic (same order: same bits) */
 void forward(const float *W, const float *b, const float *x, float *out,
