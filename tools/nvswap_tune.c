@@ -264,9 +264,9 @@ int main(int argc, char **argv)
 	est = tune_round_bytes(all, np, SWEEP, A.quick ? 1 : A.loops);
 	if (A.quick)
 		est += (double)(NCRIT * NARROW + 1) * (double)(A.io_size / 4) *
-		       A.npaths * (A.dir[RD] + A.dir[WR]);
+		       A.npaths * (A.dir[RD] + A.dir[WR]) * A.ranks;
 	est += (double)(NCRIT * FINALISTS + 1) * (double)A.io_size * A.npaths *
-	       A.loops * (A.dir[RD] + A.dir[WR]);
+	       A.loops * (A.dir[RD] + A.dir[WR]) * A.ranks;
 	prog.total = est;
 	t0 = tool_now();
 	tune_run_round(all, np, SWEEP, A.quick ? 1 : A.loops);

@@ -191,7 +191,7 @@ struct rank_msg {
 extern unsigned tune_rank;   /* 0: the parent (or the only rank) */
 extern long tune_base_pid;   /* the parent's pid: the files' names */
 void tune_ranks_start(void); /* forks ranks 1..N-1 (each tune_prepare()s) */
-void tune_ranks_kill(void);  /* async-signal-safe SIGKILL of them all */
+void tune_ranks_kill(void);  /* async-signal-safe: SIGKILL, reap all */
 void tune_ranks_stop(void);  /* kills and reaps them (cleanup) */
 void tune_ranks_end(void);   /* asks them to quit, reaps, dies if one failed */
 void tune_ranks_bcast(const struct rank_cmd *c);

@@ -122,6 +122,11 @@ void tune_ranks_start(void)
 			close(up[0]);
 			from_parent = down[0];
 			to_parent = up[1];
+			/* Ctrl-C reaches the whole process group: the
+			 * parent's handler kills the ranks and removes
+			 * every rank's files, and says so once. */
+			signal(SIGINT, SIG_IGN);
+			signal(SIGHUP, SIG_IGN);
 			tune_rank = r;
 			A.progress = 0;
 			serve();
@@ -142,11 +147,17 @@ void tune_ranks_start(void)
 					  r);
 }
 
+/* Only kill() and waitpid(): async-signal-safe. Reaped before the
+ * handler removes the files, so no child is left to write one. */
 void tune_ranks_kill(void)
 {
 	for (sig_atomic_t r = 1; r <= nkids; r++)
 		if (kids[r] > 0)
 			kill(kids[r], SIGKILL);
+	for (sig_atomic_t r = 1; r <= nkids; r++)
+		if (kids[r] > 0)
+			while (waitpid(kids[r], NULL, 0) < 0 && errno == EINTR)
+				;
 }
 
 /* Kills (@force) or asks to quit, then reaps every child; true when
