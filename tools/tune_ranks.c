@@ -169,12 +169,15 @@ static bool reap(bool force)
 	int st;
 
 	for (sig_atomic_t r = 1; r <= nkids; r++)
-		if (force || !put_all(to_kid[r], &q, sizeof(q)))
+		if (kids[r] > 0 &&
+		    (force || !put_all(to_kid[r], &q, sizeof(q))))
 			kill(kids[r], SIGKILL);
 	for (sig_atomic_t r = 1; r <= nkids; r++) {
-		while (waitpid(kids[r], &st, 0) < 0 && errno == EINTR)
-			;
-		ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		if (kids[r] > 0) {
+			while (waitpid(kids[r], &st, 0) < 0 && errno == EINTR)
+				;
+			ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		}
 		close(to_kid[r]);
 		close(from_kid[r]);
 		kids[r] = 0;
@@ -195,19 +198,36 @@ void tune_ranks_end(void)
 		tool_die(1, "a rank failed as it ended (see above)");
 }
 
+/* Rank @r's pipe broke: it ended (or is ending); says how, and dies
+ * (the cleanup kills and reaps the others). */
+static _Noreturn void lost(unsigned r)
+{
+	pid_t pid = kids[r];
+	int st;
+
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	kids[r] = 0; /* reaped */
+	if (WIFSIGNALED(st))
+		tool_die(1, "rank %u (pid %ld) was killed by signal %d (%s)", r,
+			 (long)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+	tool_die(1,
+		 "rank %u (pid %ld) ended with status %d (see its message "
+		 "above)",
+		 r, (long)pid, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 void tune_ranks_bcast(const struct rank_cmd *c)
 {
 	for (sig_atomic_t r = 1; r <= nkids; r++)
 		if (!put_all(to_kid[r], c, sizeof(*c)))
-			tool_die(1, "rank %d (pid %ld) ended unexpectedly",
-				 (int)r, (long)kids[r]);
+			lost((unsigned)r);
 }
 
 void tune_ranks_recv(unsigned r, struct rank_msg *m)
 {
 	if (!get_all(from_kid[r], m, sizeof(*m)))
-		tool_die(1, "rank %u (pid %ld) ended unexpectedly (see above)",
-			 r, (long)kids[r]);
+		lost(r);
 }
 
 void tune_rank_get(struct rank_cmd *c)

@@ -5,7 +5,8 @@
  * node_queue_depth for N ranks of the chosen per-rank queue depth, the
  * written config holds it, and no test file is left; a bad N (and N > 1
  * with the swap workload) is refused naming the option; a parent
- * stopped by Ctrl-C or killed leaves no rank running and no rank's file.
+ * stopped by Ctrl-C or killed leaves no rank running and no rank's file;
+ * a rank killed mid-run is named, and the run ends cleanly with 1.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -195,4 +196,62 @@ Test(nvswap_tune_ranks, a_killed_parent_leaves_no_rank_running)
 	cr_assert_eq(others, 2, "both ranks ended");
 	cr_assert(!holds(".r1.tmp") && !holds(".r2.tmp"),
 		  "the ranks removed their files");
+}
+
+/* A rank that dies mid-run: the parent names it and how it ended, ends
+ * the other ranks, removes every rank's files and exits 1. */
+Test(nvswap_tune_ranks, a_killed_rank_is_named_and_the_others_end)
+{
+	const char *bin = getenv("NVSWAP_TUNE"), *err = tt_keep("tune.err");
+	char dir[4096], path[64], kids[256] = "", want[96], *said;
+	char *argv[] = {"nvswap-tune", "--nvme_path", dir, "--io_size",
+			"32M",	       "--loops",     "5", "--json",
+			"--ranks",     "3",	      NULL};
+	struct timespec ms = {0, 10 * 1000 * 1000};
+	posix_spawn_file_actions_t fa;
+	long r1 = 0, r2 = 0;
+	int status, i;
+	FILE *f;
+	pid_t pid;
+
+	snprintf(dir, sizeof(dir), "%s", tu_dir());
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
+					 O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err,
+					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	for (i = 0; i < 1000 && !holds(".r2.tmp"); i++)
+		nanosleep(&ms, NULL);
+	cr_assert(holds(".r2.tmp"), "rank 2 made its file");
+	nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid,
+		 (int)pid);
+	f = fopen(path, "r");
+	if (!f) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		cr_skip_test("%s: %s (a kernel without "
+			     "CONFIG_PROC_CHILDREN)",
+			     path, strerror(errno));
+	}
+	cr_assert_not_null(fgets(kids, sizeof(kids), f));
+	fclose(f);
+	cr_assert_eq(sscanf(kids, "%ld %ld", &r1, &r2), 2, "%s", kids);
+	cr_assert_eq(kill((pid_t)r1, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x",
+		  status);
+	said = tt_read_text(err);
+	/* (which rank it was depends on the order /proc lists them) */
+	snprintf(want, sizeof(want),
+		 " (pid %ld) was killed by signal 9 (Killed)", r1);
+	cr_assert(strstr(said, want), "'%s' in: %s", want, said);
+	free(said);
+	cr_assert_eq(unlink(err), 0);
+	/* rank 2 was the parent's to reap: gone, not a zombie */
+	cr_assert_eq(kill((pid_t)r2, 0), -1);
+	cr_assert_eq(errno, ESRCH);
+	tt_no_leftovers(tu_dir());
 }
