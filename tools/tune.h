@@ -2,9 +2,10 @@
 /*
  * nvswap-tune's internals, shared by its files (nvswap_tune.c: main and
  * the state; tune_args.c, tune_space.c, tune_measure.c, tune_results.c,
- * tune_plot.c; the swap workload in tune_swap*.c, see tune_swap.h): the
- * search space, settings and points, the arguments, and the functions
- * one file calls in another. Not installed.
+ * tune_plot.c; --ranks N's other processes in tune_ranks.c; the swap
+ * workload in tune_swap*.c, see tune_swap.h): the search space, settings
+ * and points, the arguments, and the functions one file calls in
+ * another. Not installed.
  */
 #ifndef NVSWAP_TUNE_H
 #define NVSWAP_TUNE_H

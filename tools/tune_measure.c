@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * nvswap-tune's measuring: the test files and buffers, the progress line,
- * timed reads and writes of one point, the read-back checks, and a round
- * run over a set of points in shuffled order.
+ * timed reads and writes of one point (by every rank at once with
+ * --ranks N), the read-back checks, and a round run over a set of points
+ * in shuffled order.
  */
 #include "tune.h"
 
