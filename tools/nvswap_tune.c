@@ -37,17 +37,30 @@ const char *backend_env; /* NVSWAP_BACKEND, when it was set */
 
 /* Files to remove on any exit, Ctrl-C included. The signal handler only
  * reads this table; an entry is cleared by writing its first byte. */
-#define MAXTMP 40
+#define MAXTMP (40 + MAXRANKS * MAXPATHS)
 static char tmp[MAXTMP][PATH_MAX];
 static volatile sig_atomic_t ntmp;
 
-/* Registers and returns "<base><mid><pid><ext>". */
+/* Registers and returns "<base><mid><pid><ext>" (one rank), or this
+ * rank's "<base><mid><parent pid>.r<rank><ext>" (--ranks > 1). */
 const char *tune_tmp_add(const char *base, const char *mid, const char *ext)
 {
+	if (A.ranks > 1)
+		return tune_tmp_add_rank(base, mid, ext, tune_rank);
 	if (ntmp == MAXTMP)
 		tool_die(1, "too many temporary files");
 	snprintf(tmp[ntmp], PATH_MAX, "%s%s%ld%s", base, mid, (long)getpid(),
 		 ext);
+	return tmp[ntmp++];
+}
+
+const char *tune_tmp_add_rank(const char *base, const char *mid,
+			      const char *ext, unsigned rank)
+{
+	if (ntmp == MAXTMP)
+		tool_die(1, "too many temporary files");
+	snprintf(tmp[ntmp], PATH_MAX, "%s%s%ld.r%u%s", base, mid,
+		 tune_base_pid ? tune_base_pid : (long)getpid(), rank, ext);
 	return tmp[ntmp++];
 }
 
@@ -87,6 +100,7 @@ char *sweep_text;
 static void cleanup(void)
 {
 	tune_progress_end();
+	tune_ranks_stop(); /* before the files: no child writes them then */
 	tmp_remove();
 	json_decref(sweep_root);
 	sweep_root = NULL;
@@ -109,6 +123,7 @@ static void on_signal(int sig)
 	static const char msg[] = "\nnvswap-tune: interrupted; temporary "
 				  "files removed\n";
 
+	tune_ranks_kill();
 	tmp_remove();
 	if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
 		/* nothing left to tell */
@@ -219,6 +234,14 @@ int main(int argc, char **argv)
 		       A.unpinned ? "pageable" : "page-locked");
 		for (unsigned i = 0; i < A.npaths; i++)
 			printf("  %s\n", real[i]);
+		if (A.ranks > 1)
+			printf("--ranks %u: every point run by %u processes at "
+			       "once, each with its own file per path, "
+			       "buffers and aio handle; GB/s are the node's "
+			       "(all ranks' bytes from the first start to the "
+			       "last end), fairness the fastest rank's GB/s "
+			       "over the slowest's, queue_depth per rank\n",
+			       A.ranks, A.ranks);
 		tune_print_space();
 		if (A.quick)
 			printf("--quick: one op of about a sixteenth of %s per "
@@ -232,6 +255,7 @@ int main(int argc, char **argv)
 			       A.loops, FINALISTS);
 		fflush(stdout);
 	}
+	tune_ranks_start();
 	tune_prepare();
 
 	all = held_all = tune_all_points();
@@ -240,9 +264,9 @@ int main(int argc, char **argv)
 	est = tune_round_bytes(all, np, SWEEP, A.quick ? 1 : A.loops);
 	if (A.quick)
 		est += (double)(NCRIT * NARROW + 1) * (double)(A.io_size / 4) *
-		       A.npaths * (A.dir[RD] + A.dir[WR]);
+		       A.npaths * (A.dir[RD] + A.dir[WR]) * A.ranks;
 	est += (double)(NCRIT * FINALISTS + 1) * (double)A.io_size * A.npaths *
-	       A.loops * (A.dir[RD] + A.dir[WR]);
+	       A.loops * (A.dir[RD] + A.dir[WR]) * A.ranks;
 	prog.total = est;
 	t0 = tool_now();
 	tune_run_round(all, np, SWEEP, A.quick ? 1 : A.loops);
@@ -262,6 +286,7 @@ int main(int argc, char **argv)
 	tune_run_round(fin, nfin, FINAL, A.loops);
 	final_s = tool_now() - t0;
 	tune_progress_end();
+	tune_ranks_end();
 	for (unsigned i = 0; i < A.npaths; i++)
 		close(fds[i]);
 	tmp_remove();
@@ -325,7 +350,7 @@ int main(int argc, char **argv)
 			json_array_append_new(paths, json_string(real[i]));
 		out = json_pack(
 			"{s:s, s:s, s:o, s:I, s:I, s:b, s:b, s:b, s:o, s:o, "
-			"s:I, s:I, s:o, s:o, s:o}",
+			"s:I, s:I, s:o, s:o, s:o, s:I}",
 			"version", nvs_version(), "workload", "seq",
 			"nvme_paths", paths, "io_size", (json_int_t)A.io_size,
 			"loops", (json_int_t)A.loops, "quick", A.quick,
@@ -333,7 +358,7 @@ int main(int argc, char **argv)
 			tune_num(sweep_s), "final_seconds", tune_num(final_s),
 			"points", (json_int_t)np, "skipped",
 			(json_int_t)skipped, "results", pts, "best", b,
-			"vs_default", vs);
+			"vs_default", vs, "ranks", (json_int_t)A.ranks);
 		if (def) {
 			json_t *o = tune_setting_json(&def->s);
 			json_object_set_new(o, "final",
@@ -424,6 +449,23 @@ int main(int argc, char **argv)
 			printf("  (the default's range overlaps the winner's "
 			       "in every direction: here the defaults do "
 			       "about as well)\n");
+	}
+	if (A.ranks > 1) {
+		int c = tune_crit_on(CRIT_COMBINED) ? CRIT_COMBINED
+						    : (A.dir[RD] ? RD : WR);
+		const struct point *b = best[c];
+
+		printf("%u ranks at once: aggregate %.2f GB/s (%s), fairness",
+		       A.ranks, tune_score(b, FINAL, c), crit_name[c]);
+		for (int d = 0; d < NDIR; d++)
+			if (b->fst[FINAL][d].n)
+				printf(" %s %.2f", crit_name[d],
+				       b->fst[FINAL][d].med);
+		printf(" (max/min rank GB/s)\n"
+		       "each rank: queue_depth %u; the node: "
+		       "nvswap.node_queue_depth %u (= %u x %u, split evenly "
+		       "over the launcher's local ranks)\n",
+		       b->s.qd, b->s.qd * A.ranks, A.ranks, b->s.qd);
 	}
 	{
 		char *text = json_dumps(snip, JSON_INDENT(2));

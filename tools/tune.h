@@ -2,9 +2,10 @@
 /*
  * nvswap-tune's internals, shared by its files (nvswap_tune.c: main and
  * the state; tune_args.c, tune_space.c, tune_measure.c, tune_results.c,
- * tune_plot.c; the swap workload in tune_swap*.c, see tune_swap.h): the
- * search space, settings and points, the arguments, and the functions
- * one file calls in another. Not installed.
+ * tune_plot.c; --ranks N's other processes in tune_ranks.c; the swap
+ * workload in tune_swap*.c, see tune_swap.h): the search space, settings
+ * and points, the arguments, and the functions one file calls in
+ * another. Not installed.
  */
 #ifndef NVSWAP_TUNE_H
 #define NVSWAP_TUNE_H
@@ -28,6 +29,7 @@
 #define NARROW 8     /* --quick: per criterion, into the narrowing round */
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MIB (1024.0 * 1024.0)
+#define MAXRANKS 64 /* --ranks */
 
 enum { RD = 0, WR = 1, NDIR = 2 };
 /* Criteria: read, write, and combined (the harmonic mean of the two: the
@@ -69,6 +71,9 @@ struct point {
 	double samp[NDIR][MAXLOOPS];
 	unsigned nsamp[NDIR];
 	struct dstat st[NROUNDS][NDIR];
+	/* --ranks > 1: per op, the fastest rank's GB/s over the slowest's */
+	double fsamp[NDIR][MAXLOOPS];
+	struct dstat fst[NROUNDS][NDIR];
 };
 
 struct args {
@@ -82,6 +87,7 @@ struct args {
 	const char *sweep, *plot, *write_config;
 	int engine;
 	unsigned seed;
+	unsigned ranks;	    /* --ranks: processes per point (seq), default 1 */
 	int workload;	    /* WL_* */
 	const char *config; /* --config: the DeepSpeed config tuned for */
 	unsigned layers;    /* --layers (swap), 0 = not given */
@@ -132,6 +138,9 @@ extern unsigned rnd_state;
 
 /* nvswap_tune.c: temporary files and text. */
 const char *tune_tmp_add(const char *base, const char *mid, const char *ext);
+/* --ranks > 1: "<base><mid><parent pid>.r<rank><ext>", any rank's. */
+const char *tune_tmp_add_rank(const char *base, const char *mid,
+			      const char *ext, unsigned rank);
 void tune_tmp_forget(const char *path);
 const char *tune_bname(enum nvs_backend b);
 const char *tune_setting_str(const struct setting *s, char *buf, size_t len);
@@ -164,6 +173,34 @@ char *tune_skip_reason(void);
 double tune_round_bytes(struct point **set, unsigned n, int round,
 			unsigned loops);
 void tune_run_round(struct point **set, unsigned n, int round, unsigned loops);
+
+/* tune_ranks.c: --ranks N, the other N-1 processes (children). The
+ * parent sends a point (RC_MEASURE), then per op each child answers
+ * ready (ok, or why its handle failed), gets RC_GO or RC_STOP, and after
+ * GO answers its op's start and end. */
+enum { RC_MEASURE = 1, RC_GO, RC_STOP, RC_QUIT };
+struct rank_cmd {
+	int kind, d;
+	unsigned point, loops;
+	size_t n;
+};
+struct rank_msg {
+	int ok;
+	double t0, t1; /* tool_now() of the op's start and end */
+	char err[240];
+};
+extern unsigned tune_rank;   /* 0: the parent (or the only rank) */
+extern long tune_base_pid;   /* the parent's pid: the files' names */
+void tune_ranks_start(void); /* forks ranks 1..N-1 (each tune_prepare()s) */
+void tune_ranks_kill(void);  /* async-signal-safe: SIGKILL, reap all */
+void tune_ranks_stop(void);  /* kills and reaps them (cleanup) */
+void tune_ranks_end(void);   /* asks them to quit, reaps, dies if one failed */
+void tune_ranks_bcast(const struct rank_cmd *c);
+void tune_ranks_recv(unsigned r, struct rank_msg *m);
+void tune_rank_get(struct rank_cmd *c);	      /* in a child */
+void tune_rank_put(const struct rank_msg *m); /* in a child */
+/* tune_measure.c: a child's side of one RC_MEASURE. */
+void tune_rank_measure(const struct rank_cmd *c);
 
 /* tune_results.c: results. */
 bool tune_crit_on(int c);

@@ -100,6 +100,23 @@ static void usage(FILE *f)
 	      "                        stderr is a terminal)\n"
 	      "  --seed N              order of the points (shuffled; "
 	      "default 1)\n"
+	      "  --ranks N             seq: N processes (1 to 64, default 1) "
+	      "run every point\n"
+	      "                        at once, as N ranks of a node swap "
+	      "together: each its\n"
+	      "                        own file per path, buffers and aio "
+	      "handle; each op\n"
+	      "                        starts on all ranks together. GB/s "
+	      "are the node's\n"
+	      "                        (all ranks' bytes over the first "
+	      "start to the last\n"
+	      "                        end), plus fairness (fastest rank's "
+	      "GB/s over the\n"
+	      "                        slowest's); queue_depth is per rank, "
+	      "and the config\n"
+	      "                        adds nvswap.node_queue_depth = N x "
+	      "it. The swap\n"
+	      "                        workload refuses N > 1\n"
 	      "  -h, --help            this text\n"
 	      "seq only:\n"
 	      "  --io_size N           bytes per op and path, K/M/G suffixes "
@@ -205,6 +222,7 @@ void tune_parse(int argc, char **argv)
 		OPT_LAYERS,
 		OPT_TSIZE,
 		OPT_MAXPINNED,
+		OPT_RANKS,
 	};
 	static const struct option lo[] = {
 		{"nvme_path", required_argument, NULL, OPT_PATH},
@@ -232,6 +250,7 @@ void tune_parse(int argc, char **argv)
 		{"tensor_size", required_argument, NULL, OPT_TSIZE},
 		{"max-pinned", required_argument, NULL, OPT_MAXPINNED},
 		{"max_pinned", required_argument, NULL, OPT_MAXPINNED},
+		{"ranks", required_argument, NULL, OPT_RANKS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -242,7 +261,8 @@ void tune_parse(int argc, char **argv)
 			  .loops = 3,
 			  .dir = {true, true},
 			  .progress = -1,
-			  .seed = 1};
+			  .seed = 1,
+			  .ranks = 1};
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case OPT_PATH:
@@ -319,6 +339,14 @@ void tune_parse(int argc, char **argv)
 			break;
 		case OPT_NOPROGRESS:
 			A.progress = 0;
+			break;
+		case OPT_RANKS:
+			if (tool_parse_uint(optarg, 1, &A.ranks) < 0 ||
+			    A.ranks > MAXRANKS)
+				tool_die(2,
+					 "--ranks: '%s' is not a number of "
+					 "ranks from 1 to %d",
+					 optarg, MAXRANKS);
 			break;
 		case OPT_SEED:
 			A.seed = tool_uint_arg("--seed", optarg, 0);
@@ -399,6 +427,12 @@ void tune_load_config(void)
 				    "use --workload swap");
 		return;
 	}
+	if (A.ranks > 1)
+		tool_die(2,
+			 "--ranks %u: only the sequential sweep (--workload "
+			 "seq) runs several ranks; the swap workload runs "
+			 "one",
+			 A.ranks);
 	if (A.io_size_set || A.dir_set || A.plot)
 		tool_die(2, "--io_size, --no_read, --no_write and --plot "
 			    "belong to the sequential sweep (--workload seq); "
@@ -502,11 +536,13 @@ void tune_check_args(void)
 	uint32_t maxbs = 0;
 	char what[64], sz[32];
 
-	snprintf(what, sizeof(what), "--io_size %s",
-		 tool_size_str(A.io_size, sz, sizeof(sz)));
+	snprintf(what, sizeof(what), "--io_size %s%s",
+		 tool_size_str(A.io_size, sz, sizeof(sz)),
+		 A.ranks > 1 ? " x --ranks" : "");
 	for (unsigned i = 0; i < A.npaths; i++) {
 		if (A.workload == WL_SEQ)
-			tune_check_path(A.paths[i], A.io_size, what);
+			tune_check_path(A.paths[i],
+					(uint64_t)A.io_size * A.ranks, what);
 		if (!realpath(A.paths[i], real[i]))
 			tool_die(1, "--nvme_path %s: %s", A.paths[i],
 				 strerror(errno));

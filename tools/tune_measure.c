@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * nvswap-tune's measuring: the test files and buffers, the progress line,
- * timed reads and writes of one point, the read-back checks, and a round
- * run over a set of points in shuffled order.
+ * timed reads and writes of one point (by every rank at once with
+ * --ranks N), the read-back checks, and a round run over a set of points
+ * in shuffled order.
  */
 #include "tune.h"
 
@@ -77,7 +78,7 @@ void tune_prepare(void)
 					 (double)A.io_size / MIB,
 					 nvs_last_error());
 		}
-		tool_pattern(wbuf[i], A.io_size, 1000 + i);
+		tool_pattern(wbuf[i], A.io_size, 1000 + i + 100 * tune_rank);
 		fds[i] = open_direct(i, f);
 		ret = nvs_aio_pwrite_fd(h, wbuf[i], A.io_size, fds[i], 0,
 					false);
@@ -217,18 +218,16 @@ char *tune_skip_reason(void)
 	return why;
 }
 
-/* @loops timed ops in direction @d with @p's settings, after one
- * untimed op (workers started, buffers registered). */
-static void measure(struct point *p, int d, size_t n, unsigned loops)
+/* A handle with @p's settings, and one untimed op (workers started,
+ * buffers registered); nvs_aio_create()'s error, else 0. */
+static int make_handle(const struct point *p, int d, size_t n,
+		       struct nvs_aio **out)
 {
 	struct nvs_aio_opts o;
 	struct nvs_aio *h;
 	size_t warm = (size_t)p->s.bs * p->s.par;
-	char s[96];
 	int ret;
 
-	if (p->skip)
-		return;
 	nvs_aio_opts_init(&o);
 	o.backend = p->s.be;
 	o.block_size = p->s.bs;
@@ -241,13 +240,37 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 	 * mostly mlock. Pageable ones may be staged through it. */
 	o.bounce_bytes = A.unpinned ? 0 : 256u << 10;
 	ret = nvs_aio_create(&o, &h);
-	if (ret < 0) {
+	*out = h;
+	if (ret < 0)
+		return ret;
+	one_op(h, p, d, warm < n ? warm : n);
+	return 0;
+}
+
+static void end_handle(struct nvs_aio *h, const struct point *p, int d)
+{
+	char s[96];
+
+	if (nvs_aio_destroy(h) < 0)
+		tool_die(1, "%s with %s: %s", crit_name[d],
+			 tune_setting_str(&p->s, s, sizeof(s)),
+			 nvs_last_error());
+}
+
+/* @loops timed ops in direction @d with @p's settings, after one
+ * untimed op (workers started, buffers registered). */
+static void measure(struct point *p, int d, size_t n, unsigned loops)
+{
+	struct nvs_aio *h;
+
+	if (p->skip)
+		return;
+	if (make_handle(p, d, n, &h) < 0) {
 		/* A kernel limit (aio-max-nr for libaio, memlock for the
 		 * rings): the point cannot run here; the sweep goes on. */
 		p->skip = tune_skip_reason();
 		return;
 	}
-	one_op(h, p, d, warm < n ? warm : n);
 	for (unsigned l = 0; l < loops; l++) {
 		double t;
 
@@ -262,13 +285,115 @@ static void measure(struct point *p, int d, size_t n, unsigned loops)
 		prog.done += (double)n * A.npaths;
 		tune_progress(false);
 	}
-	ret = nvs_aio_destroy(h);
-	if (ret < 0)
-		tool_die(1, "%s with %s: %s", crit_name[d],
-			 tune_setting_str(&p->s, s, sizeof(s)),
-			 nvs_last_error());
+	end_handle(h, p, d);
 	if (d == WR)
 		verify_written(p, n);
+}
+
+/* --ranks > 1, the parent (rank 0): every op of @p run by all ranks at
+ * once, each on its own files. An op starts when every rank is ready
+ * (its handle made, its warm-up op done, its buffer spoilt) and the
+ * parent says go; its sample is all ranks' bytes over the window from
+ * the first start to the last end, and the fastest rank's GB/s over
+ * the slowest's. A handle that cannot be made on any rank skips the
+ * point for all. */
+static void measure_ranks(struct point *p, int d, size_t n, unsigned loops)
+{
+	struct rank_cmd c = {.kind = RC_MEASURE,
+			     .d = d,
+			     .point = (unsigned)(p - P),
+			     .loops = loops,
+			     .n = n};
+	struct rank_msg m;
+	struct nvs_aio *h = NULL;
+	double bytes = (double)n * A.npaths;
+	unsigned l;
+
+	if (p->skip)
+		return;
+	tune_ranks_bcast(&c);
+	if (make_handle(p, d, n, &h) < 0)
+		p->skip = tune_skip_reason();
+	for (l = 0; l < loops; l++) {
+		double first, last, t0, t1, fast, slow;
+
+		if (h && d == RD)
+			spoil(n);
+		for (unsigned r = 1; r < A.ranks; r++) {
+			tune_ranks_recv(r, &m);
+			if (!m.ok && !p->skip) {
+				if (asprintf(&p->skip, "rank %u: %s", r,
+					     m.err) < 0)
+					tool_die(1, "out of memory");
+			}
+		}
+		c.kind = p->skip ? RC_STOP : RC_GO;
+		tune_ranks_bcast(&c);
+		if (p->skip)
+			break;
+		t0 = tool_now();
+		one_op(h, p, d, n);
+		t1 = tool_now();
+		if (d == RD)
+			verify(p, RD, n);
+		first = t0;
+		last = t1;
+		fast = slow = bytes / (t1 - t0);
+		for (unsigned r = 1; r < A.ranks; r++) {
+			double v;
+
+			tune_ranks_recv(r, &m);
+			v = bytes / (m.t1 - m.t0);
+			first = m.t0 < first ? m.t0 : first;
+			last = m.t1 > last ? m.t1 : last;
+			fast = v > fast ? v : fast;
+			slow = v < slow ? v : slow;
+		}
+		if (p->nsamp[d] < MAXLOOPS) {
+			p->fsamp[d][p->nsamp[d]] = fast / slow;
+			p->samp[d][p->nsamp[d]++] =
+				bytes * A.ranks / (last - first) / GIB;
+		}
+		prog.done += bytes * A.ranks;
+		tune_progress(false);
+	}
+	if (h)
+		end_handle(h, p, d);
+	if (d == WR && l == loops)
+		verify_written(p, n);
+}
+
+/* A child's side of measure_ranks(), in the same steps. */
+void tune_rank_measure(const struct rank_cmd *c)
+{
+	const struct point *p = &P[c->point];
+	struct rank_msg m = {.ok = 1};
+	struct rank_cmd go;
+	struct nvs_aio *h = NULL;
+	unsigned l;
+
+	if (make_handle(p, c->d, c->n, &h) < 0) {
+		m.ok = 0;
+		snprintf(m.err, sizeof(m.err), "%s", nvs_last_error());
+	}
+	for (l = 0; l < c->loops; l++) {
+		if (h && c->d == RD)
+			spoil(c->n);
+		tune_rank_put(&m);
+		tune_rank_get(&go);
+		if (go.kind != RC_GO)
+			break;
+		m.t0 = tool_now();
+		one_op(h, p, c->d, c->n);
+		m.t1 = tool_now();
+		if (c->d == RD)
+			verify(p, RD, c->n);
+		tune_rank_put(&m);
+	}
+	if (h)
+		end_handle(h, p, c->d);
+	if (c->d == WR && l == c->loops)
+		verify_written(p, c->n);
 }
 
 struct dstat tune_summarize(const double *samp, unsigned n)
@@ -316,7 +441,7 @@ double tune_round_bytes(struct point **set, unsigned n, int round,
 
 	for (unsigned i = 0; i < n; i++)
 		b += (double)op_size(set[i], round) * A.npaths * loops *
-		     (A.dir[RD] + A.dir[WR]);
+		     (A.dir[RD] + A.dir[WR]) * A.ranks;
 	return b;
 }
 
@@ -342,13 +467,17 @@ void tune_run_round(struct point **set, unsigned n, int round, unsigned loops)
 			for (unsigned i = 0; i < n; i++) {
 				prog.pts = i + 1;
 				prog.npts = n;
-				measure(set[i], d, op_size(set[i], round),
+				(A.ranks > 1 ? measure_ranks : measure)(
+					set[i], d, op_size(set[i], round),
 					interleave ? 1 : loops);
 			}
 		}
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < n; i++) {
 			set[i]->st[round][d] = tune_summarize(set[i]->samp[d],
 							      set[i]->nsamp[d]);
+			set[i]->fst[round][d] = tune_summarize(
+				set[i]->fsamp[d], set[i]->nsamp[d]);
+		}
 	}
 	tune_progress(true);
 }

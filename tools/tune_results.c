@@ -124,6 +124,15 @@ json_t *tune_round_json(const struct point *p, int round)
 		json_object_set_new(
 			o, "combined",
 			tune_num(tune_score(p, round, CRIT_COMBINED)));
+	if (A.ranks > 1) {
+		json_t *f = json_object();
+		for (int d = 0; d < NDIR; d++)
+			if (p->fst[round][d].n)
+				json_object_set_new(
+					f, crit_name[d],
+					tune_num(p->fst[round][d].med));
+		json_object_set_new(o, "fairness", f);
+	}
 	return o;
 }
 
@@ -141,6 +150,12 @@ json_t *tune_snippet(const struct setting *s)
 	if (s->be != auto_be)
 		json_object_set_new(nv, "backend",
 				    json_string(tune_bname(s->be)));
+	/* --ranks: queue_depth was each rank's; the node's total, which
+	 * nvs_config_swapper_opts() splits over the launcher's local
+	 * ranks, gives each that depth again with N ranks a node. */
+	if (A.ranks > 1)
+		json_object_set_new(nv, "node_queue_depth",
+				    json_integer((json_int_t)s->qd * A.ranks));
 	if (A.npaths > 1) {
 		json_t *arr = json_array();
 		for (unsigned i = 0; i < A.npaths; i++)
@@ -306,15 +321,22 @@ void tune_print_row(const struct point *p, int round, const char *mark)
 	if (p->skip)
 		printf("  skipped: %s", p->skip);
 	else if (tune_crit_on(CRIT_COMBINED))
-		printf("  %5.2f", tune_score(p, round, CRIT_COMBINED));
+		printf("  %5.2f%s", tune_score(p, round, CRIT_COMBINED),
+		       A.ranks > 1 ? "   " : "");
+	if (!p->skip && A.ranks > 1)
+		for (int d = 0; d < NDIR; d++)
+			if (p->fst[round][d].n)
+				printf("  %c %.2f", crit_name[d][0],
+				       p->fst[round][d].med);
 	printf("%s\n", mark);
 }
 
 void tune_print_header(void)
 {
-	printf("  %-8s %5s %5s %4s  %-10s %-6s  %-18s %-18s  %s\n", "backend",
+	printf("  %-8s %5s %5s %4s  %-10s %-6s  %-18s %-18s  %s%s\n", "backend",
 	       "block", "qd", "par", "events", "submit", "read GB/s",
-	       "write GB/s", tune_crit_on(CRIT_COMBINED) ? "combined" : "");
+	       "write GB/s", tune_crit_on(CRIT_COMBINED) ? "combined" : "",
+	       A.ranks > 1 ? "  fairness (max/min rank)" : "");
 }
 
 /* " block_size 1M 8M; queue_depth 32 128; ...; backend io_uring": the
