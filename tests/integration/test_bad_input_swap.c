@@ -160,7 +160,8 @@ Test(bad_input_swap, config_null_arguments_not_covered_elsewhere_are_einval)
 	      "nvs_config_swapper_opts");
 	FAILS(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, 0, NULL), -EINVAL,
 	      "nvs_config_swapper_opts");
-	FAILS(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, -1, &so), -EINVAL,
+	/* -1 is NVS_RANK_AUTO: -2 is the smallest negative refused. */
+	FAILS(nvs_config_swapper_opts(c, NVS_OFFLOAD_PARAM, -2, &so), -EINVAL,
 	      "nvs_config_swapper_opts");
 	nvs_config_free(c);
 }
