@@ -26,7 +26,11 @@
 #define ATTR_DEVICE_ORDINAL 9
 #define MEMORYTYPE_DEVICE 2
 
-enum load_state { UNTRIED = 0, READY, FAILED };
+enum {
+	UNTRIED = NVS_GPU_UNTRIED,
+	READY = NVS_GPU_READY,
+	FAILED = NVS_GPU_FAILED
+};
 
 struct nvs_cu nvs__cu;
 
@@ -168,19 +172,24 @@ fail:
 	atomic_store_explicit(&state, FAILED, memory_order_release);
 }
 
+int nvs__gpu_once(atomic_int *st, pthread_mutex_t *mu, void (*load)(void))
+{
+	int s = atomic_load_explicit(st, memory_order_acquire);
+
+	if (s == NVS_GPU_UNTRIED) {
+		pthread_mutex_lock(mu);
+		if (atomic_load_explicit(st, memory_order_relaxed) ==
+		    NVS_GPU_UNTRIED)
+			load();
+		pthread_mutex_unlock(mu);
+		s = atomic_load_explicit(st, memory_order_acquire);
+	}
+	return s;
+}
+
 int nvs__gpu_load(const char *who)
 {
-	int s = atomic_load_explicit(&state, memory_order_acquire);
-
-	if (s == UNTRIED) {
-		pthread_mutex_lock(&lock);
-		if (atomic_load_explicit(&state, memory_order_relaxed) ==
-		    UNTRIED)
-			load_locked();
-		pthread_mutex_unlock(&lock);
-		s = atomic_load_explicit(&state, memory_order_acquire);
-	}
-	if (s == READY)
+	if (nvs__gpu_once(&state, &lock, load_locked) == READY)
 		return 0;
 	return nvs__err(load_err, "%s: %s", who, load_msg);
 }

@@ -10,6 +10,8 @@
 #ifndef NVS_GPU_DRIVER_H
 #define NVS_GPU_DRIVER_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +64,16 @@ extern struct nvs_cu nvs__cu;
  * failing call or the missing device, prefixed by @who.
  */
 int nvs__gpu_load(const char *who);
+
+/* The loaders' states (an atomic_int each): not tried, loaded, failed. */
+enum { NVS_GPU_UNTRIED = 0, NVS_GPU_READY, NVS_GPU_FAILED };
+
+/*
+ * Run @load under @lock once, while *@state is NVS_GPU_UNTRIED (it sets
+ * READY or FAILED with a release store); the state after. The acquire load
+ * pairs with that store: what @load wrote is visible once READY is seen.
+ */
+int nvs__gpu_once(atomic_int *state, pthread_mutex_t *lock, void (*load)(void));
 
 /* Devices found by nvs__gpu_load(); 0 before or without it. */
 int nvs__gpu_count(void);

@@ -47,7 +47,11 @@ static struct {
 	ssize_t (*Write)(void *, const void *, size_t, off_t, off_t);
 } cf;
 
-enum { UNTRIED = 0, READY, FAILED };
+enum {
+	UNTRIED = NVS_GPU_UNTRIED,
+	READY = NVS_GPU_READY,
+	FAILED = NVS_GPU_FAILED
+};
 
 /* lock serialises loading and the registry; state pairs (release) with
  * the reads of cf after an acquire load. */
@@ -211,17 +215,7 @@ fail:
 
 int nvs__gds_load(const char *who)
 {
-	int s = atomic_load_explicit(&state, memory_order_acquire);
-
-	if (s == UNTRIED) {
-		pthread_mutex_lock(&lock);
-		if (atomic_load_explicit(&state, memory_order_relaxed) ==
-		    UNTRIED)
-			load_locked();
-		pthread_mutex_unlock(&lock);
-		s = atomic_load_explicit(&state, memory_order_acquire);
-	}
-	if (s == READY)
+	if (nvs__gpu_once(&state, &lock, load_locked) == READY)
 		return 0;
 	return nvs__err(-ENODEV, "%s: %s", who, load_msg);
 }
