@@ -127,6 +127,7 @@ test-asan: deps build-asan/build.ninja
 	ninja -C build-asan
 	$(SAN_ENV) scripts/run-tests.sh build-asan asan-canary canary
 	$(SAN_ENV) scripts/run-tests.sh build-asan asan+ubsan unit integration tools
+	scripts/python-asan.sh build-asan $(DEBIAN_PYTHON)
 
 # Criterion cannot run under TSan (its fork arena collides with TSan's
 # shadow memory), so TSan runs the Criterion-free threaded driver.

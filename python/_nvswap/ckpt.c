@@ -163,6 +163,8 @@ static bool held(struct ext_ckpt *self, const void *p, size_t n)
 	uintptr_t lo = (uintptr_t)p;
 	size_t a = 0, b = self->nranges;
 
+	if (b == 0)
+		return false; /* and qsort() must not get a NULL array */
 	if (!self->sorted) {
 		qsort(self->ranges, self->nranges, sizeof(*self->ranges),
 		      cmp_range);
