@@ -343,16 +343,52 @@ bool nvs_gds_registered(const void *p, size_t nbytes)
 	return find_registered((uintptr_t)p, nbytes, &base);
 }
 
+/*
+ * cuFile handles by descriptor, counted: ops in flight on one cached
+ * descriptor share its handle (cuFile refuses to register a descriptor
+ * twice), and the last op to end deregisters it, before the descriptor
+ * can be closed and its number reused. Under lock.
+ */
+static struct {
+	int fd;
+	unsigned refs;
+	void *fh;
+} fhs[256];
+
 int nvs__gds_handle_open(int fd, void **fh, const char *who)
 {
 	struct cufile_descr d;
 	struct cufile_err e;
 	char cause[NVS_ERRMSG_MAX / 2];
+	unsigned i, fr = 256;
 
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < 256; i++) {
+		if (fhs[i].refs && fhs[i].fd == fd) {
+			fhs[i].refs++;
+			*fh = fhs[i].fh;
+			pthread_mutex_unlock(&lock);
+			return 0;
+		}
+		if (!fhs[i].refs && fr == 256)
+			fr = i;
+	}
+	if (fr == 256) {
+		pthread_mutex_unlock(&lock);
+		*fh = NULL;
+		return nvs__err(-EAGAIN,
+				"%s: 256 files have cuFile ops in flight", who);
+	}
 	memset(&d, 0, sizeof(d));
 	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
 	d.handle.fd = fd;
 	e = cf.HandleRegister(fh, &d);
+	if (e.err == 0) {
+		fhs[fr].fd = fd;
+		fhs[fr].refs = 1;
+		fhs[fr].fh = *fh;
+	}
+	pthread_mutex_unlock(&lock);
 	if (e.err == 0)
 		return 0;
 	*fh = NULL;
@@ -362,8 +398,17 @@ int nvs__gds_handle_open(int fd, void **fh, const char *who)
 
 void nvs__gds_handle_close(void *fh)
 {
-	if (fh)
-		cf.HandleDeregister(fh);
+	if (!fh)
+		return;
+	pthread_mutex_lock(&lock);
+	for (unsigned i = 0; i < 256; i++) {
+		if (fhs[i].refs && fhs[i].fh == fh) {
+			if (--fhs[i].refs == 0)
+				cf.HandleDeregister(fh);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lock);
 }
 
 int nvs__gds_io(void *fh, const struct nvs_gpu_mem *m, void *dev, size_t n,

@@ -17,7 +17,11 @@
 /* Open cuFile's driver (once): 0 or -ENODEV with the error set (@who). */
 int nvs__gds_load(const char *who);
 
-/* A cuFile handle for descriptor @fd: 0 or -errno with the error set. */
+/*
+ * A cuFile handle for descriptor @fd: 0 or -errno with the error set.
+ * Ops in flight on one descriptor share one handle (counted); the last
+ * nvs__gds_handle_close() deregisters it.
+ */
 int nvs__gds_handle_open(int fd, void **fh, const char *who);
 void nvs__gds_handle_close(void *fh);
 

@@ -108,6 +108,7 @@ unsigned long fake_cuda_copies(void);
 int fake_cuda_live_streams(void);
 int fake_cuda_live_allocs(void);
 unsigned long fake_cuda_host_registered(void);
+char *fake_cuda_backing(uint64_t p, size_t n);
 
 static int ndevices(void)
 {
@@ -522,4 +523,19 @@ unsigned long fake_cuda_host_registered(void)
 	n = host_registered;
 	pthread_mutex_unlock(&lock);
 	return n;
+}
+
+/* For the stand-in cuFile: the host memory behind device range [p, p+n),
+ * or NULL when it is not inside one allocation. */
+char *fake_cuda_backing(uint64_t p, size_t n)
+{
+	struct alloc *a;
+	char *h = NULL;
+
+	pthread_mutex_lock(&lock);
+	a = find((uintptr_t)p, n);
+	if (a)
+		h = a->backing + ((uintptr_t)p - a->dev);
+	pthread_mutex_unlock(&lock);
+	return h;
 }

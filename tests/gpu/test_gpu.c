@@ -46,25 +46,35 @@ static void need_fake(void)
 	need_gpu();
 }
 
-static void *fake_sym(const char *name)
+static void *fake_sym_in(const char *env, const char *name)
 {
-	void *lib = dlopen(getenv("NVSWAP_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+	void *lib = dlopen(getenv(env), RTLD_NOW | RTLD_NOLOAD);
 	void *s;
 
-	cr_assert_not_null(lib, "nvswap loaded the stand-in driver");
+	cr_assert_not_null(lib, "nvswap loaded the stand-in (%s)", env);
 	s = dlsym(lib, name);
 	cr_assert_not_null(s, "%s", name);
 	dlclose(lib);
 	return s;
 }
 
-static long fake_count(const char *name)
+static void *fake_sym(const char *name)
+{
+	return fake_sym_in("NVSWAP_LIBCUDA", name);
+}
+
+static long fake_count_in(const char *env, const char *name)
 {
 	long (*fn)(void);
-	void *s = fake_sym(name);
+	void *s = fake_sym_in(env, name);
 
 	memcpy(&fn, &s, sizeof(s));
 	return fn();
+}
+
+static long fake_count(const char *name)
+{
+	return fake_count_in("NVSWAP_LIBCUDA", name);
 }
 
 static void *dev_alloc(size_t n)
@@ -489,8 +499,6 @@ Test(gpu, without_cufile_a_gds_handle_is_refused_naming_it)
 
 static void need_gds(void)
 {
-	if (fake())
-		cr_skip_test("cuFile runs on a real GPU only (the gpu suite)");
 	need_gpu();
 	if (nvs_gds_open() < 0)
 		cr_skip_test("no usable cuFile here: %s", nvs_last_error());
@@ -556,4 +564,80 @@ Test(gpu, info_describes_the_driver_and_cufile)
 		cr_assert_neq(info.cufile_mode[0], 0);
 	else
 		cr_assert_neq(info.cufile_status[0], 0);
+}
+
+/*
+ * Ops in flight together on one file share its cuFile handle (cuFile
+ * refuses to register a descriptor twice), and the last one to end
+ * deregisters it. Against the stand-in cuFile, which enforces that rule.
+ */
+Test(gpu, gds_ops_in_flight_on_one_file_share_its_cufile_handle)
+{
+	const size_t n = 4u << 20;
+	char *src = tu_alloc(n, 0), *back = tu_alloc(n, 0), *d, *d2;
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+
+	need_fake();
+	need_gds();
+	d = dev_alloc(n);
+	d2 = dev_alloc(n);
+	tu_fill(src, n, 31);
+	cr_assert_eq(nvs_gpu_memcpy(d, src, n), 0);
+	nvs_aio_opts_init(&o);
+	o.use_gds = true;
+	o.intra_op_parallelism = 2;
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_eq(nvs_aio_async_pwrite(h, d + i * (n / 4), n / 4,
+						  tu_path("s.bin"),
+						  (int64_t)(i * (n / 4))),
+			     0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_aio_wait(h), 4, "%s", nvs_last_error());
+	cr_assert_eq(fake_count_in("NVSWAP_CUFILE", "fake_cufile_live_handles"),
+		     0, "the last op deregistered the handle");
+	cr_assert_eq(
+		fake_count_in("NVSWAP_CUFILE", "fake_cufile_max_live_handles"),
+		1, "one handle for the file, shared");
+	cr_assert_geq(nvs_aio_pread(h, d2, n, tu_path("s.bin"), 0, false), 0,
+		      "%s", nvs_last_error());
+	cr_assert_eq(nvs_gpu_memcpy(back, d2, n), 0);
+	cr_assert_eq(memcmp(back, src, n), 0);
+	cr_assert_eq(tu_aio_stats(h).gds_bytes, 2 * n);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	cr_assert_eq(nvs_gpu_free(d), 0);
+	cr_assert_eq(nvs_gpu_free(d2), 0);
+	tu_free(src);
+	tu_free(back);
+}
+
+Test(gpu, a_failed_cufile_read_fails_the_op_naming_cufiles_error)
+{
+	const size_t n = 1u << 20;
+	char *src = tu_alloc(n, 0), *d;
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+
+	need_fake();
+	need_gds();
+	d = dev_alloc(n);
+	tu_fill(src, n, 5);
+	tu_write_file(tu_path("r.bin"), src, n);
+	nvs_aio_opts_init(&o);
+	o.use_gds = true;
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	setenv("FAKE_CUFILE_FAIL_IO", "1", 1);
+	cr_assert_eq(nvs_aio_pread(h, d, n, tu_path("r.bin"), 0, false), -EIO);
+	cr_assert(strstr(nvs_last_error(), "cuFileRead: cuFile error 5011 "
+					   "(CU_FILE_CUDA_DRIVER_ERROR)"),
+		  "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), tu_path("r.bin")), "%s",
+		  nvs_last_error());
+	unsetenv("FAKE_CUFILE_FAIL_IO");
+	cr_assert_geq(nvs_aio_pread(h, d, n, tu_path("r.bin"), 0, false), 0,
+		      "%s", nvs_last_error());
+	cr_assert_eq(tu_aio_stats(h).gds_bytes, n);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	cr_assert_eq(nvs_gpu_free(d), 0);
+	tu_free(src);
 }
