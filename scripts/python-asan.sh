@@ -41,17 +41,7 @@ rm -rf "$scratch" "$xml" && mkdir -p "$scratch"
 		-k "not deepspeed and not examples and not peak_memory" \
 		"$OLDPWD/python/tests")
 rc=$?
-read -r pass fail skip < <("$interp" - "$xml" <<'EOF'
-import sys, xml.etree.ElementTree as ET
-try:
-    r = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print(0, 1, 0); sys.exit()
-s = r if r.tag == "testsuite" else r.find("testsuite")
-t, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
-print(t - f - e - k, f + e, k)
-EOF
-)
+read -r pass fail skip < <("$interp" scripts/junit-totals.py "$xml")
 [ $rc -ne 0 ] && [ "$fail" -eq 0 ] && fail=1
 echo "== $label: $pass passed, $fail failed, $skip skipped"
 total "$pass" "$fail" "$skip"

@@ -71,17 +71,7 @@ xml=$venv.junit.xml
 (cd "$venv" && "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
 	--junitxml="$xml" ${PYTEST_ARGS:-} "$OLDPWD/python/tests")
 rc=$?
-read -r pass fail skip < <("$venv/bin/python" - "$xml" <<'EOF'
-import sys, xml.etree.ElementTree as ET
-try:
-    r = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print(0, 1, 0); sys.exit()
-s = r if r.tag == "testsuite" else r.find("testsuite")
-t, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
-print(t - f - e - k, f + e, k)
-EOF
-)
+read -r pass fail skip < <("$venv/bin/python" scripts/junit-totals.py "$xml")
 # 5: no test selected (make test-gpu where none is marked gpu yet).
 [ $rc -ne 0 ] && [ $rc -ne 5 ] && [ "$fail" -eq 0 ] && fail=1
 echo "== $label: $pass passed, $fail failed, $skip skipped"
