@@ -4,9 +4,11 @@
 #define NVSWAP_BENCH_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nvswap/common.h>
 
@@ -41,6 +43,25 @@ static inline int bench_parse_size(const char *s, size_t *out)
 		return -EINVAL;
 	*out = (size_t)v;
 	return 0;
+}
+
+/* Plain buffered read of the whole of @path's first @n bytes, to check
+ * what a write left: 0, or -1 when it cannot be read or is shorter. */
+static inline int bench_read_file(const char *path, unsigned char *b, size_t n)
+{
+	int fd = open(path, O_RDONLY);
+	size_t done = 0;
+
+	if (fd < 0)
+		return -1;
+	while (done < n) {
+		ssize_t r = pread(fd, b + done, n - done, (off_t)done);
+		if (r <= 0)
+			break;
+		done += (size_t)r;
+	}
+	close(fd);
+	return done == n ? 0 : -1;
 }
 
 #endif

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Helpers shared by the Python benchmarks (python_aio.py,
 torch_offload.py): sizes, the machine's load, the filesystem under a
-folder, medians."""
+folder, medians, a command's output (run)."""
 import os
 import statistics
+import subprocess
 
 
 def parse_size(s):
@@ -33,3 +34,11 @@ def fs_type(folder):
 
 def med(v):
     return statistics.median(v)
+
+
+def run(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n"
+                           f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out.stdout

@@ -100,24 +100,6 @@ static void drop_cache(const char *path)
 	close(fd);
 }
 
-/* Plain read of the whole file, to check what a write left. */
-static int read_back(const char *path, unsigned char *b, size_t n)
-{
-	int fd = open(path, O_RDONLY);
-	size_t done = 0;
-
-	if (fd < 0)
-		return -1;
-	while (done < n) {
-		ssize_t r = pread(fd, b + done, n - done, (off_t)done);
-		if (r <= 0)
-			break;
-		done += (size_t)r;
-	}
-	close(fd);
-	return done == n ? 0 : -1;
-}
-
 static void record(int k, double t0)
 {
 	gbs[k][nrun[k]++] = (double)cfg.size / (bench_now() - t0) / 1e9;
@@ -333,7 +315,8 @@ static int check_file(const char *path, unsigned char *tmp,
 		      const unsigned char *ref, const char *what)
 {
 	memset(tmp, 0, cfg.size);
-	if (read_back(path, tmp, cfg.size) < 0 || memcmp(tmp, ref, cfg.size)) {
+	if (bench_read_file(path, tmp, cfg.size) < 0 ||
+	    memcmp(tmp, ref, cfg.size)) {
 		fprintf(stderr, "VERIFY FAILED: %s: %s reads back wrong\n",
 			what, path);
 		return -1;

@@ -62,24 +62,6 @@ static int sync_file(const char *path)
 	return ret;
 }
 
-/* Plain buffered read of the whole file, to check what was written. */
-static int read_file(const char *path, unsigned char *b, size_t n)
-{
-	int fd = open(path, O_RDONLY);
-	size_t done = 0;
-
-	if (fd < 0)
-		return -1;
-	while (done < n) {
-		ssize_t r = pread(fd, b + done, n - done, (off_t)done);
-		if (r <= 0)
-			break;
-		done += (size_t)r;
-	}
-	close(fd);
-	return done == n ? 0 : -1;
-}
-
 static void usage(const char *argv0)
 {
 	fprintf(stderr,
@@ -247,7 +229,7 @@ int main(int argc, char **argv)
 			 * cache drained, as the reads did. */
 			if (sync_file(path) < 0 ||
 			    (r == reps - 1 &&
-			     (read_file(path, check, size) < 0 ||
+			     (bench_read_file(path, check, size) < 0 ||
 			      memcmp(check, buf[k], size)))) {
 				fprintf(stderr,
 					"VERIFY FAILED: write from %s: %s\n",

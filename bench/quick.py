@@ -35,17 +35,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import small_ops  # noqa: E402
-from benchutil import fs_type, loadavg  # noqa: E402
+from benchutil import fs_type, loadavg, run  # noqa: E402
 
 ROWS = []  # (name, value, reference, ratio, low, high, target, ok)
-
-
-def run(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n"
-                           f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout
 
 
 def add(name, value, ref, ratios, target):

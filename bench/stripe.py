@@ -43,15 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import fs_type, loadavg, parse_size  # noqa: E402
-
-
-def run(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n"
-                           f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout
+from benchutil import fs_type, loadavg, parse_size, run  # noqa: E402
 
 
 class Loops:

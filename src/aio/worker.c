@@ -89,11 +89,11 @@ static void req_release(struct nvs_worker *w, struct nvs_req *r);
  * with the driver's error for the request at @off.
  */
 static int dev_copy(struct nvs_worker *w, struct nvs_slice *s, void *dst,
-		    const void *src, size_t len, int64_t off, bool to_device)
+		    const void *src, size_t len, int64_t off)
 {
 	char cause[NVS_ERRMSG_MAX / 2];
 	int ret = nvs__gpu_lane_copy(
-		&w->lane, &s->op->mem, dst, src, len, to_device, w->bounce,
+		&w->lane, &s->op->mem, dst, src, len, w->bounce,
 		(size_t)w->nslots * w->slot_size, cause, sizeof(cause));
 
 	if (ret < 0)
@@ -118,12 +118,12 @@ static ssize_t dev_edge(struct nvs_worker *w, struct nvs_slice *s,
 			return ret;
 	}
 	if (op->write &&
-	    dev_copy(w, s, w->edge_scratch, e->buf, e->len, e->off, false) < 0)
+	    dev_copy(w, s, w->edge_scratch, e->buf, e->len, e->off) < 0)
 		return 0; /* failed with the driver's error */
 	n = nvs__pio_full(op->t.bfd, w->edge_scratch, e->len, (off_t)e->off,
 			  op->write);
 	if (!op->write && n == (ssize_t)e->len &&
-	    dev_copy(w, s, e->buf, w->edge_scratch, e->len, e->off, true) < 0)
+	    dev_copy(w, s, e->buf, w->edge_scratch, e->len, e->off) < 0)
 		return 0;
 	return n;
 }
@@ -194,8 +194,7 @@ static struct nvs_req *slice_next_req(struct nvs_worker *w, struct nvs_slice *s)
 	if (slot >= 0) {
 		r->io.buf = w->bounce + (size_t)slot * w->slot_size;
 		if (op->write && op->mem.device >= 0 &&
-		    dev_copy(w, s, r->io.buf, user, len, r->io.off, false) <
-			    0) {
+		    dev_copy(w, s, r->io.buf, user, len, r->io.off) < 0) {
 			req_release(w, r);
 			return NULL; /* the slice failed: nothing issued */
 		}
@@ -256,8 +255,8 @@ static void req_complete(struct nvs_worker *w, struct nvs_req *r)
 			   r->io.len, cause);
 	} else if (r->slot >= 0 && !s->op->write) {
 		if (s->op->mem.device >= 0)
-			dev_copy(w, s, r->user, r->io.buf, r->io.len, r->io.off,
-				 true);
+			dev_copy(w, s, r->user, r->io.buf, r->io.len,
+				 r->io.off);
 		else
 			nvs_copy(r->user, r->io.buf, r->io.len);
 	}

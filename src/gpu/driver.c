@@ -382,10 +382,21 @@ int nvs_gpu_free(void *p)
 	return rc ? nvs__cu_fail(rc, "nvs_gpu_free", "cuMemFree") : 0;
 }
 
+/* After a call on the legacy stream (@rc its result): wait for the
+ * device, as cuMemcpy of device memory and cuMemsetD8 return before it is
+ * done, put the caller's context back, and report. */
+static int settle(int rc, void *saved, const char *who, const char *call)
+{
+	if (rc == 0 && (rc = nvs__cu.StreamSynchronize(NULL)) != 0)
+		call = "cuStreamSynchronize";
+	nvs__gpu_leave(saved);
+	return rc ? nvs__cu_fail(rc, who, call) : 0;
+}
+
 int nvs_gpu_memcpy(void *dst, const void *src, size_t nbytes)
 {
-	void *saved = NULL;
-	int ret, rc;
+	void *saved = NULL, *ctx = NULL;
+	int ret, dev = 0;
 
 	if (nbytes == 0)
 		return 0;
@@ -395,48 +406,31 @@ int nvs_gpu_memcpy(void *dst, const void *src, size_t nbytes)
 	ret = nvs__gpu_load("nvs_gpu_memcpy");
 	if (ret < 0)
 		return ret;
-	/* Either side's context will do: any context reaches all memory
-	 * under unified addressing. */
-	if (nvs__gpu_ptr(dst, NULL, NULL) == 1)
-		ret = enter_for(dst, "nvs_gpu_memcpy", &saved);
-	else if (nvs__gpu_ptr(src, NULL, NULL) == 1)
-		ret = enter_for(src, "nvs_gpu_memcpy", &saved);
-	else
-		ret = nvs__gpu_enter(NULL, 0, "nvs_gpu_memcpy", &saved);
+	/* Either side's context will do (any context reaches all memory
+	 * under unified addressing); between host buffers, device 0's. */
+	if (nvs__gpu_ptr(dst, &dev, &ctx) != 1)
+		nvs__gpu_ptr(src, &dev, &ctx);
+	ret = nvs__gpu_enter(ctx, dev, "nvs_gpu_memcpy", &saved);
 	if (ret < 0)
 		return ret;
-	rc = nvs__cu.Memcpy((nvs_cuptr)(uintptr_t)dst,
-			    (nvs_cuptr)(uintptr_t)src, nbytes);
-	/* cuMemcpy may return before a device-to-device copy is done. */
-	if (rc == 0 && (rc = nvs__cu.StreamSynchronize(NULL)) != 0) {
-		nvs__gpu_leave(saved);
-		return nvs__cu_fail(rc, "nvs_gpu_memcpy",
-				    "cuStreamSynchronize");
-	}
-	nvs__gpu_leave(saved);
-	return rc ? nvs__cu_fail(rc, "nvs_gpu_memcpy", "cuMemcpy") : 0;
+	return settle(nvs__cu.Memcpy((nvs_cuptr)(uintptr_t)dst,
+				     (nvs_cuptr)(uintptr_t)src, nbytes),
+		      saved, "nvs_gpu_memcpy", "cuMemcpy");
 }
 
 int nvs_gpu_memset(void *dst, int byte, size_t nbytes)
 {
 	void *saved = NULL;
-	int ret, rc;
+	int ret;
 
 	if (nbytes == 0)
 		return 0;
 	ret = enter_for(dst, "nvs_gpu_memset", &saved);
 	if (ret < 0)
 		return ret;
-	rc = nvs__cu.MemsetD8((nvs_cuptr)(uintptr_t)dst, (unsigned char)byte,
-			      nbytes);
-	/* cuMemsetD8 returns before the device is written. */
-	if (rc == 0 && (rc = nvs__cu.StreamSynchronize(NULL)) != 0) {
-		nvs__gpu_leave(saved);
-		return nvs__cu_fail(rc, "nvs_gpu_memset",
-				    "cuStreamSynchronize");
-	}
-	nvs__gpu_leave(saved);
-	return rc ? nvs__cu_fail(rc, "nvs_gpu_memset", "cuMemsetD8") : 0;
+	return settle(nvs__cu.MemsetD8((nvs_cuptr)(uintptr_t)dst,
+				       (unsigned char)byte, nbytes),
+		      saved, "nvs_gpu_memset", "cuMemsetD8");
 }
 
 const char *nvs__gpu_status(void)

@@ -21,7 +21,8 @@ struct nvs_gpu_lane {
 		void *stream;
 	} s[MAX_STREAMS];
 	unsigned ns;
-	void *host; /* registered by this lane, to unregister */
+	bool host_tried; /* the bounce memory's registration was tried */
+	void *host_ours; /* registered by this lane (to unregister), or NULL */
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *call)
@@ -71,14 +72,13 @@ static int lane_stream(struct nvs_gpu_lane *l, const struct nvs_gpu_mem *m,
 }
 
 int nvs__gpu_lane_copy(struct nvs_gpu_lane **lp, const struct nvs_gpu_mem *m,
-		       void *dst, const void *src, size_t n, bool to_device,
-		       void *host, size_t host_len, char *err, size_t errlen)
+		       void *dst, const void *src, size_t n, void *host,
+		       size_t host_len, char *err, size_t errlen)
 {
 	struct nvs_gpu_lane *l = *lp;
 	void *stream = NULL;
 	int ret, rc;
 
-	(void)to_device; /* unified addressing: the pointers say it */
 	if (!l) {
 		l = nvs__calloc(1, sizeof(*l));
 		if (!l) {
@@ -90,13 +90,14 @@ int nvs__gpu_lane_copy(struct nvs_gpu_lane **lp, const struct nvs_gpu_mem *m,
 	ret = lane_stream(l, m, &stream, err, errlen);
 	if (ret < 0)
 		return ret;
-	if (host && !l->host) {
+	if (host && !l->host_tried) {
 		/* Page-locked for the driver, so the copy is one DMA. The
 		 * pinned arena may have registered it through the runtime
 		 * already; failing to register only costs speed. */
 		rc = nvs__cu.MemHostRegister(host, host_len,
 					     NVS_CU_MEMHOSTREGISTER_PORTABLE);
-		l->host = rc == 0 ? host : (void *)(uintptr_t)1;
+		l->host_tried = true;
+		l->host_ours = rc == 0 ? host : NULL;
 	}
 	rc = nvs__cu.MemcpyAsync((nvs_cuptr)(uintptr_t)dst,
 				 (nvs_cuptr)(uintptr_t)src, n, stream);
@@ -122,8 +123,8 @@ void nvs__gpu_lane_destroy(struct nvs_gpu_lane *l)
 		    0)
 			nvs__cu.StreamDestroy(l->s[i].stream);
 	}
-	if (l->host && l->host != (void *)(uintptr_t)1)
-		nvs__cu.MemHostUnregister(l->host);
+	if (l->host_ours)
+		nvs__cu.MemHostUnregister(l->host_ours);
 	if (l->ns)
 		nvs__gpu_leave(saved);
 	nvs__free(l);

@@ -21,16 +21,16 @@ struct nvs_gpu_mem {
 };
 
 /*
- * Copy @n bytes to the device (@to_device: @dst is device memory, @src
- * the lane's host memory) or back, and wait for the copy. The lane is
+ * Copy @n bytes between the lane's host memory and device memory, either
+ * way (unified addressing: the pointers say which), and wait for it. The lane is
  * made at first use in *@lp; @host/@host_len is the bounce memory it
  * copies through, registered with the driver (page-locked for DMA) at
  * first use if nothing registered it before. 0, or a -errno with a
  * sentence in @err (the driver's error: the op's message).
  */
 int nvs__gpu_lane_copy(struct nvs_gpu_lane **lp, const struct nvs_gpu_mem *m,
-		       void *dst, const void *src, size_t n, bool to_device,
-		       void *host, size_t host_len, char *err, size_t errlen);
+		       void *dst, const void *src, size_t n, void *host,
+		       size_t host_len, char *err, size_t errlen);
 
 /* Free the lane's streams and its registration; NULL is a no-op. */
 void nvs__gpu_lane_destroy(struct nvs_gpu_lane *l);

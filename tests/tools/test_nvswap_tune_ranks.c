@@ -134,19 +134,6 @@ Test(nvswap_tune_ranks, ctrl_c_stops_every_rank_and_removes_their_files)
 	tt_no_leftovers(tu_dir());
 }
 
-static bool holds(const char *marker)
-{
-	DIR *d = opendir(tu_dir());
-	struct dirent *e;
-	bool found = false;
-
-	while (d && (e = readdir(d)))
-		found |= strstr(e->d_name, marker) != NULL;
-	if (d)
-		closedir(d);
-	return found;
-}
-
 /* SIGKILL leaves the parent no handler: the ranks end by the death
  * signal they asked the kernel for, and remove their own files. This
  * test process adopts them (a subreaper) to see them end. */
@@ -172,9 +159,9 @@ Test(nvswap_tune_ranks, a_killed_parent_leaves_no_rank_running)
 					 O_WRONLY, 0);
 	cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
 	posix_spawn_file_actions_destroy(&fa);
-	for (i = 0; i < 1000 && !holds(".r2.tmp"); i++)
+	for (i = 0; i < 1000 && !tt_holds(tu_dir(), ".r2.tmp"); i++)
 		nanosleep(&ms, NULL);
-	cr_assert(holds(".r2.tmp"), "rank 2 made its file");
+	cr_assert(tt_holds(tu_dir(), ".r2.tmp"), "rank 2 made its file");
 	nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -194,7 +181,8 @@ Test(nvswap_tune_ranks, a_killed_parent_leaves_no_rank_running)
 		others++;
 	}
 	cr_assert_eq(others, 2, "both ranks ended");
-	cr_assert(!holds(".r1.tmp") && !holds(".r2.tmp"),
+	cr_assert(!tt_holds(tu_dir(), ".r1.tmp") &&
+			  !tt_holds(tu_dir(), ".r2.tmp"),
 		  "the ranks removed their files");
 }
 
@@ -222,9 +210,9 @@ Test(nvswap_tune_ranks, a_killed_rank_is_named_and_the_others_end)
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
 	posix_spawn_file_actions_destroy(&fa);
-	for (i = 0; i < 1000 && !holds(".r2.tmp"); i++)
+	for (i = 0; i < 1000 && !tt_holds(tu_dir(), ".r2.tmp"); i++)
 		nanosleep(&ms, NULL);
-	cr_assert(holds(".r2.tmp"), "rank 2 made its file");
+	cr_assert(tt_holds(tu_dir(), ".r2.tmp"), "rank 2 made its file");
 	nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid,
 		 (int)pid);

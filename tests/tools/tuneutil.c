@@ -188,8 +188,7 @@ void tt_config_is(const char *path, json_t *best)
 	nvs_config_free(cfg);
 }
 
-/* Whether @dir holds a name with @marker. */
-static bool holds(const char *dir, const char *marker)
+bool tt_holds(const char *dir, const char *marker)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -219,9 +218,9 @@ void tt_interrupt(char *const argv[], const char *marker)
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
 	posix_spawn_file_actions_destroy(&fa);
-	for (i = 0; i < 1000 && !holds(tu_dir(), marker); i++)
+	for (i = 0; i < 1000 && !tt_holds(tu_dir(), marker); i++)
 		nanosleep(&ms, NULL);
-	cr_assert(holds(tu_dir(), marker), "the tuner made its files");
+	cr_assert(tt_holds(tu_dir(), marker), "the tuner made its files");
 	/* Well into the sweep: the files are written, handles are busy. */
 	nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
 	cr_assert_eq(kill(pid, SIGINT), 0);

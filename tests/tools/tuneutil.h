@@ -41,6 +41,8 @@ void tt_no_leftovers(const char *dir);
  * @marker (its files are made), let it run a little, then Ctrl-C: it
  * must end by that signal, saying it removed its files. */
 void tt_interrupt(char *const argv[], const char *marker);
+/* Whether @dir holds a name with @marker. */
+bool tt_holds(const char *dir, const char *marker);
 /* @path loads without warnings, and its aio options and backend are
  * @best's settings. */
 void tt_config_is(const char *path, json_t *best);
