@@ -7,10 +7,12 @@ ordinary CPU copies on any machine; the tests marked gpu run it on CUDA
 (pytest -m gpu) against a reference that computes on the GPU and steps
 the same optimizer on CPU copies of the parameters."""
 import copy
+import errno
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
 from nvswap import _nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 
@@ -59,6 +61,21 @@ def test_device_staging_writes_back_what_load_state_dict_changes(swapdir):
     same(other.state_dict(), off.state_dict())
     nvt.restore(off)
     same(other.state_dict(), off.state_dict())
+
+
+def test_a_layer_held_on_the_device_is_not_lent_in_cpu_memory(swapdir):
+    torch.manual_seed(0)
+    off = offloaded(swapdir, GPT(), "cpu")
+    eng = nvt.engine_of(off)
+    eng.acquire(0)  # staged, as a forward holds it
+    with pytest.raises(nvswap.Error) as ei:
+        eng.acquire(0, host=True)
+    assert ei.value.errno == errno.EBUSY
+    assert "layer 0 is held in device memory" in str(ei.value)
+    eng.release(0)
+    eng.acquire(0, host=True)  # free again: lent as the pool buffers
+    assert 0 not in eng.staged
+    eng.release(0)
 
 
 def test_step_in_backward_is_refused_for_a_model_on_a_device(swapdir):

@@ -6,7 +6,9 @@
  * CU_FILE_HANDLE_ALREADY_REGISTERED, I/O on an unregistered handle fails)
  * and reads and writes that move the stand-in driver's device memory with
  * POSIX I/O, as cuFile's compatibility mode does. FAKE_CUFILE_FAIL_IO=N
- * fails the Nth read or write with CU_FILE_CUDA_DRIVER_ERROR. The real
+ * fails the Nth read or write with CU_FILE_CUDA_DRIVER_ERROR;
+ * FAKE_CUFILE_FAIL_REGISTER refuses handles as the H200 VM's cuFile did
+ * without a udev database (CU_FILE_HANDLE_NOT_REGISTERED). The real
  * proof is the gpu suite on a GPU.
  */
 #include <dlfcn.h>
@@ -67,6 +69,8 @@ struct err cuFileHandleRegister(void **fh, struct descr *d)
 
 	if (!fh || !d || d->type != 1 || d->handle.fd < 0)
 		return (struct err){E_INVALID_VALUE, 0};
+	if (getenv("FAKE_CUFILE_FAIL_REGISTER"))
+		return (struct err){E_HANDLE_NOT_REGISTERED, 0};
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < 256; i++) {
 		if (fds[i] == d->handle.fd + 1) {

@@ -611,7 +611,7 @@ Test(gpu, gds_ops_in_flight_on_one_file_share_its_cufile_handle)
 	tu_free(back);
 }
 
-Test(gpu, a_failed_cufile_read_fails_the_op_naming_cufiles_error)
+Test(gpu, a_refused_cufile_handle_or_read_fails_the_op_naming_cufiles_error)
 {
 	const size_t n = 1u << 20;
 	char *src = tu_alloc(n, 0), *d;
@@ -626,6 +626,14 @@ Test(gpu, a_failed_cufile_read_fails_the_op_naming_cufiles_error)
 	nvs_aio_opts_init(&o);
 	o.use_gds = true;
 	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	/* Refused at submit, as cuFile did in a VM without udev. */
+	setenv("FAKE_CUFILE_FAIL_REGISTER", "1", 1);
+	cr_assert_eq(nvs_aio_pread(h, d, n, tu_path("r.bin"), 0, false), -EIO);
+	cr_assert(strstr(nvs_last_error(),
+			 "cuFileHandleRegister failed: cuFile error 5027 "
+			 "(CU_FILE_HANDLE_NOT_REGISTERED)"),
+		  "%s", nvs_last_error());
+	unsetenv("FAKE_CUFILE_FAIL_REGISTER");
 	setenv("FAKE_CUFILE_FAIL_IO", "1", 1);
 	cr_assert_eq(nvs_aio_pread(h, d, n, tu_path("r.bin"), 0, false), -EIO);
 	cr_assert(strstr(nvs_last_error(), "cuFileRead: cuFile error 5011 "
