@@ -87,10 +87,10 @@ def test_step_in_backward_is_refused_for_a_model_on_a_device(swapdir):
 
 def test_the_device_is_the_parameters_unless_given():
     m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
-    assert nvt._device(m, None) is None  # CPU: the pool buffers are it
+    assert nvt._offload._device(m, None) is None  # CPU: the pool buffers are it
     m[1].weight = torch.nn.Parameter(torch.zeros(4, 4, device="meta"))
-    assert nvt._device(m, None) is None  # meta is materialized on CPU
-    assert nvt._device(m, "cpu") == torch.device("cpu")
+    assert nvt._offload._device(m, None) is None  # meta is materialized on CPU
+    assert nvt._offload._device(m, "cpu") == torch.device("cpu")
 
 
 # ---- on a CUDA device --------------------------------------------------

@@ -583,6 +583,21 @@ class Engine:
             raise err
 
 
+def engine_of(obj):
+    """The offload engine of an offloaded model (or of a parameter)."""
+    eng = getattr(obj, "_nvswap_engine", None)
+    if eng is None:
+        rec = getattr(obj, "_nvswap", None)
+        eng = rec.engine if rec is not None else None
+    if eng is None:
+        raise ValueError("nvswap.torch: not an offloaded model or "
+                         "parameter (call nvswap.torch.offload first)")
+    if eng.closed:
+        raise ValueError("nvswap.torch: the model's offload was closed "
+                         "(restore() was called)")
+    return eng
+
+
 def check_layer_fits(items, buffer_size):
     """Split a module's parameters into layers that fit a pool buffer;
     a parameter larger than one is refused with its name and both sizes."""

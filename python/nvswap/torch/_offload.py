@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: MIT
+"""offload() and restore(): a model's parameters moved to NVMe and back,
+and the hooks that make its forward, backward and state dicts work."""
+import ctypes
+import inspect
+
+import torch
+
+import nvswap
+
+from . import _durable, _pools, _statedict
+from ._engine import Engine, ParamDict, engine_of
+from ._plan import layer_plan, materialize
+
+# torch >= 2.1 runs a forward hook even when the forward raises.
+_ALWAYS_CALL = "always_call" in inspect.signature(
+    torch.nn.Module.register_forward_hook).parameters
+_PLAIN_DICT = type(torch.nn.Module()._parameters)
+
+
+def _fix_mmap_threshold(nbytes):
+    """glibc raises malloc's mmap threshold each time a large block is
+    freed, after which layer-sized tensors come from the heap and their
+    memory is kept: the peak then grows with the model. A fixed threshold
+    (mallopt M_MMAP_THRESHOLD) returns them to the system on free."""
+    if nbytes is None:
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return  # not glibc
+    mallopt(-3, int(nbytes))  # M_MMAP_THRESHOLD
+
+
+def offload(model, config=None, rank=None, *, nvme_path=None,
+            buffer_size=None, buffer_count=None, lookahead=None,
+            max_in_cpu=None,
+            optimizer_buffer_size=None, optimizer_buffer_count=None,
+            backend=None, init=None, malloc_mmap_threshold=1 << 20,
+            persist=None, device=None, grad_hook=None):
+    """Move model's parameters to NVMe; returns model (changed in place).
+
+    config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
+    zero_optimization.offload_param section (nvme_path, buffer_count,
+    buffer_size) makes the parameter pool, offload_optimizer the pool for
+    gradients and optimizer state, nvswap.lookahead the read-ahead. Or no
+    config and nvme_path=, buffer_size=, buffer_count=. Keywords override
+    the config. rank: the swap directory is <nvme_path>/nvswap/<kind>/
+    rank<rank>; None (the default) takes the config's nvswap.rank, else
+    the launcher's (nvswap.launch(): torchrun's RANK, mpirun's...). max_in_cpu: bytes of whole layers kept in CPU memory
+    (default 0; also read from offload_param.max_in_cpu when the config
+    sets it, taken as elements as DeepSpeed does). Parameters on the meta
+    device are materialized one module at a time (init(module), else its
+    reset_parameters()) and written out before the next, so a model larger
+    than memory can be built.
+
+    malloc_mmap_threshold: on glibc, malloc's mmap threshold is fixed at
+    this many bytes (default 1 MiB; None leaves malloc alone) so that the
+    memory of freed layer-sized tensors goes back to the system and the
+    peak stays independent of the model's size.
+
+    persist: 'scratch' (the default, or the config's nvswap.persist),
+    'persistent' or 'resume': both pools become persistent swap sets
+    (<nvme_path>/nvswap/{param,optimizer}/rank<rank>), checkpoint(model)
+    saves the training state, and a set that holds a checkpoint is
+    resumed: the parameters (and, once an nvswap.torch optimizer is made
+    over the model, its state and step counts) are the saved ones, read
+    from NVMe only when used; the model given only says the layout, which
+    must match. 'resume' requires a checkpoint (ENOENT otherwise).
+
+    device: where the model computes. By default the device its
+    parameters are on: a model on a CUDA device keeps computing there
+    (ZeRO-Infinity's layout): each layer is read from NVMe into a pinned
+    pool buffer and copied to the device while its module runs (the copy
+    is asynchronous, on the current stream), gradients come back to the
+    CPU gradient pool, and the optimizer steps in CPU memory; between
+    uses a parameter holds a one-element placeholder on the device.
+    step_in_backward is not available then. device='cpu' makes ordinary
+    CPU copies the same way (the pool buffers stay private).
+
+    grad_hook: fn(name, grad), called in backward with each parameter's
+    gradient once autograd has summed its uses, before it is written to
+    the gradient pool (or stepped, step_in_backward); a tensor it returns
+    (same shape and dtype) is used instead, None keeps grad. Calls follow
+    autograd's order, the same on every process running the same model:
+    a data-parallel run averages gradients across ranks there
+    (examples/python/ddp_offloaded.py). What it raises propagates out of
+    backward() and that gradient is dropped.
+
+    Raises ValueError (already offloaded, no path, another model than the
+    one saved, parameters on several devices), nvswap.Error(EFBIG) naming a parameter larger than a pool
+    buffer (nothing written then), and the Swapper's errors.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("nvswap.torch.offload: model must be a "
+                        f"torch.nn.Module, not {type(model).__name__}")
+    for name, p in model.named_parameters():
+        if getattr(p, "_nvswap", None) is not None:
+            raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
+                             "already offloaded (offload() was called on "
+                             "this model or one sharing its parameters)")
+    if grad_hook is not None and not callable(grad_hook):
+        raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
+                        f"not {type(grad_hook).__name__}")
+    device = _device(model, device)
+    cfg, raw = _pools.load_config(config)
+    _fix_mmap_threshold(malloc_mmap_threshold)
+    kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
+              buffer_count=buffer_count, backend=backend,
+              optimizer_buffer_size=optimizer_buffer_size,
+              optimizer_buffer_count=optimizer_buffer_count,
+              persist=persist)
+    pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw)
+    try:
+        bs = pswap.stats()["buffer_size"]
+        plan, tied = layer_plan(model, bs)
+        if lookahead is None:
+            lookahead = (cfg.nvswap_options()["lookahead"]
+                         if cfg is not None else 1)
+        if max_in_cpu is None:
+            mic = _pools.raw_key(raw, "zero_optimization", "offload_param",
+                           "max_in_cpu")
+            elem = max((p.element_size() for _, _, c in plan for _, p in c),
+                       default=1)
+            max_in_cpu = int(mic) * elem if mic is not None else 0
+        params = nvswap.ParamSwapper(pswap, lookahead=lookahead,
+                                     max_in_cpu=max_in_cpu)
+        oo = (cfg.offload("optimizer") if cfg is not None else {})
+        eng = Engine(pswap, params, gswap, {
+            "rank": rank,
+            "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
+                          "pipeline_write": bool(oo.get("pipeline_write"))}},
+            device=device)
+        eng.grad_hook = grad_hook
+    except BaseException:
+        gswap.close()
+        pswap.close()
+        raise
+    try:
+        layer_of, renamed = {}, {}
+        for mname, m, chunk in plan:
+            chunk = materialize(m, chunk, init, renamed)
+            layer = eng.add_layer(chunk)
+            eng.mod_layers.setdefault(m, []).append(layer)
+            for _, p in chunk:
+                layer_of[id(p)] = layer
+        for m, pname, p in tied:
+            if id(p) in renamed:
+                p = m._parameters[pname] = renamed[id(p)]
+            layers = eng.mod_layers.setdefault(m, [])
+            if layer_of[id(p)] not in layers:
+                layers.append(layer_of[id(p)])
+        eng.persistent = _pools.persist_mode(cfg, kw)[0] != "scratch"
+        if rec is not None:
+            _durable.check_layers(eng, rec)
+            _durable.restore_engine(eng, rec)
+            eng.resume_record = rec
+            eng.ckpt_seq = rec["seq"]
+            eng.resumed = {"tag": rec["tag"], "steps": rec["steps"],
+                           "generations": rec["generations"]}
+    except BaseException:
+        _undo(model, eng)
+        raise
+    _install(model, eng)
+    return model
+
+
+def _device(model, device):
+    """The device a model offloaded with device= computes on: given, or
+    the one its parameters are on (None: CPU or meta, the pool buffers
+    are the parameters)."""
+    if device is not None:
+        return torch.device(device)
+    found = {p.device for p in model.parameters()
+             if p.device.type != "meta"}
+    if len(found) > 1:
+        raise ValueError("nvswap.torch.offload: the model's parameters are "
+                         f"on several devices ({sorted(map(str, found))}); "
+                         "move them to one, or pass device=")
+    dev = found.pop() if found else None
+    return None if dev is None or dev.type == "cpu" else dev
+
+
+def _undo(model, eng):
+    """A failed offload: parameters already written are read back."""
+    for layer, ps in enumerate(eng.layers):
+        try:
+            data = eng.read_layer(layer)
+        except nvswap.Error:
+            data = [torch.zeros(p.shape, dtype=p.dtype) for p in ps]
+        for p, d in zip(ps, data):
+            p.data = d if eng.device is None else d.to(eng.device)
+            del p._nvswap
+    try:
+        eng.close(save=False)
+    except nvswap.Error:
+        pass
+
+
+def _install(model, eng):
+    hooked = set(eng.mod_layers) | {model}
+    for m in hooked:
+        if m in eng.mod_layers or any(
+                getattr(p, "_nvswap", None) for p in m._parameters.values()):
+            m._parameters = ParamDict(m._parameters)
+        eng.handles.append(m.register_forward_pre_hook(eng.pre_forward))
+        if _ALWAYS_CALL:
+            eng.handles.append(m.register_forward_hook(eng.post_forward,
+                                                       always_call=True))
+        else:
+            eng.handles.append(m.register_forward_hook(eng.post_forward))
+        if m in eng.mod_layers:
+            eng.handles.append(m._register_state_dict_hook(_statedict.state_dict_hook))
+            eng.handles.append(m._register_load_state_dict_pre_hook(
+                _statedict.load_pre_hook, with_module=True))
+            eng.handles.append(
+                m.register_load_state_dict_post_hook(_statedict.load_post_hook))
+    for ps in eng.layers:
+        for p in ps:
+            if p.requires_grad:
+                eng.hook_grads(p)
+    if not _ALWAYS_CALL:
+        forward = model.forward
+
+        def unwinding_forward(*args, **kwargs):
+            try:
+                return forward(*args, **kwargs)
+            except BaseException:
+                eng.unwind()
+                raise
+
+        model.forward = unwinding_forward
+    model.zero_grad = lambda set_to_none=True: eng.zero_grads()
+    model._nvswap_engine = eng
+
+
+def restore(model):
+    """Undo offload(): every parameter back in ordinary memory, hooks
+    removed, swap files deleted (a persistent set's are kept, with a last
+    checkpoint "close" when it changed since the last one). The optimizer
+    made on it is closed."""
+    eng = engine_of(model)
+    for layer, ps in enumerate(eng.layers):
+        data = eng.read_layer(layer)
+        for p, d in zip(ps, data):
+            p.data = d if eng.device is None else d.to(eng.device)
+    for p in [p for ps in eng.layers for p in ps]:
+        del p._nvswap
+    for m in model.modules():
+        if isinstance(m._parameters, ParamDict):
+            m._parameters = _PLAIN_DICT(m._parameters)
+    for name in ("zero_grad", "forward", "_nvswap_engine"):
+        model.__dict__.pop(name, None)
+    eng.close()
+    return model

@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: MIT
+"""The two swap pools of an offloaded model: the parameter Swapper and the
+Swapper for gradients and optimizer state, made from a DeepSpeed-style
+config or keywords, and opened at the newest checkpoint both hold when
+they are persistent sets."""
+import errno
+import json
+import os
+
+import nvswap
+
+from . import _durable, _engine
+
+
+def load_config(config):
+    """(nvswap.Config or None, the raw dict or None)"""
+    if config is None:
+        return None, None
+    if isinstance(config, nvswap.Config):
+        raw = None
+        if config.source and os.path.exists(config.source):
+            with open(config.source) as f:
+                raw = json.load(f)
+        return config, raw
+    if isinstance(config, dict):
+        return nvswap.Config.from_str(json.dumps(config)), config
+    if isinstance(config, (str, bytes, os.PathLike)):
+        cfg = nvswap.Config.load(config)
+        with open(config) as f:
+            return cfg, json.load(f)
+    raise TypeError("nvswap.torch.offload: config must be a path, a dict or "
+                    f"an nvswap.Config, not {type(config).__name__}")
+
+
+def raw_key(raw, *path):
+    for k in path:
+        if not isinstance(raw, dict) or k not in raw:
+            return None
+        raw = raw[k]
+    return raw
+
+
+def persist_mode(cfg, kw):
+    """(persist, keep_generations) from the keywords, else the config."""
+    nv = cfg.nvswap_options() if cfg is not None else {}
+    persist = kw.get("persist") or nv.get("persist", "scratch")
+    if persist not in ("scratch", "persistent", "resume"):
+        raise ValueError("nvswap.torch.offload: persist must be 'scratch', "
+                         f"'persistent' or 'resume', not {persist!r}")
+    return persist, nv.get("keep_generations", 2)
+
+
+def swappers(cfg, raw, rank, kw, generations=(None, None)):
+    """The parameter Swapper and the gradient/optimizer-state Swapper
+    (each opened at the given generation of a persistent set)."""
+    common = {k: kw[k] for k in ("backend",) if kw.get(k) is not None}
+    persist, keep = persist_mode(cfg, kw)
+    if persist != "scratch":
+        common.update(persist=persist, keep_generations=keep)
+    pkw = dict(common)
+    if generations[0] is not None:
+        pkw["generation"] = generations[0]
+    for k in ("nvme_path", "buffer_size", "buffer_count"):
+        if kw.get(k) is not None:
+            pkw[k] = kw[k]
+    if cfg is None:
+        pkw.setdefault("buffer_count", 4)
+        if "nvme_path" not in pkw:
+            raise ValueError("nvswap.torch.offload: give config= or "
+                             "nvme_path=")
+        pswap = nvswap.Swapper(name="param", rank=rank, **pkw)
+    else:
+        pswap = nvswap.Swapper(cfg, kind="param", rank=rank, **pkw)
+    try:
+        ps = pswap.stats()
+        okw = dict(common)
+        if generations[1] is not None:
+            okw["generation"] = generations[1]
+        if kw.get("optimizer_buffer_size") is not None:
+            okw["buffer_size"] = kw["optimizer_buffer_size"]
+        if kw.get("optimizer_buffer_count") is not None:
+            okw["buffer_count"] = kw["optimizer_buffer_count"]
+        on_nvme = cfg is not None and cfg.offload("optimizer").get(
+            "device") == "nvme"
+        if on_nvme:
+            if raw_key(raw, "zero_optimization", "offload_optimizer",
+                        "buffer_size") is None:
+                okw.setdefault("buffer_size", 2 * ps["buffer_size"] +
+                               2 * _engine.ALIGN * _engine.MAX_TENSORS)
+            gswap = nvswap.Swapper(cfg, kind="optimizer", rank=rank, **okw)
+        else:
+            okw.setdefault("buffer_size", 2 * ps["buffer_size"] +
+                           2 * _engine.ALIGN * _engine.MAX_TENSORS)
+            okw.setdefault("buffer_count", 4)
+            path = kw.get("nvme_path") or os.path.dirname(os.path.dirname(
+                os.path.dirname(pswap.dirs[0])))
+            gswap = nvswap.Swapper(nvme_path=path, name="optimizer",
+                                   rank=rank, **okw)
+    except BaseException:
+        pswap.close()
+        raise
+    return pswap, gswap
+
+
+def open_pools(cfg, raw, rank, kw):
+    """The two Swappers; for a persistent set that holds checkpoints,
+    both at the newest one they share, and its record."""
+    pswap, gswap = swappers(cfg, raw, rank, kw)
+    persist = persist_mode(cfg, kw)[0]
+    if persist == "scratch":
+        return pswap, gswap, None
+    try:
+        common = _durable.common_generation(pswap, gswap)
+        if common is None and persist == "resume":
+            raise nvswap.Error(errno.ENOENT, "nvswap.torch.offload: "
+                               f"nothing to resume in {pswap.dirs[0]}: no "
+                               "nvswap.torch checkpoint was saved there")
+        if common is not None:
+            seq, gp, go = common
+            if (pswap.generations()[0]["generation"] != gp or
+                    gswap.generations()[0]["generation"] != go):
+                # One set is ahead (a crash between the two commits).
+                gswap.close()
+                pswap.close()
+                pswap = gswap = None
+                pswap, gswap = swappers(cfg, raw, rank, kw, (gp, go))
+            rec = _durable.read_record(gswap)
+            rec["generations"] = (gp, go)
+            return pswap, gswap, rec
+        # No checkpoint of ours: what a run that never saved left is not
+        # a training state; start from the model given.
+        for s in (pswap, gswap):
+            for i in s.ids():
+                s.unregister(i)
+        return pswap, gswap, None
+    except BaseException:
+        for s in (gswap, pswap):
+            if s is not None:
+                s.close()
+        raise

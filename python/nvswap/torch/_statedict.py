@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: MIT
+"""State-dict hooks of offloaded modules: state_dict() reads the offloaded
+entries back from NVMe, load_state_dict() writes through to NVMe."""
+from ._engine import engine_of
+
+
+def _owned(module):
+    return [(n, p) for n, p in module._parameters.items()
+            if getattr(p, "_nvswap", None) is not None]
+
+
+def state_dict_hook(module, sd, prefix, meta):
+    """The module's offloaded entries become copies read back from NVMe,
+    one acquire per layer."""
+    want = {}  # layer -> [(key, index)]
+    for name, p in _owned(module):
+        if prefix + name in sd:
+            want.setdefault(p._nvswap.layer, []).append(
+                (prefix + name, p._nvswap.index))
+    if want:
+        eng = _module_engine(module)
+        for layer, entries in want.items():
+            data = eng.read_layer(layer, [i for _, i in entries])
+            for (key, _), t in zip(entries, data):
+                sd[key] = t if eng.device is None else t.to(eng.device)
+
+
+def _module_engine(module):
+    for p in module._parameters.values():
+        if getattr(p, "_nvswap", None) is not None:
+            return p._nvswap.engine
+    return engine_of(module)
+
+
+def load_pre_hook(module, sd, prefix, meta, strict, missing, unexpected,
+                   errs):
+    eng = _module_engine(module)
+    held = []
+    try:
+        for layer in eng.mod_layers.get(module, ()):
+            eng.acquire(layer)
+            held.append(layer)
+    except BaseException:
+        for layer in held:
+            eng.release(layer)
+        raise
+    module._nvswap_loading = held
+
+
+def load_post_hook(module, incompatible):
+    held = module.__dict__.pop("_nvswap_loading", [])
+    eng = _module_engine(module)
+    for layer in reversed(held):
+        eng.release(layer, True)  # written through to NVMe
