@@ -10,8 +10,8 @@
 #                installed offline (pip --no-index --no-build-isolation).
 #   MODE pypi:   a plain venv; torch==2.13.0 (always pinned: an open range
 #                downloads a multi-GB CUDA build), numpy, pytest,
-#                meson-python and deepspeed from PyPI, then the package, no
-#                isolation.
+#                meson-python, deepspeed, transformers and accelerate from
+#                PyPI (pinned), then the package, no isolation.
 # Appends "LABEL passed failed skipped" to $NVS_TOTALS when set. Extra
 # pytest arguments: $PYTEST_ARGS.
 set -uo pipefail
@@ -44,12 +44,15 @@ if [ ! -x "$venv/bin/python" ]; then
 			meson ninja
 	fi
 fi
-# DeepSpeed (from PyPI) for the drop-in tests (python/tests/test_deepspeed*.py);
-# torch is already there, so pip adds nothing torch. Without PyPI those
-# tests skip and say why.
-if [ "$mode" = pypi ] && ! "$venv/bin/python" -c 'import deepspeed' 2>/dev/null; then
-	"$venv/bin/pip" install -q deepspeed >>"$log" 2>&1 ||
-		echo "   note: pip install deepspeed failed (see $log): its tests skip"
+# The real clients, pinned (from PyPI): DeepSpeed for the drop-in tests
+# (python/tests/test_deepspeed*.py), transformers and accelerate (with
+# safetensors) for the training-recipe tests (test_torch_hf*.py). torch
+# is already there, so pip adds nothing torch. Without PyPI those tests
+# skip and say why.
+CLIENTS="deepspeed==0.19.8 transformers==5.23.0 accelerate==1.15.0"
+if [ "$mode" = pypi ] && ! "$venv/bin/python" -c 'import deepspeed, transformers, accelerate, safetensors' 2>/dev/null; then
+	"$venv/bin/pip" install -q $CLIENTS >>"$log" 2>&1 ||
+		echo "   note: pip install $CLIENTS failed (see $log): their tests skip"
 fi
 if [ "$mode" = debian ]; then
 	run "$venv/bin/pip" install -q --no-index --no-build-isolation \

@@ -152,6 +152,37 @@ static PyObject *spec_of(PyObject *item, size_t nbytes)
 	return spec;
 }
 
+/* 1 with *nbytes set when @item is a torch tensor on the meta device;
+ * 0 when it is anything else; -1 with an exception set. */
+static int meta_nbytes(PyObject *item, uint64_t *nbytes)
+{
+	PyObject *is_meta, *n;
+	int meta;
+
+	if (!ext_is_tensor(item))
+		return 0;
+	is_meta = PyObject_GetAttrString(item, "is_meta");
+	if (!is_meta)
+		return -1;
+	meta = PyObject_IsTrue(is_meta);
+	Py_DECREF(is_meta);
+	if (meta <= 0)
+		return meta;
+	/* numel() x element_size(): torch 1.13 has no Tensor.nbytes */
+	n = PyObject_CallMethod(item, "numel", NULL);
+	if (!n)
+		return -1;
+	*nbytes = PyLong_AsUnsignedLongLong(n);
+	Py_DECREF(n);
+	n = PyErr_Occurred() ? NULL
+			     : PyObject_CallMethod(item, "element_size", NULL);
+	if (!n)
+		return -1;
+	*nbytes *= PyLong_AsUnsignedLongLong(n);
+	Py_DECREF(n);
+	return PyErr_Occurred() ? -1 : 1;
+}
+
 void role_tensors_free(struct ext_buf *bufs, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
@@ -167,7 +198,8 @@ PyObject *role_tensors(PyObject *seq, unsigned *n, size_t *nbytes,
 
 	*n = 0;
 	fast = PySequence_Fast(seq, "nvswap: tensors must be a list or tuple "
-				    "of ints, tensors or buffers");
+				    "of ints, tensors (meta ones too) or "
+				    "buffers");
 	if (!fast)
 		return NULL;
 	len = PySequence_Fast_GET_SIZE(fast);
@@ -187,6 +219,13 @@ PyObject *role_tensors(PyObject *seq, unsigned *n, size_t *nbytes,
 		if (PyLong_Check(item)) {
 			if (ext_arg_u64(item, "nbytes", SIZE_MAX, &x))
 				break;
+			nbytes[i] = (size_t)x;
+			init[i] = NULL;
+		} else if (meta_nbytes(item, &x) != 0) {
+			if (PyErr_Occurred())
+				break;
+			/* A meta tensor: its dtype and shape, zeros (no
+			 * I/O until it is written). */
 			nbytes[i] = (size_t)x;
 			init[i] = NULL;
 		} else {

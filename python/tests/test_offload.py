@@ -80,6 +80,34 @@ def test_layers_round_trip_as_tensors_with_dtypes_and_shapes(swapper):
     p.release_layer(3, False)
 
 
+def test_meta_tensors_add_typed_zeros_without_io(swapper):
+    torch = pytest.importorskip("torch")
+    p = nvswap.ParamSwapper(swapper)
+    p.add_layer(0, [torch.empty(3, 5, dtype=torch.bfloat16, device="meta"),
+                    torch.empty(7, dtype=torch.int32, device="meta")])
+    assert swapper.stats()["bytes_written"] == 0
+    assert swapper.info(0)["nbytes"] == 64 + 28
+    ts = p.acquire_layer(0)
+    assert swapper.stats()["bytes_read"] == 0  # zeros: nothing to read
+    assert [(t.dtype, tuple(t.shape)) for t in ts] == [
+        (torch.bfloat16, (3, 5)), (torch.int32, (7,))]
+    assert all(t.count_nonzero().item() == 0 for t in ts)
+    ts[0].fill_(1.5)
+    ts[1].copy_(torch.arange(7, dtype=torch.int32))
+    p.release_layer(0, True)
+    p.evict_layer(0)
+    swapper.wait_all()
+    assert swapper.info(0)["state"] == "on_nvme"
+    ts = p.acquire_layer(0)
+    assert torch.equal(ts[0], torch.full((3, 5), 1.5, dtype=torch.bfloat16))
+    assert ts[1].tolist() == list(range(7))
+    p.release_layer(0, False)
+    e = raises_errno(errno.EINVAL, p.add_layer, 1,
+                     [torch.empty(0, device="meta")])  # as an int 0
+    assert "tensor 0 has 0 bytes" in str(e)
+    p.close()
+
+
 def test_acquire_layer_reads_ahead_in_the_walks_direction(swapper):
     p = nvswap.ParamSwapper(swapper, lookahead=1)
     for layer in range(3):

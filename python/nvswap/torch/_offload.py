@@ -10,7 +10,8 @@ import nvswap
 
 from . import _durable, _pools, _statedict
 from ._engine import Engine, ParamDict, engine_of
-from ._plan import layer_plan, materialize
+from ._plan import (check_meta, default_init, layer_plan, materialize,
+                    materialize_buffers)
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
 _ALWAYS_CALL = "always_call" in inspect.signature(
@@ -53,7 +54,11 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     sets it, taken as elements as DeepSpeed does). Parameters on the meta
     device are materialized one module at a time (init(module), else its
     reset_parameters()) and written out before the next, so a model larger
-    than memory can be built.
+    than memory can be built. Buffers on the meta device (a rotary
+    embedding's inv_freq) are materialized by the same init(module) (or
+    reset_parameters()); what nothing can initialize is refused before
+    anything is written, naming it. init defaults to a Hugging Face
+    model's own _init_weights.
 
     malloc_mmap_threshold: on glibc, malloc's mmap threshold is fixed at
     this many bytes (default 1 MiB; None leaves malloc alone) so that the
@@ -104,6 +109,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
     device = _device(model, device)
+    init = default_init(model, init)
+    check_meta(model, init)
     cfg, raw = _pools.load_config(config)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
@@ -119,8 +126,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             lookahead = (cfg.nvswap_options()["lookahead"]
                          if cfg is not None else 1)
         if max_in_cpu is None:
-            mic = _pools.raw_key(raw, "zero_optimization", "offload_param",
-                           "max_in_cpu")
+            mic = _pools.raw_key(raw, "zero_optimization",
+                                 "offload_param", "max_in_cpu")
             elem = max((p.element_size() for _, _, c in plan for _, p in c),
                        default=1)
             max_in_cpu = int(mic) * elem if mic is not None else 0
@@ -139,8 +146,14 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     try:
         layer_of, renamed = {}, {}
+        materialize_buffers(model, init, device)
+        own = {}  # module -> its parameters, over all its layers
+        for _, m, chunk in plan:
+            own.setdefault(m, []).extend(chunk)
         for mname, m, chunk in plan:
-            chunk = materialize(m, chunk, init, renamed)
+            if m in own:  # the whole module at once, init called once
+                materialize(mname, m, own.pop(m), init, renamed, device)
+            chunk = [(n, renamed.get(id(p), p)) for n, p in chunk]
             layer = eng.add_layer(chunk)
             eng.mod_layers.setdefault(m, []).append(layer)
             for _, p in chunk:

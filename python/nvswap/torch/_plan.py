@@ -27,14 +27,111 @@ def layer_plan(model, buffer_size):
     return plan, tied
 
 
-def materialize(module, chunk, init, renamed):
-    """Parameters on the meta device become CPU parameters (new objects,
-    put in the module; renamed maps the old ones' ids to them) and are
-    initialized by init(module) or the module's reset_parameters()."""
-    if not any(p.is_meta for _, p in chunk):
-        return chunk
+def default_init(model, init):
+    """init= as given; for a Hugging Face model (a config and an
+    _init_weights method), its _init_weights, which initializes the
+    modules torch has no reset_parameters() for (RMSNorm, rotary
+    embeddings) as from_config() would."""
+    if init is not None:
+        if not callable(init):
+            raise TypeError("nvswap.torch.offload: init must be callable "
+                            f"(init(module)), not {type(init).__name__}")
+        return init
+    hf = getattr(model, "_init_weights", None)
+    if callable(hf) and hasattr(model, "config"):
+        return hf
+    return None
+
+
+def _resetter(module, init):
+    if init is not None:
+        return init
+    for name in ("reset_parameters", "_reset_parameters"):
+        fn = getattr(module, name, None)
+        if callable(fn):
+            return lambda m, fn=fn: fn()
+    return None
+
+
+def _meta_buffers(module):
+    return [n for n, b in module._buffers.items()
+            if b is not None and b.is_meta]
+
+
+def check_meta(model, init):
+    """Refuse, before anything is written, a model with tensors on the
+    meta device that nothing can initialize: parameters or buffers of a
+    module without reset_parameters() when no init= is given. Names each
+    one."""
+    missing = []
+    for mname, m in model.named_modules():
+        own = [n for n, p in m._parameters.items()
+               if p is not None and p.is_meta] + _meta_buffers(m)
+        if own and _resetter(m, init) is None:
+            missing += [f"{mname}.{n}" if mname else n for n in own]
+    if missing:
+        raise ValueError("nvswap.torch.offload: on the meta device with "
+                         "nothing to initialize them (no "
+                         "reset_parameters(), no init=): "
+                         f"{', '.join(missing)}; pass init= (a Hugging "
+                         "Face model's _init_weights, say), or give them "
+                         "values first")
+
+
+def _fill_buffers(module, device):
+    """The module's meta buffers as CPU tensors (floating ones NaN, so
+    that one its initialization leaves alone shows)."""
+    names = _meta_buffers(module)
+    for n in names:
+        b = module._buffers[n]
+        t = torch.empty(b.shape, dtype=b.dtype)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        module._buffers[n] = t
+    return names
+
+
+def _check_filled(module, mname, names, device):
+    bad = [n for n in names if module._buffers[n].is_floating_point() and
+           module._buffers[n].isnan().any()]
+    if bad:
+        raise ValueError(
+            "nvswap.torch.offload: the initialization of "
+            f"{type(module).__name__} left buffer(s) "
+            f"{', '.join(f'{mname}.{n}' if mname else n for n in bad)} "
+            "unset (they were on the meta device): pass an init= that "
+            "sets them")
+    if device is not None:
+        for n in names:
+            module._buffers[n] = module._buffers[n].to(device)
+
+
+def materialize_buffers(model, init, device=None):
+    """Modules without parameters of their own whose buffers are on the
+    meta device (non-persistent ones such as a rotary embedding's
+    inv_freq): the buffers become CPU tensors (or on device) set by
+    init(module) or the module's reset_parameters()."""
+    for mname, m in model.named_modules():
+        if any(p is not None for p in m._parameters.values()):
+            continue  # materialize() does them with the parameters
+        names = _fill_buffers(m, device)
+        if names:
+            _resetter(m, init)(m)
+            _check_filled(m, mname, names, device)
+
+
+def materialize(mname, module, items, init, renamed, device=None):
+    """A module's parameters on the meta device (items: [(qualified name,
+    param)], all of the module's own) become CPU parameters (new objects,
+    put in the module; renamed maps the old ones' ids to them), and its
+    meta buffers CPU buffers (or on device), all initialized by one call
+    of init(module) or the module's reset_parameters(). Returns items
+    with the new parameters."""
+    names = _fill_buffers(module, device)
+    if not names and not any(p.is_meta for _, p in items):
+        return items
     out = []
-    for name, p in chunk:
+    for name, p in items:
         if p.is_meta:
             q = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype),
                                    requires_grad=p.requires_grad)
@@ -42,14 +139,6 @@ def materialize(module, chunk, init, renamed):
             renamed[id(p)] = q
             p = q
         out.append((name, p))
-    if init is not None:
-        init(module)
-    elif hasattr(module, "reset_parameters"):
-        module.reset_parameters()
-    elif hasattr(module, "_reset_parameters"):
-        module._reset_parameters()
-    else:
-        raise ValueError(f"nvswap.torch.offload: {type(module).__name__} "
-                         "has parameters on the meta device and no "
-                         "reset_parameters(): pass init=")
+    _resetter(module, init)(module)
+    _check_filled(module, mname, names, device)
     return out
