@@ -2,12 +2,13 @@
 """The offload engine behind nvswap.torch.offload(): one per model.
 
 It owns the model's layers (a module's own parameters, packed into one
-nvswap.ParamSwapper layer per pool buffer), the forward hooks that acquire
-a layer while its module runs, the saved-tensor hooks that keep autograd
-from holding pool memory between forward and backward, and the gradient
-write-behind into a nvswap.GradSwapper. Prefetch order, write-behind and
-buffer reuse are the C library's: this file only says which layer is
-needed when, and hands the traced walk to ParamSwapper.set_walk().
+nvswap.ParamSwapper layer per pool buffer), their acquire and release
+(and the staging copies of a model on a device), state reads and stats.
+The forward and saved-tensor hooks are in _passes.py, the gradient
+write-behind into a nvswap.GradSwapper in _grads.py (mixins of Engine).
+Prefetch order, write-behind and buffer reuse are the C library's: the
+engine only says which layer is needed when, and hands the traced walk
+to ParamSwapper.set_walk().
 """
 import errno
 import time
@@ -17,31 +18,13 @@ import torch
 
 import nvswap
 
-ALIGN = 64  # nvswap/offload.h packs a group's tensors at 64-byte offsets
-MAX_TENSORS = 64  # NVS_OFFLOAD_MAX_TENSORS
-GRAD_BASE = 1 << 40  # id_base of the gradient regions in the optimizer swapper
-STATE_BASE = 2 << 40  # id_base of the optimizer state groups
+from ._common import (ALIGN, GRAD_BASE, MAX_TENSORS, STATE_BASE, error,
+                      nbytes, storage_ptr)
+from ._grads import Grads
+from ._passes import Passes
 
-_HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
-
-
-def _packed(nbytes):
-    return sum((n + ALIGN - 1) // ALIGN * ALIGN for n in nbytes)
-
-
-def _nbytes(t):
-    return t.numel() * t.element_size()
-
-
-def _storage_ptr(t):
-    if hasattr(t, "untyped_storage"):
-        return t.untyped_storage().data_ptr()
-    return t.storage().data_ptr()
-
-
-def error(code, text):
-    """An nvswap.Error (the errno subclass where Python has one)."""
-    return nvswap.Error(code, text)
+__all__ = ["ALIGN", "GRAD_BASE", "MAX_TENSORS", "STATE_BASE", "Engine",
+           "ParamDict", "check_layer_fits", "engine_of", "error"]
 
 
 class Rec:
@@ -52,18 +35,6 @@ class Rec:
     def __init__(self, engine, layer, index, name, placeholder):
         self.engine, self.layer, self.index = engine, layer, index
         self.name, self.placeholder = name, placeholder
-
-
-class Saved:
-    """A tensor autograd saved that lives in a pool buffer: kept by its
-    geometry and rebuilt on the parameter's buffer of the moment."""
-
-    __slots__ = ("param", "size", "stride", "offset")
-
-    def __init__(self, param, t):
-        self.param = param
-        self.size, self.stride = t.size(), t.stride()
-        self.offset = t.storage_offset()
 
 
 def _placeholder(p, device=None):
@@ -89,7 +60,7 @@ class ParamDict(OrderedDict):
         return p
 
 
-class Engine:
+class Engine(Passes, Grads):
     def __init__(self, pswap, params, gswap, opts, device=None):
         # device: where the model computes (a CUDA device), or None: the
         # parameters are the pool's pinned buffers themselves. With a
@@ -151,7 +122,7 @@ class Engine:
         offs, off = [], 0
         for _, p in items:
             offs.append(off)
-            off += (_nbytes(p) + ALIGN - 1) // ALIGN * ALIGN
+            off += (nbytes(p) + ALIGN - 1) // ALIGN * ALIGN
         self.grads.add_group(layer, max(off, ALIGN))
         self.layers.append([p for _, p in items])
         self.names.append([n for n, _ in items])
@@ -166,7 +137,7 @@ class Engine:
     def _set_live(self, layer, tensors):
         for p, t in zip(self.layers[layer], tensors):
             p.data = t
-            self.live[_storage_ptr(t)] = p
+            self.live[storage_ptr(t)] = p
 
     def acquire(self, layer, host=False):
         """host: the caller (the optimizer, a state dict) wants the pool
@@ -226,7 +197,7 @@ class Engine:
             if layer in self.staged:
                 self._from_device(layer, dirty)
             for p in self.layers[layer]:
-                self.live.pop(_storage_ptr(p.data), None)
+                self.live.pop(storage_ptr(p.data), None)
                 p.data = p._nvswap.placeholder
             self.params.release_layer(layer, dirty)
             # Give the buffer back now (a changed layer's write-back
@@ -239,281 +210,6 @@ class Engine:
                 self.params.evict_layer(layer)
             except nvswap.Error:
                 pass
-
-    def need(self, layer):
-        """A layer used inside the running forward, held until that
-        module's forward ends."""
-        frame = self.frames[-1]
-        if layer not in frame[1]:
-            self.acquire(layer)
-            frame[1].append(layer)
-
-    # --------------------------------------------------------- forward
-    def pre_forward(self, module, args):
-        if not self.frames:
-            self._enter()
-        frame = [module, []]
-        self.frames.append(frame)
-        try:
-            for layer in self.mod_layers.get(module, ()):
-                self.need(layer)
-        except BaseException:
-            self.post_forward(module, args, None)
-            raise
-
-    def post_forward(self, module, args, out):
-        if not self.frames:
-            return
-        frame = self.frames.pop()
-        for layer in reversed(frame[1]):
-            self.release(layer)
-        if not self.frames:
-            self._exit()
-
-    def unwind(self):
-        """Release what a forward that raised left held (torch < 2.1 has no
-        always-called forward hooks)."""
-        while self.frames:
-            self.post_forward(None, None, None)
-
-    def _enter(self):
-        self.trace = []
-        self.ctx = torch.autograd.graph.saved_tensors_hooks(self._pack,
-                                                            self._unpack)
-        self.ctx.__enter__()
-
-    def _exit(self):
-        ctx, self.ctx = self.ctx, None
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-        if self.trace and self.trace != self.walk:
-            self.walk = self.trace
-            self.params.set_walk(self.walk)
-        self.trace = []
-
-    # --------------------------------------------------------- autograd
-    def _pack(self, t):
-        if not self.live:
-            return t
-        try:
-            p = self.live.get(_storage_ptr(t))
-        except (RuntimeError, NotImplementedError):
-            return t
-        if p is None:
-            return t
-        if t.dtype != p.dtype:
-            return t.clone()
-        return Saved(p, t)
-
-    def _unpack(self, s):
-        if not isinstance(s, Saved):
-            return s
-        p = s.param
-        layer = p._nvswap.layer
-        self._backward_started()
-        if layer not in self.bw_held:
-            # Layers held for backward are released when their gradients
-            # are complete, or, oldest first, to keep a pool buffer free
-            # (a module used twice has its gradients complete only after
-            # both uses' backward). A node unpacks its saved tensors before
-            # it computes, so only a finished node's layer is let go.
-            while len(self.bw_held) >= self.bw_cap:
-                oldest = next(iter(self.bw_held))
-                del self.bw_held[oldest]
-                self.release(oldest)
-            self.acquire(layer)
-            got = self.bw_got.get(layer, set())
-            self.bw_held[layer] = {
-                i for i, q in enumerate(self.layers[layer])
-                if q.requires_grad and i not in got}
-        return p.data.as_strided(s.size, s.stride, s.offset)
-
-    def _backward_started(self):
-        if not self.bw_active:
-            self.bw_active = True
-            torch.autograd.Variable._execution_engine.queue_callback(
-                self._backward_done)
-
-    def _backward_done(self):
-        self.bw_active = False
-        err = None
-        for layer in sorted(self.stash, reverse=True):
-            try:  # layers with a parameter that got no gradient
-                self._step_stashed(layer)
-            except nvswap.Error as e:
-                err = err or e
-        if self.bw_stepped:  # step() must come before the next backward
-            self.bw_stepped = False
-            self.optimizer._unconsumed = True
-        held, self.bw_held = self.bw_held, {}
-        self.bw_got = {}
-        for layer in held:
-            try:
-                self.release(layer)
-            except nvswap.Error as e:
-                err = err or e
-        for layer in self.written:
-            self._flush(layer)
-        if err is not None:
-            raise err
-
-    def hook_grads(self, p):
-        if _HAS_POST_ACC:
-            self.handles.append(
-                p.register_post_accumulate_grad_hook(self._on_grad))
-            return
-        with torch.enable_grad():
-            node = p.expand_as(p).grad_fn.next_functions[0][0]
-        self.handles.append(node.register_hook(lambda *_: self._on_grad(p)))
-        self.keep.append(node)
-
-    def _on_grad(self, p):
-        g = p.grad
-        p.grad = None
-        if g is None:
-            return
-        rec = p._nvswap
-        layer, i = rec.layer, rec.index
-        if self.grad_hook is not None:
-            g = self._hooked(rec.name, g)
-        self._backward_started()
-        opt = self.optimizer
-        if opt is not None and opt.step_in_backward and not opt._closed:
-            self._grad_in_backward(layer, i, g)
-            return
-        if self.backlog:
-            self.backlog.append((layer, i, g))
-        else:
-            try:
-                self.write_grad(layer, i, g)
-            except nvswap.Error:
-                # A full disk, say: the gradient stays in memory and the
-                # optimizer step raises (drain()) before changing anything.
-                self.backlog.append((layer, i, g))
-        got = self.bw_got.setdefault(layer, set())
-        got.add(i)
-        owed = self.bw_held.get(layer)
-        if owed is not None:
-            owed.discard(i)
-            if not owed:
-                del self.bw_held[layer]
-                self.release(layer)
-        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
-            self._flush(layer)
-
-    def _hooked(self, name, g):
-        """offload(grad_hook=fn): fn(name, grad) sees each gradient before
-        it is written or stepped; a tensor it returns replaces it."""
-        out = self.grad_hook(name, g)
-        if out is None:
-            return g
-        if (not torch.is_tensor(out) or out.shape != g.shape or
-                out.dtype != g.dtype):
-            got = (f"{out.dtype} {tuple(out.shape)}" if torch.is_tensor(out)
-                   else type(out).__name__)
-            raise TypeError(f"nvswap.torch: grad_hook returned {got} for "
-                            f"'{name}', whose gradient is {g.dtype} "
-                            f"{tuple(g.shape)} (return a tensor like it, "
-                            "or None to keep the gradient)")
-        return out
-
-    def _grad_in_backward(self, layer, i, g):
-        """step_in_backward: gradients are kept in memory until their layer
-        has all of them, then the layer is stepped at once, while its
-        parameters are still resident; no gradient I/O at all."""
-        if self.optimizer._unconsumed:
-            raise error(errno.EINVAL,
-                        "nvswap.torch: a second backward before step() "
-                        "with step_in_backward: the first one's step was "
-                        "already applied; call step() after each backward "
-                        "(or use the default mode to accumulate gradients)")
-        self.bw_stepped = True
-        got = self.stash.setdefault(layer, {})
-        if i in got:
-            raise error(errno.EINVAL,
-                        f"nvswap.torch: '{self.names[layer][i]}' got a "
-                        "second gradient in one backward with "
-                        "step_in_backward (use the default step mode to "
-                        "accumulate gradients)")
-        got[i] = g
-        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
-            self._step_stashed(layer)
-
-    def _step_stashed(self, layer):
-        grads = self.stash.pop(layer)
-        owed = self.bw_held.pop(layer, None)
-        try:
-            self.optimizer._backward_step(layer, grads)
-        finally:
-            if owed is not None:
-                self.release(layer)
-
-    def _flush(self, layer):
-        if not self.backlog:
-            try:
-                self.grads.flush(layer)
-            except nvswap.Error:
-                self.unflushed.add(layer)  # retried by drain()
-
-    def drain(self):
-        """Before a step: collect the gradient write-behind; where a write
-        failed or backward kept gradients in memory, retry (evict the
-        regions, write the kept gradients) and wait. Raises while the
-        failure lasts; nothing is lost, and the next call retries."""
-        try:
-            self.gswap.wait_all()
-        except nvswap.Error:
-            self.retry = True
-        if not (self.retry or self.backlog or self.unflushed):
-            return
-        for layer in sorted(set(self.written) | self.unflushed):
-            self.gswap.evict(GRAD_BASE + (layer << 20))
-        while self.backlog:
-            layer, i, g = self.backlog[0]
-            self.write_grad(layer, i, g)
-            self.backlog.pop(0)
-            self.unflushed.add(layer)
-        while self.unflushed:
-            layer = min(self.unflushed)
-            self.grads.flush(layer)
-            self.unflushed.discard(layer)
-        self.gswap.wait_all()
-        self.retry = False
-
-    def write_grad(self, layer, i, g):
-        """Add gradient g of parameter i to the layer's region, as torch
-        adds into p.grad: the first since zero_grad is copied."""
-        if not g.is_contiguous():
-            g = g.contiguous()
-        if g.device.type != "cpu":
-            g = g.to("cpu")  # the gradient pool is CPU memory
-        off = self.grad_off[layer][i]
-        seen = self.written.setdefault(layer, set())
-        if i not in seen:
-            self.grads.write(layer, off, g, "assign")
-        elif g.dtype == torch.float32:
-            self.grads.write(layer, off, g, "accumulate_f32")
-        else:
-            self.grads.flush(layer)
-            region = self.grads.acquire(layer)
-            cur = region[off:off + _nbytes(g)].view(g.dtype).view(g.shape)
-            total = cur + g
-            del cur, region
-            self.grads.release(layer)
-            self.grads.write(layer, off, total, "assign")
-        seen.add(i)
-
-    def zero_grads(self):
-        self.backlog, self.unflushed = [], set()
-        for layer in self.written:
-            self.grads.zero(layer)
-        self.written = {}
-
-    def grad_view(self, region, layer, i):
-        p = self.layers[layer][i]
-        off = self.grad_off[layer][i]
-        n = p.numel() * p.element_size()
-        return region[off:off + n].view(p.dtype).view(p.shape)
 
     # ----------------------------------------------------------- state
     def read_layer(self, layer, indexes=None):
@@ -534,7 +230,7 @@ class Engine:
             "layers_held": sum(1 for r in self.refs if r),
             "steps": self.steps,
             "parameters": sum(len(x) for x in self.layers),
-            "parameter_bytes": sum(_nbytes(p) for x in self.layers
+            "parameter_bytes": sum(nbytes(p) for x in self.layers
                                    for p in x),
             "bytes_read": ps["bytes_read"] + gs["bytes_read"],
             "bytes_written": ps["bytes_written"] + gs["bytes_written"],
@@ -603,7 +299,7 @@ def check_layer_fits(items, buffer_size):
     a parameter larger than one is refused with its name and both sizes."""
     chunks, cur, cur_bytes = [], [], 0
     for name, p in items:
-        n = _nbytes(p)
+        n = nbytes(p)
         need = (n + ALIGN - 1) // ALIGN * ALIGN
         if need > buffer_size:
             raise error(errno.EFBIG,

@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: MIT
+"""Constants and small helpers shared by the offload engine's modules."""
+import nvswap
+
+ALIGN = 64  # nvswap/offload.h packs a group's tensors at 64-byte offsets
+MAX_TENSORS = 64  # NVS_OFFLOAD_MAX_TENSORS
+GRAD_BASE = 1 << 40  # id_base of the gradient regions in the optimizer swapper
+STATE_BASE = 2 << 40  # id_base of the optimizer state groups
+
+
+def nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def storage_ptr(t):
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage().data_ptr()
+    return t.storage().data_ptr()
+
+
+def error(code, text):
+    """An nvswap.Error (the errno subclass where Python has one)."""
+    return nvswap.Error(code, text)

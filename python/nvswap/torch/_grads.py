@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: MIT
+"""The backward side of the offload engine: each parameter's gradient,
+once complete, is written into its layer's region of the gradient swapper
+(written behind when the layer has all of its gradients), kept in memory
+where a write fails, or stepped at once (step_in_backward)."""
+import errno
+
+import torch
+
+import nvswap
+
+from ._common import GRAD_BASE, error, nbytes
+
+_HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+
+
+class Grads:
+    """Engine's gradient hooks and write-behind (a mixin of Engine)."""
+
+    def _backward_started(self):
+        if not self.bw_active:
+            self.bw_active = True
+            torch.autograd.Variable._execution_engine.queue_callback(
+                self._backward_done)
+
+    def _backward_done(self):
+        self.bw_active = False
+        err = None
+        for layer in sorted(self.stash, reverse=True):
+            try:  # layers with a parameter that got no gradient
+                self._step_stashed(layer)
+            except nvswap.Error as e:
+                err = err or e
+        if self.bw_stepped:  # step() must come before the next backward
+            self.bw_stepped = False
+            self.optimizer._unconsumed = True
+        held, self.bw_held = self.bw_held, {}
+        self.bw_got = {}
+        for layer in held:
+            try:
+                self.release(layer)
+            except nvswap.Error as e:
+                err = err or e
+        for layer in self.written:
+            self._flush(layer)
+        if err is not None:
+            raise err
+
+    def hook_grads(self, p):
+        if _HAS_POST_ACC:
+            self.handles.append(
+                p.register_post_accumulate_grad_hook(self._on_grad))
+            return
+        with torch.enable_grad():
+            node = p.expand_as(p).grad_fn.next_functions[0][0]
+        self.handles.append(node.register_hook(lambda *_: self._on_grad(p)))
+        self.keep.append(node)
+
+    def _on_grad(self, p):
+        g = p.grad
+        p.grad = None
+        if g is None:
+            return
+        rec = p._nvswap
+        layer, i = rec.layer, rec.index
+        if self.grad_hook is not None:
+            g = self._hooked(rec.name, g)
+        self._backward_started()
+        opt = self.optimizer
+        if opt is not None and opt.step_in_backward and not opt._closed:
+            self._grad_in_backward(layer, i, g)
+            return
+        if self.backlog:
+            self.backlog.append((layer, i, g))
+        else:
+            try:
+                self.write_grad(layer, i, g)
+            except nvswap.Error:
+                # A full disk, say: the gradient stays in memory and the
+                # optimizer step raises (drain()) before changing anything.
+                self.backlog.append((layer, i, g))
+        got = self.bw_got.setdefault(layer, set())
+        got.add(i)
+        owed = self.bw_held.get(layer)
+        if owed is not None:
+            owed.discard(i)
+            if not owed:
+                del self.bw_held[layer]
+                self.release(layer)
+        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
+            self._flush(layer)
+
+    def _hooked(self, name, g):
+        """offload(grad_hook=fn): fn(name, grad) sees each gradient before
+        it is written or stepped; a tensor it returns replaces it."""
+        out = self.grad_hook(name, g)
+        if out is None:
+            return g
+        if (not torch.is_tensor(out) or out.shape != g.shape or
+                out.dtype != g.dtype):
+            got = (f"{out.dtype} {tuple(out.shape)}" if torch.is_tensor(out)
+                   else type(out).__name__)
+            raise TypeError(f"nvswap.torch: grad_hook returned {got} for "
+                            f"'{name}', whose gradient is {g.dtype} "
+                            f"{tuple(g.shape)} (return a tensor like it, "
+                            "or None to keep the gradient)")
+        return out
+
+    def _grad_in_backward(self, layer, i, g):
+        """step_in_backward: gradients are kept in memory until their layer
+        has all of them, then the layer is stepped at once, while its
+        parameters are still resident; no gradient I/O at all."""
+        if self.optimizer._unconsumed:
+            raise error(errno.EINVAL,
+                        "nvswap.torch: a second backward before step() "
+                        "with step_in_backward: the first one's step was "
+                        "already applied; call step() after each backward "
+                        "(or use the default mode to accumulate gradients)")
+        self.bw_stepped = True
+        got = self.stash.setdefault(layer, {})
+        if i in got:
+            raise error(errno.EINVAL,
+                        f"nvswap.torch: '{self.names[layer][i]}' got a "
+                        "second gradient in one backward with "
+                        "step_in_backward (use the default step mode to "
+                        "accumulate gradients)")
+        got[i] = g
+        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
+            self._step_stashed(layer)
+
+    def _step_stashed(self, layer):
+        grads = self.stash.pop(layer)
+        owed = self.bw_held.pop(layer, None)
+        try:
+            self.optimizer._backward_step(layer, grads)
+        finally:
+            if owed is not None:
+                self.release(layer)
+
+    def _flush(self, layer):
+        if not self.backlog:
+            try:
+                self.grads.flush(layer)
+            except nvswap.Error:
+                self.unflushed.add(layer)  # retried by drain()
+
+    def drain(self):
+        """Before a step: collect the gradient write-behind; where a write
+        failed or backward kept gradients in memory, retry (evict the
+        regions, write the kept gradients) and wait. Raises while the
+        failure lasts; nothing is lost, and the next call retries."""
+        try:
+            self.gswap.wait_all()
+        except nvswap.Error:
+            self.retry = True
+        if not (self.retry or self.backlog or self.unflushed):
+            return
+        for layer in sorted(set(self.written) | self.unflushed):
+            self.gswap.evict(GRAD_BASE + (layer << 20))
+        while self.backlog:
+            layer, i, g = self.backlog[0]
+            self.write_grad(layer, i, g)
+            self.backlog.pop(0)
+            self.unflushed.add(layer)
+        while self.unflushed:
+            layer = min(self.unflushed)
+            self.grads.flush(layer)
+            self.unflushed.discard(layer)
+        self.gswap.wait_all()
+        self.retry = False
+
+    def write_grad(self, layer, i, g):
+        """Add gradient g of parameter i to the layer's region, as torch
+        adds into p.grad: the first since zero_grad is copied."""
+        if not g.is_contiguous():
+            g = g.contiguous()
+        if g.device.type != "cpu":
+            g = g.to("cpu")  # the gradient pool is CPU memory
+        off = self.grad_off[layer][i]
+        seen = self.written.setdefault(layer, set())
+        if i not in seen:
+            self.grads.write(layer, off, g, "assign")
+        elif g.dtype == torch.float32:
+            self.grads.write(layer, off, g, "accumulate_f32")
+        else:
+            self.grads.flush(layer)
+            region = self.grads.acquire(layer)
+            cur = region[off:off + nbytes(g)].view(g.dtype).view(g.shape)
+            total = cur + g
+            del cur, region
+            self.grads.release(layer)
+            self.grads.write(layer, off, total, "assign")
+        seen.add(i)
+
+    def zero_grads(self):
+        self.backlog, self.unflushed = [], set()
+        for layer in self.written:
+            self.grads.zero(layer)
+        self.written = {}
+
+    def grad_view(self, region, layer, i):
+        p = self.layers[layer][i]
+        off = self.grad_off[layer][i]
+        n = p.numel() * p.element_size()
+        return region[off:off + n].view(p.dtype).view(p.shape)
