@@ -84,9 +84,16 @@ class Engine(Passes, Grads):
         self.dirty = set()  # acquired layers some acquire changed
         self.mod_layers = {}  # module -> layers its _parameters need
         self.live = {}  # storage pointer -> parameter, while acquired
-        self.frames = []  # forward stack: [module, [layers held]]
-        self.ctx = None  # saved-tensor hooks while a forward runs
-        self.trace, self.walk = [], None
+        # forward stack: [module, [layers held], saved-tensor hooks it set]
+        self.frames = []
+        self.trace, self.walk = [], None  # this forward's acquires; the walk
+        self.fwd_trace, self.bw_trace = [], []  # the last step's acquires
+        self.recomputing = False  # a checkpoint recomputes in backward
+        self.bw_recomputed = False  # this backward recomputed
+        self.recomputes = 0  # recomputation passes
+        self.recompute_open = False  # one is running (until _unpack)
+        self.recompute_acquires = 0  # layers they acquired
+        self.unpacking = 0  # inside a checkpoint's unpack
         self.bw_active = False
         self.bw_held = {}  # layer -> param indexes still owed a gradient
         self.bw_cap = max(1, pswap.stats()["buffer_count"] - 1)
@@ -150,8 +157,14 @@ class Engine(Passes, Grads):
             if stage:
                 tensors = self._to_device(layer, tensors)
             self._set_live(layer, tensors)
-            if self.frames:
-                self.trace.append(layer)  # the walk: the C acquires
+            # the walk: the C acquires of forward, and of backward
+            if self.recomputing:
+                self.recompute_acquires += 1
+                self.bw_trace.append(layer)
+            elif self.frames:
+                self.trace.append(layer)
+            elif self.bw_active:
+                self.bw_trace.append(layer)
         elif stage != (layer in self.staged):
             raise error(errno.EBUSY,
                         f"nvswap.torch: layer {layer} is held in "
@@ -243,6 +256,8 @@ class Engine(Passes, Grads):
             "pool_high_water": {"param": ps["pool_high_water"],
                                 "optimizer": gs["pool_high_water"]},
             "walk": list(self.walk or ()),
+            "recomputes": self.recomputes,
+            "recompute_acquires": self.recompute_acquires,
             "resumed": self.resumed,
             "checkpoints": self.ckpt_seq,
             "param": ps,

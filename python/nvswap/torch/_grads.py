@@ -25,6 +25,7 @@ class Grads:
 
     def _backward_done(self):
         self.bw_active = False
+        self.recompute_open = False
         err = None
         for layer in sorted(self.stash, reverse=True):
             try:  # layers with a parameter that got no gradient

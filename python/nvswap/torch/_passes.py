@@ -3,10 +3,65 @@
 module's layers while it runs, and the saved-tensor hooks that keep
 autograd from holding pool memory between forward and backward (a tensor
 saved from a pool buffer is kept as its parameter and geometry, and
-rebuilt on the parameter's buffer of the moment in backward)."""
+rebuilt on the parameter's buffer of the moment in backward).
+
+Activation checkpointing (torch.utils.checkpoint) brings saved-tensor
+hooks of its own. Ours sit on top of whatever hooks are set when an
+offloaded module's forward starts, and hand every tensor that is not pool
+memory down to them: so a checkpointed region still saves nothing from
+the pools, the checkpoint sees the same tensors in the forward and in its
+recomputation, and the recomputation in backward acquires the layers it
+runs again (a pass of its own, learned into the walk).
+"""
+import threading
+
 import torch
 
 from ._common import storage_ptr
+
+# The pair of saved-tensor hooks in force, (pack, unpack) or None. torch
+# >= 2.1 says; on older torch the context manager is followed instead.
+_TOP = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)
+
+
+def _follow_hooks():
+    """torch < 2.1 cannot say which saved-tensor hooks are set: keep a
+    per-thread stack of the saved_tensors_hooks contexts entered (what
+    torch.utils.checkpoint uses)."""
+    cls = torch.autograd.graph.saved_tensors_hooks
+    if getattr(cls, "_nvswap_followed", False):
+        return
+    tls = threading.local()
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def __enter__(self):
+        out = enter(self)
+        tls.__dict__.setdefault("stack", []).append(
+            (self.pack_hook, self.unpack_hook))
+        return out
+
+    def __exit__(self, *exc):
+        stack = tls.__dict__.get("stack")
+        if stack:
+            stack.pop()
+        return exit_(self, *exc)
+
+    cls.__enter__, cls.__exit__ = __enter__, __exit__
+    cls._nvswap_followed = True
+    cls._nvswap_stack = tls
+
+
+def top_hooks():
+    if _TOP is not None:
+        return _TOP(True)
+    stack = torch.autograd.graph.saved_tensors_hooks._nvswap_stack.__dict__
+    stack = stack.get("stack")
+    return stack[-1] if stack else None
+
+
+if _TOP is None:
+    _follow_hooks()
 
 
 class Saved:
@@ -21,6 +76,27 @@ class Saved:
         self.offset = t.storage_offset()
 
 
+class Delegated:
+    """A tensor handed to the hooks below ours (a checkpoint's): what
+    their pack returned and their unpack."""
+
+    __slots__ = ("packed", "unpack")
+
+    def __init__(self, packed, unpack):
+        self.packed, self.unpack = packed, unpack
+
+
+class Hooks:
+    """Our saved-tensor hooks over `below`, the pair set before them."""
+
+    __slots__ = ("engine", "below")
+
+    def __init__(self, engine, below):
+        self.engine, self.below = engine, below
+
+    def pack(self, t):
+        return self.engine._pack(t, self.below)
+
 
 class Passes:
     """Engine's forward and saved-tensor hooks (a mixin of Engine)."""
@@ -30,13 +106,28 @@ class Passes:
         module's forward ends."""
         frame = self.frames[-1]
         if layer not in frame[1]:
+            if self.recomputing:
+                self._make_room()
             self.acquire(layer)
             frame[1].append(layer)
+
+    def in_backward(self):
+        if _GRAPH_TASK is not None:
+            return _GRAPH_TASK() != -1
+        return self.bw_active or self.unpacking > 0
 
     def pre_forward(self, module, args):
         if not self.frames:
             self._enter()
-        frame = [module, []]
+        ctx = None
+        top = top_hooks()
+        own = getattr(top[0], "__self__", None) if top else None
+        if not (isinstance(own, Hooks) and own.engine is self):
+            hooks = Hooks(self, top)
+            ctx = torch.autograd.graph.saved_tensors_hooks(hooks.pack,
+                                                           self._unpack)
+            ctx.__enter__()
+        frame = [module, [], ctx]
         self.frames.append(frame)
         try:
             for layer in self.mod_layers.get(module, ()):
@@ -49,10 +140,14 @@ class Passes:
         if not self.frames:
             return
         frame = self.frames.pop()
-        for layer in reversed(frame[1]):
-            self.release(layer)
-        if not self.frames:
-            self._exit()
+        try:
+            for layer in reversed(frame[1]):
+                self.release(layer)
+        finally:
+            if frame[2] is not None:
+                frame[2].__exit__(None, None, None)
+            if not self.frames:
+                self._exit()
 
     def unwind(self):
         """Release what a forward that raised left held (torch < 2.1 has no
@@ -61,36 +156,79 @@ class Passes:
             self.post_forward(None, None, None)
 
     def _enter(self):
+        """A pass starts: a forward, or in backward the recomputation of a
+        checkpointed region."""
+        self.recomputing = self.in_backward()
+        if self.recomputing:
+            # One recomputation may run several top-level modules (a
+            # checkpointed block without parameters of its own): a new
+            # one starts after backward went on (_unpack).
+            self.bw_recomputed = True
+            if not self.recompute_open:
+                self.recompute_open = True
+                self.recomputes += 1
+            return
+        # The previous step is over: learn its walk (forward, and the
+        # backward too when it recomputed; without recomputation backward
+        # is the forward reversed, which the C walk knows by itself).
+        if self.bw_recomputed and self.fwd_trace:
+            self._set_walk(self.fwd_trace + self.bw_trace)
+        self.bw_trace, self.bw_recomputed = [], False
         self.trace = []
-        self.ctx = torch.autograd.graph.saved_tensors_hooks(self._pack,
-                                                            self._unpack)
-        self.ctx.__enter__()
 
     def _exit(self):
-        ctx, self.ctx = self.ctx, None
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-        if self.trace and self.trace != self.walk:
-            self.walk = self.trace
-            self.params.set_walk(self.walk)
-        self.trace = []
+        if self.recomputing:
+            self.recomputing = False
+            return
+        trace, self.trace = self.trace, []
+        if not trace:
+            return
+        self.fwd_trace = trace
+        if self.walk is None or self.walk[:len(trace)] != trace:
+            self._set_walk(trace)
 
-    def _pack(self, t):
-        if not self.live:
+    def _set_walk(self, walk):
+        if walk != self.walk:
+            self.walk = walk
+            self.params.set_walk(walk)
+
+    def _make_room(self):
+        """A recomputation in backward needs a buffer while layers are
+        held for backward: let the oldest of those go (they are acquired
+        again when a saved tensor needs them), never the newest, which the
+        backward node being unpacked may be using."""
+        while (len(self.bw_held) > 1 and
+               sum(1 for r in self.refs if r) >= self.bw_cap):
+            oldest = next(iter(self.bw_held))
+            del self.bw_held[oldest]
+            self.release(oldest)
+
+    def _pack(self, t, below):
+        if self.live:
+            try:
+                p = self.live.get(storage_ptr(t))
+            except (RuntimeError, NotImplementedError):
+                p = None
+            if p is not None:
+                if t.dtype == p.dtype:
+                    return Saved(p, t)
+                t = t.clone()  # a reinterpretation: kept as a copy
+        if below is None:
             return t
-        try:
-            p = self.live.get(storage_ptr(t))
-        except (RuntimeError, NotImplementedError):
-            return t
-        if p is None:
-            return t
-        if t.dtype != p.dtype:
-            return t.clone()
-        return Saved(p, t)
+        return Delegated(below[0](t), below[1])
 
     def _unpack(self, s):
+        if isinstance(s, Delegated):
+            # The checkpoint's unpack: may recompute its region here.
+            self._backward_started()
+            self.unpacking += 1
+            try:
+                return s.unpack(s.packed)
+            finally:
+                self.unpacking -= 1
         if not isinstance(s, Saved):
             return s
+        self.recompute_open = False
         p = s.param
         layer = p._nvswap.layer
         self._backward_started()

@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: MIT
+"""Activation checkpointing on an offloaded model: torch.utils.checkpoint
+(reentrant and not) and Hugging Face gradient_checkpointing_enable() train
+bit for bit as the same recipe in memory; the recomputation in backward
+acquires the layers it runs again (counted) and the walk learns it."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import torch.utils.checkpoint  # noqa: E402
+
+import nvswap.torch as nvt  # noqa: E402
+from torchhelp import GPT, batches, same, train  # noqa: E402
+
+
+class CheckpointedGPT(GPT):
+    """The test GPT with each block checkpointed."""
+
+    def __init__(self, reentrant, **kw):
+        super().__init__(**kw)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        h = self.emb(x)
+        for b in self.blocks:
+            h = torch.utils.checkpoint.checkpoint(
+                b, h, self.mask, use_reentrant=self.reentrant)
+        return self.head(h)
+
+
+@pytest.mark.parametrize("reentrant", [False, True],
+                         ids=["non-reentrant", "reentrant"])
+@pytest.mark.parametrize("tie", [False, True])
+def test_checkpointed_blocks_train_bit_for_bit(swapdir, reentrant, tie):
+    torch.manual_seed(0)
+    ref = CheckpointedGPT(reentrant, layers=3, tie=tie)
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    data = batches(3)
+    assert train(ref, ro, data) == train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    st = nvt.stats(off)
+    # each block recomputed once a step, acquiring its layers again
+    assert st["recomputes"] == 3 * 3
+    eng = nvt.engine_of(off)
+    per_block = sum(len(eng.mod_layers[m]) for m in off.blocks[0].modules()
+                    if m in eng.mod_layers)
+    assert per_block == 6  # attention, out_proj, 2 linear, 2 norms
+    # every layer of the block, but one that backward may hold already
+    # when its unpack starts the recomputation (torch's order decides)
+    assert (3 * 3 * (per_block - 1) <= st["recompute_acquires"] <=
+            3 * 3 * per_block)
+    assert st["layers_held"] == 0
+
+
+def test_the_walk_learns_the_recomputation(swapdir):
+    torch.manual_seed(0)
+    model = CheckpointedGPT(False, layers=2)
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    opt = nvt.AdamW(model.parameters(), lr=1e-2)
+    train(model, opt, batches(1))
+    forward = list(nvt.stats(model)["walk"])  # the first step: forward
+    train(model, opt, batches(1))
+    walk = nvt.stats(model)["walk"]
+    assert walk[:len(forward)] == forward
+    # then backward: the head, each block recomputed (its forward
+    # acquires again) and its backward, last block first
+    back = walk[len(forward):]
+    eng = nvt.engine_of(model)
+    block = [eng.mod_layers[m] for m in model.blocks[1].modules()
+             if m in eng.mod_layers]
+    first = {x for ls in block for x in ls}
+    assert back[0] == eng.mod_layers[model.head][0]
+    assert set(back[1:1 + len(first)]) == first
+    assert set(back) >= set(forward) - set(eng.mod_layers[model.emb])
+    train(model, opt, batches(1))  # stable: not learned again
+    assert nvt.stats(model)["walk"] == walk
+
+
+def test_a_tight_pool_still_recomputes(swapdir):
+    """Three buffers: backward holds what it can and lets the oldest go
+    for the recomputation."""
+    torch.manual_seed(0)
+    ref = CheckpointedGPT(False, layers=2)
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=3)
+    ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    oo = nvt.Adam(off.parameters(), lr=1e-2)
+    data = batches(2)
+    assert train(ref, ro, data) == train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+
+
+transformers = None
+
+
+def hf():
+    global transformers
+    if transformers is None:
+        transformers = pytest.importorskip(
+            "transformers", reason="transformers is not installed for "
+            "this interpreter (Debian packages no transformers)")
+    return transformers
+
+
+def llama_pair(swapdir, tie=False):
+    tr = hf()
+    cfg = tr.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=32,
+                         tie_word_embeddings=tie)
+    torch.manual_seed(0)
+    ref = tr.LlamaForCausalLM(cfg)
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    return ref, off
+
+
+def lm_train(model, opt, data):
+    losses = []
+    for tok in data:
+        loss = model(input_ids=tok, labels=tok).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("reentrant", [False, True],
+                         ids=["non-reentrant", "reentrant"])
+@pytest.mark.parametrize("tie", [False, True])
+def test_hugging_face_gradient_checkpointing_trains_bit_for_bit(
+        swapdir, reentrant, tie):
+    ref, off = llama_pair(swapdir, tie)
+    kw = {"gradient_checkpointing_kwargs": {"use_reentrant": reentrant}}
+    for m in (ref, off):
+        m.gradient_checkpointing_enable(**kw)  # both names, same thing
+        m.train()
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(3)
+    data = [torch.randint(0, 96, (2, 12), generator=g) for _ in range(3)]
+    assert lm_train(ref, ro, data) == lm_train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    assert nvt.stats(off)["recomputes"] == 3 * 3  # 3 layers x 3 steps
+
+
+@pytest.mark.parametrize("method", ["gradient_checkpointing_enable",
+                                    "activation_checkpointing_enable"])
+def test_hugging_face_default_checkpointing(swapdir, method):
+    """gradient_checkpointing_enable() (deprecated in transformers 5) and
+    activation_checkpointing_enable() with no arguments: whatever
+    transformers picks by default."""
+    ref, off = llama_pair(swapdir)
+    if not hasattr(ref, method):
+        pytest.skip(f"transformers {hf().__version__} has no {method}()")
+    for m in (ref, off):
+        getattr(m, method)()
+        m.train()
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(4)
+    data = [torch.randint(0, 96, (2, 12), generator=g) for _ in range(2)]
+    assert lm_train(ref, ro, data) == lm_train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
