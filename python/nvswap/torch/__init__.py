@@ -29,15 +29,17 @@ The logic lives in the modules beside this file: _offload (offload,
 restore, the hooks), _pools (the two Swappers from a config), _plan (the
 layer plan, meta-device materialization), _engine (acquire, release,
 forward and backward), _optim (the optimizers), _durable (checkpoints),
-_statedict and _api.
+_statedict, _api and _clip (gradient clipping).
 """
 from . import _durable
 from ._api import checkpoint, gathered, stats, wait
+from ._clip import clip_grad_norm_, clip_grad_value_
 from ._engine import engine_of
 from ._offload import offload, restore
 from ._optim import Adam, AdamW, OffloadedOptimizer
 
 __all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
-           "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer"]
+           "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer",
+           "clip_grad_norm_", "clip_grad_value_"]
 
 Checkpoint = _durable.Checkpoint

@@ -104,6 +104,12 @@ class Engine(Passes, Grads):
         self.bw_stepped = False  # this backward stepped layers
         self.unflushed = set()  # layers whose flush failed
         self.retry = False  # a gradient write-behind failed
+        # clipping (_clip.py): norm kinds (norm_type, kernel) taken in
+        # backward, learned from clip calls; {(layer, i): {kind: norm}}
+        # of complete gradients; {layer: {i}} accumulated gradients whose
+        # norms are taken at the flush; deferred clips [(keys, op)]
+        self.norm_kinds, self.norms, self.norm_stale = set(), {}, {}
+        self.grad_ops = []
         self.handles = []  # torch hook handles
         self.keep = []  # AccumulateGrad nodes (torch < 2.1)
         self.exposed_ns = 0  # time spent in acquire calls (Python side)

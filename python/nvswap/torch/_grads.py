@@ -9,6 +9,7 @@ import torch
 
 import nvswap
 
+from ._clip import apply_op, tensor_norm
 from ._common import GRAD_BASE, error, nbytes
 
 _HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
@@ -139,9 +140,15 @@ class Grads:
                 self.release(layer)
 
     def _flush(self, layer):
+        """Write the layer's region behind; first take the norms of the
+        gradients accumulated into it (stale), from the region itself."""
         if not self.backlog:
             try:
-                self.grads.flush(layer)
+                stale = self.norm_stale.pop(layer, None)
+                if stale:
+                    self._region_norms(layer, stale, self.norm_kinds)
+                else:
+                    self.grads.flush(layer)
             except nvswap.Error:
                 self.unflushed.add(layer)  # retried by drain()
 
@@ -173,16 +180,24 @@ class Grads:
     def write_grad(self, layer, i, g):
         """Add gradient g of parameter i to the layer's region, as torch
         adds into p.grad: the first since zero_grad is copied."""
+        if self.grad_ops:
+            self._materialize_ops(layer)
         if not g.is_contiguous():
             g = g.contiguous()
-        if g.device.type != "cpu":
-            g = g.to("cpu")  # the gradient pool is CPU memory
         off = self.grad_off[layer][i]
         seen = self.written.setdefault(layer, set())
-        if i not in seen:
+        first = i not in seen
+        self.norms.pop((layer, i), None)
+        if first and self.norm_kinds:
+            self._take_norms(layer, i, g)  # on its own device, as torch
+        if g.device.type != "cpu":
+            g = g.to("cpu")  # the gradient pool is CPU memory
+        if first:
             self.grads.write(layer, off, g, "assign")
         elif g.dtype == torch.float32:
             self.grads.write(layer, off, g, "accumulate_f32")
+            if self.norm_kinds:  # the sum is in the region: at the flush
+                self.norm_stale.setdefault(layer, set()).add(i)
         else:
             self.grads.flush(layer)
             region = self.grads.acquire(layer)
@@ -191,6 +206,8 @@ class Grads:
             del cur, region
             self.grads.release(layer)
             self.grads.write(layer, off, total, "assign")
+            if self.norm_kinds:
+                self._take_norms(layer, i, total)
         seen.add(i)
 
     def zero_grads(self):
@@ -198,6 +215,92 @@ class Grads:
         for layer in self.written:
             self.grads.zero(layer)
         self.written = {}
+        self.norms, self.norm_stale, self.grad_ops = {}, {}, []
+
+    # ---------------------------------------------- norms and clipping
+    def has_grad(self, layer, i):
+        return i in self.written.get(layer, ())
+
+    def grad_device(self):
+        """Where the gradients would be in memory: the compute device."""
+        return self.device if self.device is not None else \
+            torch.device("cpu")
+
+    def _take_norms(self, layer, i, g, kinds=None):
+        if g.device != self.grad_device():
+            g = g.to(self.grad_device())
+        got = self.norms.setdefault((layer, i), {})
+        for nk in kinds or self.norm_kinds:
+            got[nk] = tensor_norm(g, *nk)
+
+    def _region_norms(self, layer, idx, kinds):
+        """The norms of gradients idx of the layer, from its region
+        (acquiring it flushes what was written)."""
+        region = self.grads.acquire(layer)
+        try:
+            for i in idx:
+                self._take_norms(layer, i, self.grad_view(region, layer, i),
+                                 kinds)
+        finally:
+            del region
+            self.grads.release(layer)
+
+    def grad_norms(self, keys, norm_type, kind):
+        """{(layer, index): norm} of the gradients keys, as torch's
+        clip_grad_norm_ takes them (kind: 'vector' or 'foreach'). Taken
+        in backward where this norm was asked for before; otherwise read
+        back now, and taken in backward from now on."""
+        nk = (norm_type, kind)
+        self.norm_kinds.add(nk)
+        if self.grad_ops:  # clipped before: the clipped gradients' norm
+            for layer in sorted({layer for layer, _ in keys}):
+                self._materialize_ops(layer)
+        missing = {}
+        for layer, i in keys:
+            if nk not in self.norms.get((layer, i), {}):
+                missing.setdefault(layer, []).append(i)
+        for layer, idx in sorted(missing.items()):
+            self.norm_stale.get(layer, set()).difference_update(idx)
+            self._region_norms(layer, idx, [nk])
+        return {k: self.norms[k][nk] for k in keys}
+
+    def defer_grad_op(self, keys, op):
+        """A clip of gradients keys ([(layer, index)]), applied in each
+        optimizer step before the update (clipped()) until zero_grad."""
+        self.grad_ops.append((frozenset(keys), op))
+        for k in keys:
+            self.norms.pop(k, None)
+
+    def clipped(self, layer, i, g):
+        """Gradient g of parameter i with the deferred clips applied."""
+        for keys, op in self.grad_ops:
+            if (layer, i) in keys:
+                g = apply_op(g, op)
+        return g
+
+    def _materialize_ops(self, layer):
+        """The layer's deferred clips written into its region: before a
+        gradient is added to a clipped one, or a clipped norm is taken,
+        as torch would see p.grad clipped in place."""
+        idx = sorted({i for keys, _ in self.grad_ops for lay, i in keys
+                      if lay == layer})
+        if not idx:
+            return
+        region = self.grads.acquire(layer)
+        try:
+            new = {i: self.clipped(layer, i, self.grad_view(region, layer, i))
+                   for i in idx}
+        finally:
+            del region
+            self.grads.release(layer)
+        for i, t in new.items():
+            self.grads.write(layer, self.grad_off[layer][i], t.contiguous(),
+                             "assign")
+            self.norms.pop((layer, i), None)
+        done = {(layer, i) for i in idx}
+        self.grad_ops = [(keys - done, op) for keys, op in self.grad_ops
+                         if keys - done]
+        self.grads.flush(layer)
 
     def grad_view(self, region, layer, i):
         p = self.layers[layer][i]

@@ -8,7 +8,7 @@ import torch
 
 import nvswap
 
-from . import _durable, _pools, _statedict
+from . import _clip, _durable, _pools, _statedict
 from ._engine import Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers)
@@ -176,6 +176,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         _undo(model, eng)
         raise
     _install(model, eng)
+    _clip.route_torch()
     return model
 
 

@@ -201,7 +201,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         inner.state = defaultdict(dict)
         for gi, i, p in items:
             p.grad = (grads[i] if grads is not None else
-                      eng.grad_view(region, layer, i))
+                      eng.clipped(layer, i, eng.grad_view(region, layer, i)))
             groups.setdefault(gi, []).append(p)
             if state is not None:
                 inner.state[p] = dict(self._scalars.get(p, {}))
