@@ -13,7 +13,7 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed for this "
     "interpreter (Debian packages no transformers)")
 import nvswap.torch as nvt  # noqa: E402
-from torchhelp import same  # noqa: E402
+from torchhelp import MasterAdamW, same  # noqa: E402
 
 V = 96
 
@@ -94,3 +94,24 @@ def test_accelerate_clip_grad_norm_takes_nvswaps_path(swapdir):
         m(input_ids=x, labels=x).loss.backward()
         norms.append(acc.clip_grad_norm_(m.parameters(), 0.5))
     assert torch.equal(norms[0], norms[1]) and norms[1].item() > 0.5
+
+
+def test_trainer_bf16_with_fp32_masters_is_bit_for_bit(swapdir, diskdir):
+    """offload(dtype=bf16) against a bf16 model whose fp32 master copies
+    torch's AdamW steps (torchhelp.MasterAdamW), both in the Trainer with
+    clipping and checkpointing."""
+    torch.manual_seed(0)
+    src = llama()
+    ref = copy.deepcopy(src).to(torch.bfloat16)
+    off = copy.deepcopy(src)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=torch.bfloat16)
+
+    def reference(params, lr):
+        return MasterAdamW(params, src.parameters(), lr=lr)
+
+    kw = {"gradient_checkpointing": True}
+    want = trainer_run(ref, reference, diskdir + "/ref", **kw)
+    got = trainer_run(off, nvt.AdamW, diskdir + "/off", **kw)
+    assert got == want
+    same(ref.state_dict(), off.state_dict())

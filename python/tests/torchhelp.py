@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Models and checks shared by the nvswap.torch tests: a small GPT-style
-decoder of torch.nn layers, token batches, a training loop, and state
-dicts compared bit for bit."""
+decoder of torch.nn layers, token batches, a training loop, state dicts
+compared bit for bit, and the mixed-precision reference optimizer."""
 import torch
 
 V, D, HEADS, T, B = 64, 32, 4, 8, 2
@@ -59,3 +59,28 @@ def same(a, b):
             assert torch.equal(a[k], b[k]), k
         else:
             assert a[k] == b[k], k
+
+
+class MasterAdamW(torch.optim.AdamW):
+    """The reference: torch's AdamW over fp32 master copies of a bf16
+    model's parameters. step() takes each model gradient to fp32, steps
+    the masters, and copies them (rounded) back into the model."""
+
+    def __init__(self, model_params, source_params, **kw):
+        self.model_params = list(model_params)
+        self.masters = [torch.nn.Parameter(p.detach().clone().float())
+                        for p in source_params]
+        super().__init__(self.masters, **kw)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for p, m in zip(self.model_params, self.masters):
+            m.grad = None if p.grad is None else p.grad.float()
+        super().step(closure)
+        for p, m in zip(self.model_params, self.masters):
+            p.copy_(m)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.model_params:
+            p.grad = None
+        super().zero_grad(set_to_none)

@@ -3,7 +3,7 @@
 optimizer state on NVMe, from plain PyTorch.
 
     import nvswap.torch as nvt
-    model = nvt.offload(model, config="ds_config.json", rank=0)
+    model = nvt.offload(model, config="ds_config.json")
     opt = nvt.Adam(model.parameters(), lr=1e-3)     # or nvt.AdamW
     for batch in data:
         loss = loss_fn(model(batch)); loss.backward(); opt.step(); opt.zero_grad()

@@ -109,6 +109,7 @@ def _record(eng, seq, tag):
     rec = {
         "version": VERSION, "seq": seq, "tag": tag, "steps": eng.steps,
         "layers": [list(n) for n in eng.names],
+        "dtype": None if eng.dtype is None else str(eng.dtype),
         "written": {str(k): sorted(v) for k, v in eng.written.items()},
         "optimizer": None,
     }
@@ -166,6 +167,15 @@ def read_record(gswap):
     return rec
 
 
+def check_dtype(rec, dtype):
+    """The model being resumed computes in the saved model's dtype (before
+    any layer is added: the layouts would differ)."""
+    want = None if dtype is None else str(dtype)
+    if rec.get("dtype") != want:
+        raise ValueError("nvswap.torch: resuming a model offloaded with "
+                         f"dtype={want}, saved with dtype={rec.get('dtype')}")
+
+
 def check_layers(eng, rec):
     """The model being resumed has the saved model's layers."""
     if rec["layers"] != [list(n) for n in eng.names]:
@@ -211,7 +221,8 @@ def restore_optimizer(opt, rec):
         ps = eng.layers[layer]
         # The layout only: the saved bytes are adopted, nothing written.
         opt._swap.add_group(layer, [torch.empty(ps[i].shape,
-                                                dtype=ps[i].dtype)
+                                                dtype=opt._state_dtype(ps[i]),
+                                                device="meta")
                                     for i, _ in keys])
         opt._keys[layer] = keys
 

@@ -21,6 +21,7 @@ import nvswap
 from ._common import (ALIGN, GRAD_BASE, MAX_TENSORS, STATE_BASE, error,
                       nbytes, storage_ptr)
 from ._grads import Grads
+from ._mixed import Masters, cast
 from ._passes import Passes
 
 __all__ = ["ALIGN", "GRAD_BASE", "MAX_TENSORS", "STATE_BASE", "Engine",
@@ -37,13 +38,13 @@ class Rec:
         self.name, self.placeholder = name, placeholder
 
 
-def _placeholder(p, device=None):
+def _placeholder(p, device=None, dtype=None):
     """What an offloaded parameter holds between uses: its shape, dtype and
     device, one element of memory (NaN for floating types, so that a use
     outside any forward shows), and in-place writes refused."""
-    fill = float("nan") if p.dtype.is_floating_point else 0
-    return torch.full((), fill, dtype=p.dtype,
-                      device=device).expand(p.shape)
+    dtype = dtype or p.dtype
+    fill = float("nan") if dtype.is_floating_point else 0
+    return torch.full((), fill, dtype=dtype, device=device).expand(p.shape)
 
 
 class ParamDict(OrderedDict):
@@ -61,7 +62,7 @@ class ParamDict(OrderedDict):
 
 
 class Engine(Passes, Grads):
-    def __init__(self, pswap, params, gswap, opts, device=None):
+    def __init__(self, pswap, params, gswap, opts, device=None, dtype=None):
         # device: where the model computes (a CUDA device), or None: the
         # parameters are the pool's pinned buffers themselves. With a
         # device, the pool buffers stage them: a layer acquired for
@@ -74,6 +75,10 @@ class Engine(Passes, Grads):
         self.params = params  # nvswap.ParamSwapper
         self.gswap = gswap  # nvswap.Swapper for gradients + optimizer state
         self.grads = nvswap.GradSwapper(gswap, id_base=GRAD_BASE)
+        # dtype: the compute dtype of floating parameters (bf16) with fp32
+        # masters in the optimizer set (_mixed.py), or None
+        self.dtype = dtype
+        self.masters = Masters(gswap, dtype) if dtype is not None else None
         self.opts = opts
         self.gswap_options = opts.get(
             "optimizer", {"pipeline_read": False, "pipeline_write": False})
@@ -130,19 +135,23 @@ class Engine(Passes, Grads):
                 for _, p in items]
         if self.device is not None:
             data = [d.to("cpu") for d in data]
+        if self.masters is not None:
+            self.masters.add(layer, [n for n, _ in items], data)
+            data = [cast(d, self.dtype) for d in data]
         self.params.add_layer(layer, data)
-        del data
+        dtypes = [d.dtype for d in data]
         offs, off = [], 0
-        for _, p in items:
+        for d in data:
             offs.append(off)
-            off += (nbytes(p) + ALIGN - 1) // ALIGN * ALIGN
+            off += (nbytes(d) + ALIGN - 1) // ALIGN * ALIGN
+        del data
         self.grads.add_group(layer, max(off, ALIGN))
         self.layers.append([p for _, p in items])
         self.names.append([n for n, _ in items])
         self.grad_off.append(offs)
         self.refs.append(0)
         for i, (name, p) in enumerate(items):
-            ph = _placeholder(p, self.device)
+            ph = _placeholder(p, self.device, dtypes[i])
             p._nvswap = Rec(self, layer, i, name, ph)
             p.data = ph
         return layer
@@ -261,6 +270,7 @@ class Engine(Passes, Grads):
             gs["buffer_size"] * gs["buffer_count"],
             "pool_high_water": {"param": ps["pool_high_water"],
                                 "optimizer": gs["pool_high_water"]},
+            "dtype": self.dtype,
             "walk": list(self.walk or ()),
             "recomputes": self.recomputes,
             "recompute_acquires": self.recompute_acquires,
@@ -291,7 +301,10 @@ class Engine(Passes, Grads):
         self.handles, self.keep = [], []
         if self.optimizer is not None:
             self.optimizer._close()
-        for obj in (self.grads, self.params, self.gswap, self.pswap):
+        for obj in (self.grads, self.masters, self.params, self.gswap,
+                    self.pswap):
+            if obj is None:
+                continue
             try:
                 obj.close()
             except nvswap.Error as e:
@@ -315,12 +328,13 @@ def engine_of(obj):
     return eng
 
 
-def check_layer_fits(items, buffer_size):
+def check_layer_fits(items, buffer_size, size_of=nbytes):
     """Split a module's parameters into layers that fit a pool buffer;
-    a parameter larger than one is refused with its name and both sizes."""
+    a parameter larger than one is refused with its name and both sizes.
+    size_of(p): its bytes in the pool (the compute dtype's)."""
     chunks, cur, cur_bytes = [], [], 0
     for name, p in items:
-        n = nbytes(p)
+        n = size_of(p)
         need = (n + ALIGN - 1) // ALIGN * ALIGN
         if need > buffer_size:
             raise error(errno.EFBIG,

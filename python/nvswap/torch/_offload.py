@@ -8,7 +8,7 @@ import torch
 
 import nvswap
 
-from . import _clip, _durable, _pools, _statedict
+from . import _clip, _durable, _mixed, _pools, _statedict
 from ._engine import Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers)
@@ -39,7 +39,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
-            persist=None, device=None, grad_hook=None):
+            persist=None, device=None, grad_hook=None, dtype=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -84,6 +84,16 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     step_in_backward is not available then. device='cpu' makes ordinary
     CPU copies the same way (the pool buffers stay private).
 
+    dtype: torch.bfloat16 computes in bf16 with fp32 master weights
+    (ZeRO-Infinity's layout): floating parameters (and buffers, as
+    model.to(dtype) does) are kept in bf16, so forward and backward read
+    half the bytes of fp32, and gradients are bf16; an fp32 master copy of
+    each (the values given, widened if they were not fp32) lives in the
+    optimizer set, and the nvswap.torch optimizer steps it with the
+    gradient in fp32 and writes the rounded copy back into the layer.
+    torch.float16 is refused (it needs loss scaling); None or
+    torch.float32: no masters.
+
     grad_hook: fn(name, grad), called in backward with each parameter's
     gradient once autograd has summed its uses, before it is written to
     the gradient pool (or stepped, step_in_backward); a tensor it returns
@@ -109,6 +119,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
     device = _device(model, device)
+    dtype = _mixed.compute_dtype(dtype)
     init = default_init(model, init)
     check_meta(model, init)
     cfg, raw = _pools.load_config(config)
@@ -117,11 +128,14 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
               buffer_count=buffer_count, backend=backend,
               optimizer_buffer_size=optimizer_buffer_size,
               optimizer_buffer_count=optimizer_buffer_count,
-              persist=persist)
+              persist=persist, dtype=dtype)
     pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw)
     try:
+        if rec is not None:
+            _durable.check_dtype(rec, dtype)
         bs = pswap.stats()["buffer_size"]
-        plan, tied = layer_plan(model, bs)
+        plan, tied = layer_plan(model, bs,
+                                lambda p: _mixed.cast_size(p, dtype))
         if lookahead is None:
             lookahead = (cfg.nvswap_options()["lookahead"]
                          if cfg is not None else 1)
@@ -138,7 +152,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             "rank": rank,
             "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
                           "pipeline_write": bool(oo.get("pipeline_write"))}},
-            device=device)
+            device=device, dtype=dtype)
         eng.grad_hook = grad_hook
     except BaseException:
         gswap.close()
@@ -164,6 +178,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             layers = eng.mod_layers.setdefault(m, [])
             if layer_of[id(p)] not in layers:
                 layers.append(layer_of[id(p)])
+        _mixed.cast_buffers(model, dtype)
         eng.persistent = _pools.persist_mode(cfg, kw)[0] != "scratch"
         if rec is not None:
             _durable.check_layers(eng, rec)
@@ -201,6 +216,9 @@ def _undo(model, eng):
     for layer, ps in enumerate(eng.layers):
         try:
             data = eng.read_layer(layer)
+            if eng.masters is not None:  # the fp32 values given
+                for i, t in eng.masters.read(layer).items():
+                    data[i] = t
         except nvswap.Error:
             data = [torch.zeros(p.shape, dtype=p.dtype) for p in ps]
         for p, d in zip(ps, data):

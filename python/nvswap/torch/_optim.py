@@ -19,9 +19,11 @@ import nvswap
 
 from . import _durable
 from ._engine import ALIGN, STATE_BASE, error
+from ._mixed import load_masters, master_state
 
 # state tensors per parameter, for the pool-size check
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
+_EMPTY = torch.empty(0)  # what a stand-in holds between steps
 
 
 class OffloadedOptimizer(torch.optim.Optimizer):
@@ -74,6 +76,13 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             opt["pipeline_write"] if pipeline_write is None else
             pipeline_write, id_base=STATE_BASE)
         self._eng, self._where = eng, where
+        # With fp32 masters (offload(dtype=)) torch steps a stand-in
+        # parameter per floating parameter, lent the master and the
+        # gradient in fp32; its state is keyed by the stand-in.
+        self._proxy = {} if eng.masters is None else {
+            p: torch.nn.Parameter(torch.empty(0))
+            for layer, items in where.items() for _, _, p in items
+            if p.is_floating_point()}
         self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
         self._scalars = {}  # param -> {key: value} kept in memory
@@ -93,12 +102,22 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 raise
             eng.resume_record = None
 
+    @staticmethod
+    def _state_size(eng, p):
+        """Bytes per element of p's state: fp32 with fp32 masters."""
+        if eng.masters is not None and p.is_floating_point():
+            return 4
+        return p.element_size()
+
+    def _state_dtype(self, p):
+        return torch.float32 if p in self._proxy else p.dtype
+
     def _check_fit(self, eng, where, amsgrad):
         n = _STATE_TENSORS.get(type(self).__name__, 2) + bool(amsgrad)
         bs = eng.gswap.stats()["buffer_size"]
         for layer, items in where.items():
-            need = n * sum((p.numel() * p.element_size() + ALIGN - 1) //
-                           ALIGN * ALIGN for _, _, p in items)
+            need = n * sum((p.numel() * self._state_size(eng, p) + ALIGN -
+                            1) // ALIGN * ALIGN for _, _, p in items)
             if need > bs:
                 raise error(errno.EFBIG,
                             f"nvswap.torch.{type(self).__name__}: the state "
@@ -153,40 +172,56 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     def _step_layer(self, layer, items, grads=None):
         """Step one layer; grads: {param index: gradient} given in
-        backward (step_in_backward), else the layer's gradient region."""
-        eng, inner = self._eng, self._inner
+        backward (step_in_backward), else the layer's gradient region.
+        With fp32 masters torch steps them, and the layer takes their
+        values rounded to its dtype."""
+        eng = self._eng
         eng.acquire(layer, host=True)  # steps in CPU memory
         changed = False
         try:
             region = eng.grads.acquire(layer) if grads is None else None
             try:
-                first = layer not in self._keys
-                state = None if first else self._swap.swap_in(layer)
+                masters = (eng.masters.swap_in(layer)
+                           if eng.masters is not None else None)
                 try:
-                    self._lend(layer, items, region, state, grads)
-                    if first:
-                        before = [p.data.clone() for _, _, p in items]
-                    inner.step()
-                    changed = True
-                    if first:
-                        try:
-                            self._register(layer, items)
-                        except BaseException:
-                            for (_, _, p), b in zip(items, before):
-                                p.data.copy_(b)
-                            changed = False
-                            raise
+                    changed = self._step_lent(layer, items, region, grads,
+                                              masters)
                 finally:
-                    self._unlend(items)
-                    if state is not None:
-                        del state
-                        self._swap.swap_out(layer)
+                    if masters is not None:
+                        del masters
+                        eng.masters.swap_out(layer)
             finally:
                 if region is not None:
                     del region
                     eng.grads.release(layer)
         finally:
             eng.release(layer, changed)
+
+    def _step_lent(self, layer, items, region, grads, masters):
+        first = layer not in self._keys
+        state = None if first else self._swap.swap_in(layer)
+        try:
+            self._lend(layer, items, region, state, grads, masters)
+            targets = [self._proxy.get(p, p) for _, _, p in items]
+            if first:
+                before = [t.data.clone() for t in targets]
+            self._inner.step()
+            if first:
+                try:
+                    self._register(layer, items)
+                except BaseException:
+                    for t, b in zip(targets, before):
+                        t.data.copy_(b)
+                    raise
+            for (_, _, p), t in zip(items, targets):
+                if t is not p:
+                    p.data.copy_(t.data)  # rounded, as copy_ does
+            return True
+        finally:
+            self._unlend(items)
+            if state is not None:
+                del state
+                self._swap.swap_out(layer)
 
     def _backward_step(self, layer, grads):
         """step_in_backward: the layer's gradients are complete (its
@@ -195,21 +230,27 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if items and not self._closed:
             self._step_layer(layer, items, grads)
 
-    def _lend(self, layer, items, region, state, grads=None):
+    def _lend(self, layer, items, region, state, grads=None, masters=None):
         eng, inner = self._eng, self._inner
         groups = {}
         inner.state = defaultdict(dict)
         for gi, i, p in items:
-            p.grad = (grads[i] if grads is not None else
-                      eng.clipped(layer, i, eng.grad_view(region, layer, i)))
-            groups.setdefault(gi, []).append(p)
+            g = (grads[i] if grads is not None else
+                 eng.clipped(layer, i, eng.grad_view(region, layer, i)))
+            t = self._proxy.get(p, p)
+            if t is not p:  # the fp32 master, stepped with g in fp32
+                t.data = masters[i]
+                g = g.float()
+            t.grad = g
+            groups.setdefault(gi, []).append(t)
             if state is not None:
-                inner.state[p] = dict(self._scalars.get(p, {}))
+                inner.state[t] = dict(self._scalars.get(p, {}))
         if state is not None:
             ps = eng.layers[layer]
             for slot, (i, key) in enumerate(self._keys[layer]):
-                if ps[i] in inner.state:
-                    inner.state[ps[i]][key] = state[slot]
+                t = self._proxy.get(ps[i], ps[i])
+                if t in inner.state:
+                    inner.state[t][key] = state[slot]
             for gi, i, p in items:
                 if p not in self._key_order:
                     raise error(errno.EINVAL,
@@ -219,15 +260,19 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                                 "its state cannot join the layer's swapped "
                                 "group (every parameter of a layer must "
                                 "get a gradient on the first step)")
-                inner.state[p] = {k: inner.state[p][k]
+                t = self._proxy.get(p, p)
+                inner.state[t] = {k: inner.state[t][k]
                                   for k in self._key_order[p]}
         inner.param_groups = [dict(self.param_groups[gi], params=ps)
                               for gi, ps in groups.items()]
 
     def _unlend(self, items):
         for _, _, p in items:
-            p.grad = None
-            st = self._inner.state.get(p)
+            t = self._proxy.get(p, p)
+            t.grad = None
+            if t is not p:
+                t.data = _EMPTY
+            st = self._inner.state.get(t)
             if st and p in self._key_order:
                 for k, v in st.items():
                     if k in self._scalars.get(p, {}):
@@ -239,7 +284,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """A layer's first step: torch made the state; register it."""
         tensors, keys = [], []
         for _, i, p in sorted(items, key=lambda it: it[1]):
-            st = self._inner.state[p]
+            st = self._inner.state[self._proxy.get(p, p)]
             self._key_order[p] = list(st)
             scalars = {}
             for k, v in st.items():
@@ -269,7 +314,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """torch's layout ({'state': {index: {...}}, 'param_groups'}) with
-        the state tensors read back from NVMe (copies)."""
+        the state tensors read back from NVMe (copies); for a model with
+        fp32 masters (offload(dtype=)) also 'master': {index: fp32
+        master weight}."""
         self._live()
         index = self._index()
         groups, i = [], 0
@@ -297,12 +344,15 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 st[k] = v.clone() if torch.is_tensor(v) else v
             state[index[p]] = st
         order = sorted(state)
-        return {"state": {k: state[k] for k in order},
-                "param_groups": groups}
+        out = {"state": {k: state[k] for k in order}, "param_groups": groups}
+        if eng.masters is not None:
+            out["master"] = master_state(eng, index)
+        return out
 
     def load_state_dict(self, state_dict):
         """Hyper-parameters into the groups, state tensors written to
-        NVMe (cast to the parameter's dtype, as torch does)."""
+        NVMe (cast to the parameter's dtype, as torch does; fp32 beside
+        fp32 masters, which a 'master' entry replaces)."""
         self._live()
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
@@ -315,6 +365,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         for idx, st in state_dict["state"].items():
             p = params[int(idx)]
             per_layer.setdefault(p._nvswap.layer, []).append((p, st))
+        if "master" in state_dict:
+            load_masters(self._eng, params, state_dict["master"])
         for g, saved in zip(self.param_groups, groups):
             g.update({k: v for k, v in saved.items() if k != "params"})
         for layer, entries in per_layer.items():
@@ -327,7 +379,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             scalars[p] = {}
             for k, v in st.items():
                 if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
-                    values[(p._nvswap.index, k)] = v.to(p.dtype)
+                    values[(p._nvswap.index, k)] = v.to(self._state_dtype(p))
                 else:
                     scalars[p][k] = v.clone() if torch.is_tensor(v) else v
         if layer in self._keys:

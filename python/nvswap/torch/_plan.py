@@ -7,10 +7,11 @@ import torch
 from ._engine import check_layer_fits
 
 
-def layer_plan(model, buffer_size):
+def layer_plan(model, buffer_size, size_of=None):
     """[(owner name, owner module, [(qualified name, param)])] in
-    named_modules order, each fitting a pool buffer; and the tied uses
-    [(module, attribute, param)]. Raises before anything is written."""
+    named_modules order, each fitting a pool buffer (size_of(p): its
+    bytes there); and the tied uses [(module, attribute, param)]. Raises
+    before anything is written."""
     plan, tied, seen = [], [], set()
     for mname, m in model.named_modules():
         own = []
@@ -22,7 +23,8 @@ def layer_plan(model, buffer_size):
                 continue
             seen.add(id(p))
             own.append((f"{mname}.{pname}" if mname else pname, p))
-        for chunk in check_layer_fits(own, buffer_size):
+        for chunk in check_layer_fits(own, buffer_size,
+                                      *([size_of] if size_of else [])):
             plan.append((mname, m, chunk))
     return plan, tied
 

@@ -80,17 +80,20 @@ def swappers(cfg, raw, rank, kw, generations=(None, None)):
             okw["buffer_size"] = kw["optimizer_buffer_size"]
         if kw.get("optimizer_buffer_count") is not None:
             okw["buffer_count"] = kw["optimizer_buffer_count"]
+        # A layer's Adam state: two fp32 tensors per parameter (twice a
+        # fp32 layer; four times a bf16 one, whose fp32 masters fit too).
+        factor = 4 if kw.get("dtype") is not None else 2
+        state = (factor * ps["buffer_size"] +
+                 2 * _engine.ALIGN * _engine.MAX_TENSORS)
         on_nvme = cfg is not None and cfg.offload("optimizer").get(
             "device") == "nvme"
         if on_nvme:
             if raw_key(raw, "zero_optimization", "offload_optimizer",
                         "buffer_size") is None:
-                okw.setdefault("buffer_size", 2 * ps["buffer_size"] +
-                               2 * _engine.ALIGN * _engine.MAX_TENSORS)
+                okw.setdefault("buffer_size", state)
             gswap = nvswap.Swapper(cfg, kind="optimizer", rank=rank, **okw)
         else:
-            okw.setdefault("buffer_size", 2 * ps["buffer_size"] +
-                           2 * _engine.ALIGN * _engine.MAX_TENSORS)
+            okw.setdefault("buffer_size", state)
             okw.setdefault("buffer_count", 4)
             path = kw.get("nvme_path") or os.path.dirname(os.path.dirname(
                 os.path.dirname(pswap.dirs[0])))

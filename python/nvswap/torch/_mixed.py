@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: MIT
+"""Mixed precision, ZeRO-Infinity's layout: offload(..., dtype=bf16) keeps
+each floating parameter in the parameter pool in that dtype (forward and
+backward read half the bytes of fp32), and its fp32 master copy in the
+optimizer set, one group per layer beside the Adam state. The optimizer
+steps the fp32 master with the gradient taken to fp32, then writes the
+rounded copy back into the layer: what torch.optim.AdamW over fp32
+master copies of a bf16 model gives, bit for bit."""
+import errno
+
+import torch
+
+import nvswap
+
+from ._common import ALIGN, error
+
+MASTER_BASE = 4 << 40  # id_base of the master groups in the optimizer set
+
+
+def compute_dtype(dtype):
+    """offload(dtype=): None (the parameters' own dtypes) or a torch
+    floating dtype the model computes in with fp32 masters."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.replace("torch.", ""), dtype)
+    if dtype == torch.float32:
+        return None
+    if dtype == torch.bfloat16:
+        return dtype
+    if dtype == torch.float16:
+        raise ValueError(
+            "nvswap.torch.offload: dtype=torch.float16 needs loss scaling "
+            "(a GradScaler's skipped steps on inf/nan), which nvswap.torch "
+            "does not do: use dtype=torch.bfloat16, whose range needs none")
+    raise ValueError("nvswap.torch.offload: dtype must be torch.bfloat16 "
+                     f"(or None / torch.float32 for none), not {dtype!r}")
+
+
+def cast(t, dtype):
+    """t in the compute dtype (floating tensors only)."""
+    if dtype is None or not t.is_floating_point() or t.dtype == dtype:
+        return t
+    return t.to(dtype)
+
+
+def cast_size(p, dtype):
+    """Bytes of parameter p in the compute dtype."""
+    if dtype is None or not p.is_floating_point():
+        return p.numel() * p.element_size()
+    return p.numel() * torch.tensor([], dtype=dtype).element_size()
+
+
+def cast_buffers(model, dtype):
+    """Floating buffers in the compute dtype, as model.to(dtype) does."""
+    if dtype is None:
+        return
+    for m in model.modules():
+        for name, b in m._buffers.items():
+            if b is not None and b.is_floating_point() and b.dtype != dtype:
+                m._buffers[name] = b.to(dtype)
+
+
+class Masters:
+    """The fp32 master weights of an offloaded model computing in a lower
+    precision: a group per layer (its floating parameters, in order) in
+    an OptimizerSwapper over the optimizer set."""
+
+    def __init__(self, gswap, dtype):
+        self.dtype = dtype
+        self.gswap = gswap
+        self.swap = nvswap.OptimizerSwapper(gswap, id_base=MASTER_BASE)
+        self.index = {}  # layer -> indexes of its parameters with a master
+
+    def add(self, layer, names, data):
+        """data: the layer's tensors as given (fp32 keeps every bit of an
+        fp32 source; a bf16 one is widened)."""
+        idx = [i for i, d in enumerate(data) if d.is_floating_point()]
+        if not idx:
+            return
+        need = sum((data[i].numel() * 4 + ALIGN - 1) // ALIGN * ALIGN
+                   for i in idx)
+        size = self.gswap.stats()["buffer_size"]
+        if need > size:
+            raise error(errno.EFBIG,
+                        "nvswap.torch.offload: the fp32 master weights of "
+                        f"layer {layer} ({', '.join(names)}) are {need} "
+                        "bytes, larger than an optimizer pool buffer "
+                        f"({size} bytes): raise offload_optimizer."
+                        "buffer_size (optimizer_buffer_size=)")
+        self.swap.add_group(layer, [data[i].float().contiguous()
+                                    for i in idx])
+        self.index[layer] = idx
+
+    def swap_in(self, layer):
+        """{parameter index: its fp32 master (a pool buffer)}"""
+        idx = self.index.get(layer)
+        if idx is None:
+            return {}
+        return dict(zip(idx, self.swap.swap_in(layer)))
+
+    def swap_out(self, layer):
+        if layer in self.index:
+            self.swap.swap_out(layer)
+
+    def read(self, layer):
+        """Copies of the layer's masters: {parameter index: tensor}."""
+        got = self.swap_in(layer)
+        try:
+            return {i: t.clone() for i, t in got.items()}
+        finally:
+            del got
+            self.swap_out(layer)
+
+    def close(self):
+        self.swap.close()
+
+
+def master_state(eng, index):
+    """{optimizer parameter index: fp32 master (a copy)} of every floating
+    parameter (index: parameter -> its index in the optimizer)."""
+    out = {}
+    for layer in sorted(eng.masters.index):
+        for i, t in eng.masters.read(layer).items():
+            p = eng.layers[layer][i]
+            if p in index:
+                out[index[p]] = t
+    return dict(sorted(out.items()))
+
+
+def load_masters(eng, params, saved):
+    """Write saved masters ({index: tensor}) into the master groups."""
+    if eng.masters is None:
+        raise ValueError("loaded state dict has fp32 master weights "
+                         "('master'), but the model was offloaded without "
+                         "a compute dtype (offload(dtype=))")
+    per_layer = {}
+    for idx, t in saved.items():
+        p = params[int(idx)]
+        rec = p._nvswap
+        if tuple(t.shape) != tuple(p.shape):
+            raise ValueError(f"loaded master of '{rec.name}' has shape "
+                             f"{tuple(t.shape)}, the parameter "
+                             f"{tuple(p.shape)}")
+        per_layer.setdefault(rec.layer, []).append((rec.index, t))
+    for layer, entries in sorted(per_layer.items()):
+        got = eng.masters.swap_in(layer)
+        try:
+            for i, t in entries:
+                got[i].copy_(t)
+        finally:
+            del got
+            eng.masters.swap_out(layer)

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: MIT
+"""offload(dtype=torch.bfloat16): bf16 parameters for forward and backward
+with fp32 master weights and Adam state in the optimizer set, bit for bit
+as the reference written here (a bf16 model, fp32 master copies stepped
+by torch.optim.AdamW, the bf16 copies refreshed after each step), with
+half the bytes read."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap.torch as nvt  # noqa: E402
+from torchhelp import GPT, MasterAdamW, batches, same  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+def lm_loss(model, tok):
+    out = model(tok[:, :-1])
+    return torch.nn.functional.cross_entropy(out.float().flatten(0, 1),
+                                             tok[:, 1:].flatten())
+
+
+def run(model, opt, data, clip=None, accumulate=1):
+    losses, norms = [], []
+    for k, tok in enumerate(data):
+        loss = lm_loss(model, tok)
+        (loss / accumulate).backward()
+        losses.append(loss.item())
+        if (k + 1) % accumulate == 0:
+            if clip is not None:
+                norms.append(torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), clip))
+            opt.step()
+            opt.zero_grad()
+    return losses, [n.item() for n in norms]
+
+
+def pair(swapdir, tie=True, rank=0, **kw):
+    torch.manual_seed(0)
+    src = GPT(tie=tie)
+    ref = copy.deepcopy(src).to(BF16)
+    off = copy.deepcopy(src)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=BF16, rank=rank)
+    ro = MasterAdamW(ref.parameters(), src.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, **kw)
+    return ref, off, ro, oo
+
+
+def same_optimizer(ro, oo):
+    rs, os_ = ro.state_dict(), oo.state_dict()
+    assert rs["param_groups"] == os_["param_groups"]
+    same(rs["state"], os_["state"])
+    for i, m in enumerate(ro.masters):
+        assert os_["master"][i].dtype == torch.float32
+        assert torch.equal(m.detach(), os_["master"][i]), i
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_bf16_with_fp32_masters_is_bit_for_bit(swapdir, tie, clip):
+    ref, off, ro, oo = pair(swapdir, tie=tie)
+    assert {p.dtype for p in off.parameters()} == {BF16}
+    assert off.mask.dtype == BF16  # buffers too, as model.to(bf16)
+    data = batches(4)
+    want, got = run(ref, ro, data, clip), run(off, oo, data, clip)
+    assert want == got
+    same(ref.state_dict(), off.state_dict())
+    same_optimizer(ro, oo)
+    assert nvt.stats(off)["dtype"] == BF16
+
+
+def test_bf16_gradients_accumulate_as_torchs(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    data = batches(6)
+    assert (run(ref, ro, data, clip=1.0, accumulate=3) ==
+            run(off, oo, data, clip=1.0, accumulate=3))
+    same(ref.state_dict(), off.state_dict())
+    same_optimizer(ro, oo)
+
+
+def test_bf16_step_in_backward(swapdir):
+    ref, off, ro, oo = pair(swapdir, step_in_backward=True)
+    data = batches(3)
+    assert run(ref, ro, data) == run(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    same_optimizer(ro, oo)
+
+
+def test_bf16_reads_half_the_parameter_bytes(swapdir):
+    torch.manual_seed(0)
+    src = GPT(layers=2)
+    runs = {}
+    for rank, dtype in enumerate((None, BF16)):
+        m = copy.deepcopy(src)
+        nvt.offload(m, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                    dtype=dtype, rank=rank)
+        opt = nvt.AdamW(m.parameters(), lr=1e-2)
+        run(m, opt, batches(1))
+        before = nvt.stats(m)["param"]["bytes_read"]
+        run(m, opt, batches(1, seed=2))  # a step after the first
+        runs[dtype] = nvt.stats(m)["param"]["bytes_read"] - before
+        assert nvt.stats(m)["parameter_bytes"] == sum(
+            p.numel() * (2 if dtype else 4) for p in src.parameters())
+    ratio = runs[BF16] / runs[None]
+    assert 0.45 < ratio < 0.56, runs  # 64-byte packing aside, a half
+
+
+def test_optimizer_state_dict_with_masters_round_trips(swapdir, diskdir):
+    ref, off, ro, oo = pair(swapdir)
+    data = batches(4)
+    run(ref, ro, data)
+    run(off, oo, data[:2])
+    saved_model, saved_opt = off.state_dict(), oo.state_dict()
+    torch.save(saved_opt, diskdir + "/opt.pt")
+    nvt.restore(off)
+    torch.manual_seed(5)
+    again = GPT(tie=True)
+    nvt.offload(again, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=BF16, rank=1)
+    again.load_state_dict(saved_model)
+    opt = nvt.AdamW(again.parameters(), lr=1e-2)
+    opt.load_state_dict(torch.load(diskdir + "/opt.pt"))
+    run(again, opt, data[2:])
+    same(ref.state_dict(), again.state_dict())
+    same_optimizer(ro, opt)
+
+
+def test_persistent_bf16_resumes_bit_for_bit(swapdir):
+    ref, off, ro, _ = pair(swapdir)
+    data = batches(4)
+    run(ref, ro, data)
+    nvt.restore(off)
+    torch.manual_seed(0)
+    src = GPT(tie=True)
+    first = copy.deepcopy(src)
+    nvt.offload(first, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=BF16, rank=2, persist="persistent")
+    opt = nvt.AdamW(first.parameters(), lr=1e-2)
+    run(first, opt, data[:2])
+    nvt.checkpoint(first).wait()
+    nvt.restore(first)
+    with pytest.raises(ValueError, match="dtype"):
+        nvt.offload(copy.deepcopy(src), nvme_path=swapdir,
+                    buffer_size="64K", buffer_count=4, rank=2,
+                    persist="resume")
+    second = copy.deepcopy(src)
+    nvt.offload(second, nvme_path=swapdir, buffer_size="64K",
+                buffer_count=4, dtype=BF16, rank=2, persist="resume")
+    opt = nvt.AdamW(second.parameters(), lr=1e-2)
+    run(second, opt, data[2:])
+    same(ref.state_dict(), second.state_dict())
+    same_optimizer(ro, opt)
+
+
+def test_dtype_bad_input(swapdir):
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="float16 needs loss scaling"):
+        nvt.offload(GPT(), nvme_path=swapdir, dtype=torch.float16)
+    with pytest.raises(ValueError, match="must be torch.bfloat16"):
+        nvt.offload(GPT(), nvme_path=swapdir, dtype=torch.int8)
+    model = GPT()
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                dtype=torch.float32)  # none: no masters
+    assert nvt.stats(model)["dtype"] is None
+    assert "master" not in nvt.AdamW(model.parameters()).state_dict()
+
+
+def test_masters_that_do_not_fit_an_optimizer_buffer_are_named(swapdir):
+    torch.manual_seed(0)
+    model = GPT()
+    with pytest.raises(OSError) as ei:
+        nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                    dtype=BF16, optimizer_buffer_size="4K")
+    assert "fp32 master weights of layer" in str(ei.value)
+    assert "optimizer_buffer_size" in str(ei.value)
+    assert all(p.dtype == torch.float32 and not p.is_meta
+               for p in model.parameters())  # given back as they were
