@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""nvswap.torch on the LLM recipe (issue 32, "Speed"): a Hugging Face
+Llama of ~270M parameters from a config (random weights), activation
+checkpointing on, trained a few steps by variants run side by side.
+
+--compare memory: offloaded (nvt.AdamW, clipping at 1.0) against the
+  same recipe in memory (torch.optim.AdamW, torch's clipping); the
+  losses and total norms must be equal at every step.
+--compare clip: offloaded with clipping against offloaded without (the
+  cost of the norms taken in backward and the clip applied in step()).
+--compare dtype: offloaded fp32 against offloaded dtype=bf16 with fp32
+  masters (the bytes read in forward + backward, and the step time).
+
+Steps are interleaved: variant order rotates every step, so a drift of
+the machine's load hits every variant alike; --warmup untimed steps
+first. Each step is timed whole and by phase (forward + loss, backward,
+clip + optimizer step + zero_grad); nvswap.torch.stats deltas give the
+bytes read and written per phase and the I/O exposed (the time acquires
+waited, from the C library). A ratio is the median of the per-step
+ratios (the same step's batch for both), with min-max.
+
+    PYTHONPATH=build/python python3 bench/hf_llama.py --compare memory
+        [--dir /var/tmp/nvswap-bench] [--hidden 1024] [--layers 16]
+        [--inter 2816] [--vocab 32000] [--seq 256] [--batch 1]
+        [--steps 5] [--warmup 1] [--buffer-size 64M] [--json FILE]
+
+--dir must be on the disk to test (not /tmp, which may be tmpfs).
+"""
+import argparse
+import copy
+import json
+import os
+import platform
+import sys
+import time
+
+import torch
+import transformers
+
+import nvswap.torch as nvt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from benchutil import fs_type, loadavg, med, parse_size  # noqa: E402
+
+MIB = 1 << 20
+
+
+def build(a):
+    cfg = transformers.LlamaConfig(
+        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.inter,
+        num_hidden_layers=a.layers, num_attention_heads=a.hidden // 64,
+        num_key_value_heads=a.hidden // 64, max_position_embeddings=a.seq,
+        tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    return model
+
+
+class Variant:
+    def __init__(self, name, model, opt, clip, offloaded):
+        self.name, self.model, self.opt = name, model, opt
+        self.clip, self.offloaded = clip, offloaded
+        self.steps = []
+
+
+def offloaded(a, src, rank, **kw):
+    model = copy.deepcopy(src)
+    folder = os.path.join(a.dir, "swap")
+    os.makedirs(folder, exist_ok=True)
+    nvt.offload(model, nvme_path=folder, buffer_size=a.buffer_size,
+                buffer_count=a.buffer_count, lookahead=a.lookahead,
+                rank=rank, **kw)
+    return model
+
+
+def variants(a, src):
+    mk = []
+    if a.compare == "memory":
+        ref = copy.deepcopy(src)
+        mk.append(Variant("in memory", ref, torch.optim.AdamW(
+            ref.parameters(), lr=1e-4), True, False))
+        off = offloaded(a, src, 0)
+        mk.append(Variant("offloaded", off, nvt.AdamW(
+            off.parameters(), lr=1e-4), True, True))
+    elif a.compare == "clip":
+        for rank, clip in enumerate((True, False)):
+            off = offloaded(a, src, rank)
+            mk.append(Variant("clipping" if clip else "no clipping", off,
+                              nvt.AdamW(off.parameters(), lr=1e-4), clip,
+                              True))
+    else:
+        for rank, dtype in enumerate((None, torch.bfloat16)):
+            off = offloaded(a, src, rank, dtype=dtype)
+            mk.append(Variant("bf16 + fp32 masters" if dtype else "fp32",
+                              off, nvt.AdamW(off.parameters(), lr=1e-4),
+                              True, True))
+    return mk
+
+
+def step(v, tokens):
+    marks = []
+
+    def mark():
+        marks.append((time.perf_counter(),
+                       nvt.stats(v.model) if v.offloaded else None))
+
+    mark()
+    loss = v.model(input_ids=tokens, labels=tokens).loss
+    mark()
+    loss.backward()
+    mark()
+    norm = None
+    if v.clip:
+        norm = torch.nn.utils.clip_grad_norm_(v.model.parameters(), 1.0)
+    v.opt.step()
+    v.opt.zero_grad()
+    mark()
+    out = {"total": marks[3][0] - marks[0][0], "loss": loss.item(),
+           "norm": None if norm is None else norm.item()}
+    for name, (x, y) in zip(("fwd", "bwd", "opt"), zip(marks, marks[1:])):
+        out[name] = y[0] - x[0]
+        if v.offloaded:
+            out[name + "_read"] = y[1]["bytes_read"] - x[1]["bytes_read"]
+            out[name + "_written"] = (y[1]["bytes_written"] -
+                                      x[1]["bytes_written"])
+            out[name + "_exposed"] = (y[1]["io_exposed_s"] -
+                                      x[1]["io_exposed_s"])
+    if v.offloaded:
+        s0, s1 = marks[0][1], marks[3][1]
+        out["read"] = s1["bytes_read"] - s0["bytes_read"]
+        out["written"] = s1["bytes_written"] - s0["bytes_written"]
+        out["exposed"] = s1["io_exposed_s"] - s0["io_exposed_s"]
+        out["recomputes"] = s1["recomputes"] - s0["recomputes"]
+    return out
+
+
+def run(a):
+    src = build(a)
+    nparams = sum(p.numel() for p in src.parameters())
+    print(f"Llama {nparams / 1e6:.0f}M parameters; {a.compare}",
+          file=sys.stderr)
+    vs = variants(a, src)
+    del src
+    gen = torch.Generator().manual_seed(1)
+    for i in range(a.warmup + a.steps):
+        tokens = torch.randint(0, a.vocab, (a.batch, a.seq), generator=gen)
+        order = vs[i % len(vs):] + vs[:i % len(vs)]
+        got = {v.name: step(v, tokens) for v in order}
+        if a.compare == "memory":
+            x, y = got[vs[0].name], got[vs[1].name]
+            if (x["loss"], x["norm"]) != (y["loss"], y["norm"]):
+                sys.exit(f"step {i}: in memory {x['loss']} / {x['norm']}, "
+                         f"offloaded {y['loss']} / {y['norm']}: differ")
+        if i >= a.warmup:
+            for v in vs:
+                v.steps.append(got[v.name])
+        print(f"  step {i}{' (warm-up)' if i < a.warmup else ''}: " +
+              ", ".join(f"{v.name} {got[v.name]['total']:.2f}s"
+                        for v in vs) + f" load {loadavg()}",
+              file=sys.stderr)
+    return nparams, vs
+
+
+def report(a, nparams, vs):
+    base = vs[0]
+    print(f"\nLlama {nparams / 1e6:.0f}M parameters (hidden {a.hidden}, "
+          f"{a.layers} layers, intermediate {a.inter}, vocab {a.vocab}), "
+          f"batch {a.batch} x {a.seq} tokens, activation checkpointing "
+          f"(non-reentrant), AdamW; pool {a.buffer_count} x "
+          f"{a.buffer_size // MIB} MiB, lookahead {a.lookahead}; "
+          f"{len(base.steps)} timed steps after {a.warmup}; torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads, "
+          f"Python {platform.python_version()}\n")
+    print("| variant | step s (median, min-max) | / " + base.name +
+          " (median of per-step ratios, min-max) | forward s | backward s "
+          "| clip+step s | read GiB (fwd / bwd / step) | written GiB | "
+          "I/O exposed s | recomputes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for v in vs:
+        tot = [s["total"] for s in v.steps]
+        ratios = [s["total"] / b["total"] for s, b in zip(v.steps,
+                                                           base.steps)]
+        cells = [v.name, f"{med(tot):.2f} ({min(tot):.2f}-{max(tot):.2f})",
+                 f"**{med(ratios):.3f}** ({min(ratios):.3f}-"
+                 f"{max(ratios):.3f})"]
+        cells += [f"{med([s[p] for s in v.steps]):.2f}"
+                  for p in ("fwd", "bwd", "opt")]
+        if v.offloaded:
+            gib = 1 << 30
+            cells.append(" / ".join(
+                f"{med([s[p + '_read'] for s in v.steps]) / gib:.2f}"
+                for p in ("fwd", "bwd", "opt")))
+            cells.append(f"{med([s['written'] for s in v.steps]) / gib:.2f}")
+            cells.append(f"{med([s['exposed'] for s in v.steps]):.2f}")
+            cells.append(str(v.steps[-1]["recomputes"]))
+        else:
+            cells += ["-", "-", "-", "-"]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--compare", choices=("memory", "clip", "dtype"),
+                    default="memory")
+    ap.add_argument("--dir", default="/var/tmp/nvswap-bench")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--inter", type=int, default=2816)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--buffer-size", type=parse_size, default=parse_size("160M"))
+    ap.add_argument("--buffer-count", type=int, default=6)
+    ap.add_argument("--lookahead", type=int, default=2)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
+    fs = fs_type(a.dir)
+    if fs in ("tmpfs", "ramfs"):
+        sys.exit(f"{a.dir} is on {fs}: give --dir on the disk")
+    t0 = time.time()
+    nparams, vs = run(a)
+    report(a, nparams, vs)
+    print(f"\nload average {loadavg()} at the end; {time.time() - t0:.0f} s "
+          "in all")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"args": vars(a), "params": nparams,
+                       "torch": torch.__version__,
+                       "variants": {v.name: v.steps for v in vs}}, f,
+                      indent=1)
+    for v in vs:
+        if v.offloaded:
+            nvt.restore(v.model)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
