@@ -8,10 +8,9 @@
 #   MODE debian: a venv with --system-site-packages over Debian's
 #                python3-torch, -numpy, -pytest and -mesonpy, and the package
 #                installed offline (pip --no-index --no-build-isolation).
-#   MODE pypi:   a plain venv; torch==2.13.0 (always pinned: an open range
-#                downloads a multi-GB CUDA build), numpy, pytest,
-#                meson-python, deepspeed, transformers and accelerate from
-#                PyPI (pinned), then the package, no isolation.
+#   MODE pypi:   a plain venv with torch==2.13.0 and the pinned clients
+#                from PyPI (scripts/python-venv.sh makes both), then the
+#                package, no isolation.
 # Appends "LABEL passed failed skipped" to $NVS_TOTALS when set. Extra
 # pytest arguments: $PYTEST_ARGS.
 set -uo pipefail
@@ -33,27 +32,10 @@ run() { "$@" >>"$log" 2>&1 || {
 	total 0 1 0
 	exit 1
 }; }
-if [ ! -x "$venv/bin/python" ]; then
-	rm -rf "$venv"
-	if [ "$mode" = debian ]; then
-		run "$interp" -m venv --system-site-packages "$venv"
-	else
-		run "$interp" -m venv "$venv"
-		run "$venv/bin/pip" install -q torch==2.13.0
-		run "$venv/bin/pip" install -q numpy pytest 'meson-python>=0.13' \
-			meson ninja
-	fi
-fi
-# The real clients, pinned (from PyPI): DeepSpeed for the drop-in tests
-# (python/tests/test_deepspeed*.py), transformers and accelerate (with
-# safetensors) for the training-recipe tests (test_torch_hf*.py). torch
-# is already there, so pip adds nothing torch. Without PyPI those tests
-# skip and say why.
-CLIENTS="deepspeed==0.19.8 transformers==5.23.0 accelerate==1.15.0"
-if [ "$mode" = pypi ] && ! "$venv/bin/python" -c 'import deepspeed, transformers, accelerate, safetensors' 2>/dev/null; then
-	"$venv/bin/pip" install -q $CLIENTS >>"$log" 2>&1 ||
-		echo "   note: pip install $CLIENTS failed (see $log): their tests skip"
-fi
+scripts/python-venv.sh "$interp" "$venv" "$mode" "$log" || {
+	total 0 1 0
+	exit 1
+}
 if [ "$mode" = debian ]; then
 	run "$venv/bin/pip" install -q --no-index --no-build-isolation \
 		--force-reinstall --no-deps .

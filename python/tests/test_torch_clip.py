@@ -10,30 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap.torch as nvt  # noqa: E402
-from torchhelp import GPT, batches, same  # noqa: E402
-
-
-def lm_loss(model, tok):
-    out = model(tok[:, :-1])
-    return torch.nn.functional.cross_entropy(out.flatten(0, 1),
-                                             tok[:, 1:].flatten())
-
-
-def clipped_train(model, opt, data, clip, accumulate=1, **kw):
-    """Losses and the norms clip() returned, a step every `accumulate`
-    batches."""
-    losses, norms = [], []
-    for k, tok in enumerate(data):
-        loss = lm_loss(model, tok)
-        (loss / accumulate).backward()
-        losses.append(loss.item())
-        if (k + 1) % accumulate == 0:
-            out = clip(model.parameters(), **kw)
-            if out is not None:
-                norms.append(out)
-            opt.step()
-            opt.zero_grad()
-    return losses, norms
+from torchhelp import GPT, batches, lm_loss, same  # noqa: E402
+from torchhelp import clip_train as clipped_train  # noqa: E402
 
 
 def pair(swapdir, tie=True, seed=0, lr=1e-2, rank=0):

@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap.torch as nvt  # noqa: E402
+from torchhelp import hf  # noqa: E402
 
 
 class Rotary(torch.nn.Module):
@@ -98,18 +99,6 @@ def test_a_module_split_over_layers_is_initialized_once(swapdir):
     sd = model.state_dict()
     assert torch.equal(sd["0.weight"], torch.full((64, 64), 0.5))
     assert torch.equal(sd["0.bias"], torch.full((64,), -1.0))
-
-
-transformers = None
-
-
-def hf():
-    global transformers
-    if transformers is None:
-        transformers = pytest.importorskip(
-            "transformers", reason="transformers is not installed for "
-            "this interpreter (Debian packages no transformers)")
-    return transformers
 
 
 def test_a_hugging_face_llama_on_meta_runs_with_its_own_init(swapdir):

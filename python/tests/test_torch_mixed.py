@@ -10,29 +10,16 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap.torch as nvt  # noqa: E402
-from torchhelp import GPT, MasterAdamW, batches, same  # noqa: E402
+from torchhelp import GPT, MasterAdamW, batches, clip_train, same  # noqa: E402,E501
 
 BF16 = torch.bfloat16
 
 
-def lm_loss(model, tok):
-    out = model(tok[:, :-1])
-    return torch.nn.functional.cross_entropy(out.float().flatten(0, 1),
-                                             tok[:, 1:].flatten())
-
-
 def run(model, opt, data, clip=None, accumulate=1):
-    losses, norms = [], []
-    for k, tok in enumerate(data):
-        loss = lm_loss(model, tok)
-        (loss / accumulate).backward()
-        losses.append(loss.item())
-        if (k + 1) % accumulate == 0:
-            if clip is not None:
-                norms.append(torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), clip))
-            opt.step()
-            opt.zero_grad()
+    """Losses and clipped norms (clip: max_norm, or None: no clipping)."""
+    losses, norms = clip_train(
+        model, opt, data, clip and torch.nn.utils.clip_grad_norm_,
+        accumulate, **({"max_norm": clip} if clip else {}))
     return losses, [n.item() for n in norms]
 
 

@@ -8,10 +8,10 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
-import torch.utils.checkpoint  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402,F811
 
 import nvswap.torch as nvt  # noqa: E402
-from torchhelp import GPT, batches, same, train  # noqa: E402
+from torchhelp import GPT, batches, hf, same, train, trained_pair  # noqa: E402,E501
 
 
 class CheckpointedGPT(GPT):
@@ -36,12 +36,8 @@ def test_checkpointed_blocks_train_bit_for_bit(swapdir, reentrant, tie):
     torch.manual_seed(0)
     ref = CheckpointedGPT(reentrant, layers=3, tie=tie)
     off = copy.deepcopy(ref)
-    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
-    data = batches(3)
-    assert train(ref, ro, data) == train(off, oo, data)
-    same(ref.state_dict(), off.state_dict())
+    ro, oo = trained_pair(ref, off, "AdamW", batches(3), nvme_path=swapdir,
+                          buffer_size="64K", buffer_count=4)
     same(ro.state_dict(), oo.state_dict())
     st = nvt.stats(off)
     # each block recomputed once a step, acquiring its layers again
@@ -86,25 +82,8 @@ def test_a_tight_pool_still_recomputes(swapdir):
     for the recomputation."""
     torch.manual_seed(0)
     ref = CheckpointedGPT(False, layers=2)
-    off = copy.deepcopy(ref)
-    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=3)
-    ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
-    oo = nvt.Adam(off.parameters(), lr=1e-2)
-    data = batches(2)
-    assert train(ref, ro, data) == train(off, oo, data)
-    same(ref.state_dict(), off.state_dict())
-
-
-transformers = None
-
-
-def hf():
-    global transformers
-    if transformers is None:
-        transformers = pytest.importorskip(
-            "transformers", reason="transformers is not installed for "
-            "this interpreter (Debian packages no transformers)")
-    return transformers
+    trained_pair(ref, copy.deepcopy(ref), "Adam", batches(2),
+                 nvme_path=swapdir, buffer_size="64K", buffer_count=3)
 
 
 def llama_pair(swapdir, tie=False):
@@ -138,16 +117,8 @@ def test_hugging_face_gradient_checkpointing_trains_bit_for_bit(
         swapdir, reentrant, tie):
     ref, off = llama_pair(swapdir, tie)
     kw = {"gradient_checkpointing_kwargs": {"use_reentrant": reentrant}}
-    for m in (ref, off):
-        m.gradient_checkpointing_enable(**kw)  # both names, same thing
-        m.train()
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
-    g = torch.Generator().manual_seed(3)
-    data = [torch.randint(0, 96, (2, 12), generator=g) for _ in range(3)]
-    assert lm_train(ref, ro, data) == lm_train(off, oo, data)
-    same(ref.state_dict(), off.state_dict())
-    same(ro.state_dict(), oo.state_dict())
+    hf_train_pair(ref, off, lambda m: m.gradient_checkpointing_enable(**kw),
+                  steps=3)
     assert nvt.stats(off)["recomputes"] == 3 * 3  # 3 layers x 3 steps
 
 
@@ -160,12 +131,19 @@ def test_hugging_face_default_checkpointing(swapdir, method):
     ref, off = llama_pair(swapdir)
     if not hasattr(ref, method):
         pytest.skip(f"transformers {hf().__version__} has no {method}()")
+    hf_train_pair(ref, off, lambda m: getattr(m, method)(), steps=2)
+
+
+def hf_train_pair(ref, off, enable, steps):
+    """enable(model) on both, then the same steps: equal losses, weights
+    and optimizer state."""
     for m in (ref, off):
-        getattr(m, method)()
+        enable(m)
         m.train()
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     oo = nvt.AdamW(off.parameters(), lr=1e-2)
-    g = torch.Generator().manual_seed(4)
-    data = [torch.randint(0, 96, (2, 12), generator=g) for _ in range(2)]
+    g = torch.Generator().manual_seed(3)
+    data = [torch.randint(0, 96, (2, 12), generator=g) for _ in range(steps)]
     assert lm_train(ref, ro, data) == lm_train(off, oo, data)
     same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Models and checks shared by the nvswap.torch tests: a small GPT-style
 decoder of torch.nn layers, token batches, a training loop, state dicts
-compared bit for bit, and the mixed-precision reference optimizer."""
+compared bit for bit, the mixed-precision reference optimizer, and
+transformers where it is installed."""
+import pytest
 import torch
 
 V, D, HEADS, T, B = 64, 32, 4, 8, 2
@@ -84,3 +86,47 @@ class MasterAdamW(torch.optim.AdamW):
         for p in self.model_params:
             p.grad = None
         super().zero_grad(set_to_none)
+
+
+def hf():
+    """transformers, or a skip saying why (Debian packages none)."""
+    return pytest.importorskip(
+        "transformers", reason="transformers is not installed for this "
+        "interpreter (Debian packages no transformers)")
+
+
+def lm_loss(model, tok):
+    """Next-token cross entropy of the test GPT on tok (in fp32)."""
+    out = model(tok[:, :-1])
+    return torch.nn.functional.cross_entropy(out.float().flatten(0, 1),
+                                             tok[:, 1:].flatten())
+
+
+def trained_pair(ref, off, opt_cls, data, **offload):
+    """off (a copy of ref) offloaded and both trained on data with
+    opt_cls (torch's and nvswap.torch's): the losses must be equal."""
+    import nvswap.torch as nvt
+    nvt.offload(off, **offload)
+    ro = getattr(torch.optim, opt_cls)(ref.parameters(), lr=1e-2)
+    oo = getattr(nvt, opt_cls)(off.parameters(), lr=1e-2)
+    assert train(ref, ro, data) == train(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    return ro, oo
+
+
+def clip_train(model, opt, data, clip, accumulate=1, **kw):
+    """Train the test GPT on data, a step every `accumulate` batches
+    with clip(model.parameters(), **kw) before it (None: no clipping):
+    the losses and the norms clip() returned."""
+    losses, norms = [], []
+    for k, tok in enumerate(data):
+        loss = lm_loss(model, tok)
+        (loss / accumulate).backward()
+        losses.append(loss.item())
+        if (k + 1) % accumulate == 0:
+            out = None if clip is None else clip(model.parameters(), **kw)
+            if out is not None:
+                norms.append(out)
+            opt.step()
+            opt.zero_grad()
+    return losses, norms
