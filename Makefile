@@ -9,6 +9,8 @@
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 #   make test-gpu  the GPU suite (C and Python); skips without a GPU
 #   make demo-mpi  the main job data-parallel over Open MPI, 4 ranks
+#   make demo-hf   the LLM recipe: pretrained safetensors to NVMe, the HF
+#                  Trainer with clipping and checkpointing, bit for bit
 # Everything else is for developers: build, stress, bench (bench-full),
 # format, clean.
 
@@ -53,7 +55,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all deps build demo demo-io demo-mpi demo-python test test-plain test-asan test-tsan \
+.PHONY: all deps build demo demo-io demo-mpi demo-python demo-hf test test-plain test-asan test-tsan \
 	test-python test-gpu \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
 	clean
@@ -87,6 +89,22 @@ demo-python: build
 	mkdir -p nvme_swap
 	PYTHONPATH=build/python $(DEBIAN_PYTHON) \
 		examples/python/train_offloaded.py --dir nvme_swap
+
+# The LLM fine-tuning recipe (examples/python/hf_trainer.py): a Llama's
+# safetensors weights loaded straight to NVMe into a model built on the
+# meta device, trained by the Hugging Face Trainer (clipping, activation
+# checkpointing) against the same in memory, bit for bit. transformers
+# is not packaged by Debian: the PyPI interpreter's venv (pinned
+# packages, scripts/python-venv.sh) with the package pip-installed from
+# this tree, as make test-python does.
+demo-hf: deps
+	@scripts/deps.sh $(PYTHON_PACKAGES)
+	@scripts/python-venv.sh "$(PYPI_PYTHON)" $(CURDIR)/build/venv-pypi pypi
+	@echo "demo-hf: pip install . into build/venv-pypi"
+	@PATH="$(CURDIR)/build/venv-pypi/bin:$$PATH" build/venv-pypi/bin/pip \
+		install -q --no-build-isolation --force-reinstall --no-deps .
+	mkdir -p nvme_swap
+	build/venv-pypi/bin/python examples/python/hf_trainer.py --dir nvme_swap
 
 # Data-parallel over MPI (examples/mpi_offload_train.c): 4 ranks, each
 # training on its own data with its own swap sets (nvme_swap/nvswap/*/

@@ -16,6 +16,11 @@
 # and say why).
 set -uo pipefail
 interp=$1 venv=$2 mode=$3 log=${4:-$2.log}
+if [ ! -x "$interp" ]; then
+	echo "   no interpreter '$interp': set PYPI_PYTHON (make PYPI_PYTHON=...)" \
+		"to a CPython 3.10+ with pip and venv"
+	exit 1
+fi
 run() { "$@" >>"$log" 2>&1 || {
 	echo "   FAILED: $* (see $log)" && tail -30 "$log"
 	exit 1

@@ -141,3 +141,22 @@ def test_ddp_offloaded_without_averaging_says_different(diskdir):
         "verdict: after 1 steps on 2 ranks the weights of ranks [1] and the "
         "AdamW state of ranks [1] differ from the single-process reference:"
         " DIFFERENT")
+
+
+@pytest.mark.parametrize("mode", [[], ["--bf16"]])
+def test_hf_trainer_example_is_bit_for_bit(diskdir, mode):
+    """make demo-hf: safetensors to NVMe, the Trainer with clipping and
+    checkpointing, the verdict last; nothing left behind."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers", reason="transformers is not "
+                        "installed for this interpreter (Debian packages "
+                        "no transformers)")
+    r = run("hf_trainer.py", "--dir", diskdir, "--steps", "3", "--layers",
+            "2", "--hidden", "128", "--vocab", "512", "--context", "32",
+            *mode)
+    assert r.returncode == 0, r.stdout + r.stderr
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith("verdict: the offloaded Trainer's losses") and \
+        last.endswith("equal the in-memory run's bit for bit"), r.stdout
+    assert r.stdout.count("grad_norm") == 3
+    assert list(pathlib.Path(diskdir).iterdir()) == []
