@@ -11,6 +11,7 @@ optimizer state on NVMe, from plain PyTorch.
     nvt.checkpoint(model).wait()    # with persist="persistent": resumable
 
     model = nvt.offload(model_on_meta, weights="llama-dir", ...)  # pretrained
+    nvt.save_pretrained(model, "out-dir")      # from_pretrained reads it
 
 offload() writes every parameter to NVMe (one ParamSwapper layer per
 module, split where a module does not fit a pool buffer) and leaves in its
@@ -38,12 +39,13 @@ _stformat (the safetensors format), _load (offload(weights=)) and _export
 from . import _durable
 from ._api import checkpoint, gathered, stats, wait
 from ._engine import engine_of
+from ._export import save_pretrained
 from ._offload import offload, restore
 from ._optim import Adam, AdamW, OffloadedOptimizer
 from ._weights import open_weights
 
 __all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
            "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer",
-           "open_weights"]
+           "save_pretrained", "open_weights"]
 
 Checkpoint = _durable.Checkpoint
