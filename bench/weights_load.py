@@ -3,13 +3,14 @@
 """nvswap.torch.offload(weights=) (issue 32, "pretrained weights straight
 to NVMe"): load GB/s against fio's sequential read of the same files.
 
-The weights: --size bytes of a decoder-like model (--blocks blocks of
-four W x W fp32 Linear weights and a LayerNorm), written as safetensors
-shards of at most --shard bytes with a Hugging Face index (tensor
-offsets unaligned, as in HF's files), under --dir (on the disk to test,
-never /tmp). Each repeat drops the page cache (echo 3 >
-/proc/sys/vm/drop_caches, root) before each of, in this order
-(interleaved repeat by repeat):
+The weights: --size bytes of a decoder-like model (blocks of four
+--width x --width fp32 Linear weights and a LayerNorm), written as
+safetensors shards of at most --shard bytes with a Hugging Face index
+(tensor offsets unaligned, as in HF's files), under --dir (on the disk
+to test, never /tmp). Each repeat drops the page cache (echo 3 >
+/proc/sys/vm/drop_caches, root) before each of these runs, each repeat
+starting one run later in this list than the one before (so that no run
+always follows the same one):
 
   load          offload(model on meta, weights=dir): wall time until it
                 returns (every layer read and released: its write to the
@@ -221,19 +222,24 @@ def main():
     res = {k: [] for k in ("load", "load_drained", "read_alone", "fio_read",
                            "fio_rw")}
     try:
-        for rep in range(a.repeats):
-            drop_caches()
+        def do_load():
             t, t_all = load(a, wdir, swap)
             res["load"].append(nbytes / t)
             res["load_drained"].append(nbytes / t_all)
-            drop_caches()
-            res["read_alone"].append(nbytes / read_alone(wdir))
-            drop_caches()
-            b, secs = fio_read(a, files)
-            res["fio_read"].append(b / secs)
-            drop_caches()
+
+        def do_fio_rw():
             res["fio_rw"].append(nbytes / fio_read_write(a, files, scratch))
             os.unlink(scratch)
+
+        runs = [do_load,
+                lambda: res["read_alone"].append(nbytes / read_alone(wdir)),
+                lambda: res["fio_read"].append(
+                    (lambda b, s: b / s)(*fio_read(a, files))),
+                do_fio_rw]
+        for rep in range(a.repeats):
+            for i in range(len(runs)):  # each repeat starts one later
+                drop_caches()
+                runs[(rep + i) % len(runs)]()
             print(f"repeat {rep + 1}/{a.repeats}: " + ", ".join(
                 f"{k} {v[-1] / 1e9:.2f}" for k, v in res.items()),
                 file=sys.stderr)
