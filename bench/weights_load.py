@@ -20,7 +20,8 @@ always follows the same one):
                 the handle bouncing unaligned ranges) reading every
                 tensor into pinned buffers, 3 in flight, nothing written:
                 the read phase alone
-  fio read      fio --rw=read --direct=1 --bs=1M, the queue depth of
+  fio read      fio --rw=read --direct=1 --bs=1M (io_uring with
+                --fixedbufs --registerfiles), the queue depth of
                 nvswap's reader, each shard file in turn; GB/s = bytes /
                 the sum of fio's own runtimes
   fio read+write  the same reads while a second fio process writes as
@@ -30,7 +31,8 @@ always follows the same one):
                 until both are done
 
 Target: load >= 0.8 x fio read (medians). Prints a Markdown table:
-median (min-max) of each, and the ratios.
+median (min-max) of each, the ratio of the medians and the median
+(min-max) of the per-repeat ratios.
 
     sudo PYTHONPATH=build/python python3 bench/weights_load.py
         [--dir nvme_swap] [--size 2G] [--width 2048] [--shard 1G]
@@ -153,13 +155,22 @@ def read_alone(wdir):
     return t
 
 
+def fio_engine(a):
+    """fio's engine options: io_uring with registered buffers and files,
+    as nvswap's io_uring engine registers its bounce slots and files
+    (plain buffers cost fio a third of its reads here: RESULTS.md,
+    striping)."""
+    if a.fio_engine == "io_uring":
+        return ["--ioengine=io_uring", "--fixedbufs", "--registerfiles"]
+    return [f"--ioengine={a.fio_engine}"]
+
+
 def fio_read(a, files):
     total, secs = 0, 0.0
     for f in files:
         out = run(["fio", "--name=rd", f"--filename={f}", "--rw=read",
                    "--direct=1", "--bs=1M", f"--iodepth={a.qd}",
-                   f"--ioengine={a.fio_engine}", "--readonly",
-                   "--output-format=json"])
+                   "--readonly", "--output-format=json"] + fio_engine(a))
         job = json.loads(out)["jobs"][0]["read"]
         total += job["io_bytes"]
         secs += job["io_bytes"] / job["bw_bytes"]
@@ -173,9 +184,8 @@ def fio_read_write(a, files, scratch):
     t0 = time.perf_counter()
     wr = subprocess.Popen(
         ["fio", "--name=wr", f"--filename={scratch}", "--rw=write",
-         "--direct=1", "--bs=1M", f"--iodepth={a.qd}",
-         f"--ioengine={a.fio_engine}", f"--size={total}",
-         "--output-format=json"], stdout=subprocess.DEVNULL,
+         "--direct=1", "--bs=1M", f"--iodepth={a.qd}", f"--size={total}",
+         "--output-format=json"] + fio_engine(a), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
     try:
         fio_read(a, files)
@@ -252,16 +262,18 @@ def main():
           f"{a.fio_engine} queue depth {a.qd}, {a.repeats} interleaved "
           f"repeats, page cache dropped before each run; GB/s median "
           f"(min-max); ratio = median / fio read median\n")
-    print("| run | GB/s | ratio |")
-    print("|---|---|---|")
+    print("| run | GB/s | ratio | per-repeat ratio |")
+    print("|---|---|---|---|")
     labels = {"load": "offload(weights=) returns",
               "load_drained": "offload(weights=) + nvt.wait (writes done)",
               "read_alone": "reader alone (no swap writes)",
               "fio_read": "fio sequential read",
               "fio_rw": "fio read + concurrent write of as many bytes"}
     for k, v in res.items():
+        r = [x / y for x, y in zip(v, res["fio_read"])]
         print(f"| {labels[k]} | {med(v) / 1e9:.2f} ({min(v) / 1e9:.2f}-"
-              f"{max(v) / 1e9:.2f}) | {med(v) / ref:.2f} |")
+              f"{max(v) / 1e9:.2f}) | {med(v) / ref:.2f} | {med(r):.2f} "
+              f"({min(r):.2f}-{max(r):.2f}) |")
     met = med(res["load"]) >= TARGET * ref
     print(f"\nload average {loadavg()} at the end; target load >= "
           f"{TARGET} x fio read: {'met' if met else 'MISSED'}")
