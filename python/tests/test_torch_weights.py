@@ -149,6 +149,50 @@ def test_a_module_s_ignore_lists_and_init_fill_what_the_file_lacks(diskdir):
     assert 'Unexpected key(s): "lin.legacy"' in str(ei.value)
 
 
+def test_a_split_module_ignored_as_missing_is_initialized_once(diskdir):
+    """A Linear split over two layers (its 16 KiB weight fills a buffer)
+    whose bias the file lacks (ignored as missing): init runs once, in
+    memory, the weight is the file's, the bias init's. On the CPU
+    instead of meta, the bias keeps its value."""
+    w, s = dirs(diskdir)
+
+    class Seq(torch.nn.Sequential):
+        _keys_to_ignore_on_load_missing = [r"\.bias$"]
+
+    calls = []
+
+    def init(m):
+        calls.append(type(m).__name__)
+        with torch.no_grad():
+            m.weight.fill_(0.5)
+            m.bias.fill_(-1.0)
+
+    torch.manual_seed(0)
+    weight = torch.randn(64, 64)
+    path = os.path.join(w, "seq.safetensors")
+    write_st(path, {"0.weight": weight})
+    model = Seq(torch.nn.Linear(64, 64, device="meta"))
+    nvt.offload(model, nvme_path=s, buffer_size="16K", init=init)
+    assert nvt.stats(model)["layers"] == 2 and calls == ["Linear"]
+    nvt.restore(model)
+    calls.clear()
+    model = Seq(torch.nn.Linear(64, 64, device="meta"))
+    nvt.offload(model, nvme_path=s, buffer_size="16K", init=init,
+                weights=path)
+    assert nvt.stats(model)["layers"] == 2 and calls == ["Linear"]
+    sd = model.state_dict()
+    assert torch.equal(sd["0.weight"], weight)
+    assert torch.equal(sd["0.bias"], torch.full((64,), -1.0))
+    nvt.restore(model)
+    model = Seq(torch.nn.Linear(64, 64))
+    bias = model[0].bias.detach().clone()
+    nvt.offload(model, nvme_path=s, buffer_size="16K", weights=path)
+    sd = model.state_dict()
+    assert torch.equal(sd["0.weight"], weight)
+    assert torch.equal(sd["0.bias"], bias)
+    nvt.restore(model)
+
+
 def test_a_non_persistent_meta_buffer_comes_from_init(diskdir):
     w, s = dirs(diskdir)
 

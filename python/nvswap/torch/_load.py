@@ -159,16 +159,19 @@ def prepare(model, path):
 
 class Loader:
     """Fills the layers of an offload from a Binding; see the file's
-    comment. read=False (a resumed checkpoint): the layers are
-    registered (and adopted from the checkpoint), nothing is read."""
+    comment. renamed: offload()'s map of the meta parameters replaced
+    (their ids -> the new ones). read=False (a resumed checkpoint): the
+    layers are registered (and adopted from the checkpoint), nothing is
+    read."""
 
-    def __init__(self, eng, binding, init, device, read=True):
+    def __init__(self, eng, binding, init, device, renamed, read=True):
         self.eng, self.b, self.w = eng, binding, binding.weights
         self.init, self.device, self.read = init, device, read
         self.cap = max(1, eng.pswap.stats()["buffer_count"] - 1)
         self.inflight = []  # [(layer, [op])], oldest first
         self.undo = []  # (module._buffers, name, buffer as given)
-        self.model, self.renamed = None, {}
+        self.model = None
+        self.renamed = renamed  # id(parameter as given) -> its successor
         self.given = {}  # id -> a parameter as given, replaced
         self.own = {}  # module -> its parameters, when init must run
         self.done_init = set()
@@ -184,8 +187,10 @@ class Loader:
         reset_parameters()), one call per module; the modules whose
         parameters init must set are left to add()."""
         self.model = model
-        for _, m, chunk in plan:
-            if any(id(p) in self.b.init_params for _, p in chunk):
+        need_init = {m for _, m, chunk in plan
+                     if any(id(p) in self.b.init_params for _, p in chunk)}
+        for _, m, chunk in plan:  # all of a module's layers
+            if m in need_init:
                 self.own.setdefault(m, []).extend(chunk)
         for mname, m in model.named_modules():
             if m in self.own:
@@ -220,11 +225,11 @@ class Loader:
                 self._set_buffer(m, n, loaded[key])
 
     # ------------------------------------------------------- layers
-    def add(self, mname, m, chunk, renamed):
+    def add(self, mname, m, chunk):
         """Register one layer of the plan and start reading it; returns
         (layer, the chunk with the parameters now in the model)."""
         if m in self.own:  # init sets some: the materialized path
-            return self._add_init(mname, m, chunk, renamed)
+            return self._add_init(mname, m, chunk)
         out, keep = [], {}
         for name, p in chunk:
             if p.is_meta:
@@ -233,8 +238,7 @@ class Loader:
                     requires_grad=p.requires_grad)
                 m._parameters[name.rpartition(".")[2]] = q
                 self.given[id(p)] = p
-                self.renamed = renamed
-                renamed[id(p)] = q
+                self.renamed[id(p)] = q
                 p = q
             elif id(p) not in self.b.params:  # ignored as missing: kept
                 keep[id(p)] = p.data
@@ -257,15 +261,15 @@ class Loader:
             self._finish(self.inflight[0])
         return layer, out
 
-    def _add_init(self, mname, m, chunk, renamed):
+    def _add_init(self, mname, m, chunk):
         """A module some of whose parameters the file lacks (keys the
         model ignores as missing): init(module) sets all of them in CPU
         memory, then the file's overwrite theirs, as from_pretrained
         does."""
+        renamed = self.renamed
         if m not in self.done_init:
             self.done_init.add(m)
             own = self.own[m]
-            self.renamed = renamed
             self.given.update((id(p), p) for _, p in own)
             for n in _meta_buffers(m):
                 self.undo.append((m._buffers, n, m._buffers[n]))

@@ -174,7 +174,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     try:
         layer_of, renamed = {}, {}
         if binding is not None:  # the checkpoint resumed wins over weights
-            loader = _load.Loader(eng, binding, init, device, rec is None)
+            loader = _load.Loader(eng, binding, init, device, renamed,
+                                  rec is None)
             loader.buffers(model, plan)
         else:
             materialize_buffers(model, init, device)
@@ -183,7 +184,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             own.setdefault(m, []).extend(chunk)
         for mname, m, chunk in plan:
             if loader is not None:
-                layer, chunk = loader.add(mname, m, chunk, renamed)
+                layer, chunk = loader.add(mname, m, chunk)
             else:
                 if m in own:  # the whole module at once, init called once
                     materialize(mname, m, own.pop(m), init, renamed, device)
