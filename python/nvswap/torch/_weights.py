@@ -201,6 +201,7 @@ class Safetensors(Weights):
     def __init__(self, path, index=False):
         self.path = path
         self._handle = None
+        self._bufs = None  # two pinned staging buffers, made on first use
         if not index:
             h = _stformat.read_header(path)
             self.files = [path]
@@ -285,12 +286,11 @@ class Safetensors(Weights):
         flat = dest.view(-1) if dest.is_contiguous() else None
         if flat is None:  # a strided destination: whole, then copied
             tmp = torch.empty(e.shape, dtype=ft)
-            self.read_into_same(e, tmp)
+            self._read_whole(e, tmp)
             dest.copy_(tmp)
             return
-        bufs = [nvswap.pinned_empty(min(STAGE, e.nbytes), torch.uint8)
-                for _ in range(2)]
-        pieces = list(self._chunks(e, STAGE))
+        bufs = self._staging()
+        pieces = list(self._chunks(e, bufs[0].numel()))
         ops = [h.submit_read(bufs[0][:pieces[0][1]], e.path, pieces[0][0])]
         try:
             for i, (off, n, first) in enumerate(pieces):
@@ -308,7 +308,7 @@ class Safetensors(Weights):
                 except nvswap.Error:
                     pass
 
-    def read_into_same(self, e, dest):
+    def _read_whole(self, e, dest):
         self.handle().submit_read(dest, e.path, e.offset).wait()
 
     def equal(self, a, b):
@@ -320,10 +320,10 @@ class Safetensors(Weights):
         if ea.path == eb.path and ea.offset == eb.offset:
             return True
         h = self.handle()
-        bufs = [nvswap.pinned_empty(max(1, min(STAGE, ea.nbytes)),
-                                    torch.uint8) for _ in range(2)]
-        for off in range(0, ea.nbytes, STAGE):
-            n = min(STAGE, ea.nbytes - off)
+        bufs = self._staging()
+        step = bufs[0].numel()
+        for off in range(0, ea.nbytes, step):
+            n = min(step, ea.nbytes - off)
             x = h.submit_read(bufs[0][:n], ea.path, ea.offset + off)
             y = h.submit_read(bufs[1][:n], eb.path, eb.offset + off)
             x.wait()
@@ -332,7 +332,14 @@ class Safetensors(Weights):
                 return False
         return True
 
+    def _staging(self):
+        if self._bufs is None:
+            self._bufs = [nvswap.pinned_empty(STAGE, torch.uint8)
+                          for _ in range(2)]
+        return self._bufs
+
     def close(self):
+        self._bufs = None
         h, self._handle = self._handle, None
         if h is not None:
             h.close()
