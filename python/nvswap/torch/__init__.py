@@ -10,6 +10,9 @@ optimizer state on NVMe, from plain PyTorch.
     nvt.stats(model)
     nvt.checkpoint(model).wait()    # with persist="persistent": resumable
 
+    model = nvt.offload(model_on_meta, weights="llama-dir", ...)  # pretrained
+    nvt.save_pretrained(model, "out-dir")      # from_pretrained reads it
+
 offload() writes every parameter to NVMe (one ParamSwapper layer per
 module, split where a module does not fit a pool buffer) and leaves in its
 place a placeholder of the right shape, dtype and device holding one
@@ -29,17 +32,23 @@ The logic lives in the modules beside this file: _offload (offload,
 restore, the hooks), _pools (the two Swappers from a config), _plan (the
 layer plan, meta-device materialization), _engine (acquire, release,
 forward and backward), _optim (the optimizers), _durable (checkpoints),
-_statedict, _api and _clip (gradient clipping).
+_statedict, _api, _clip (gradient clipping), _mixed (bf16 with fp32
+masters); pretrained weights in _weights (the readers), _stformat (the
+safetensors format), _load (offload(weights=)) and _export
+(save_pretrained).
 """
 from . import _durable
 from ._api import checkpoint, gathered, stats, wait
 from ._clip import clip_grad_norm_, clip_grad_value_
 from ._engine import engine_of
+from ._export import save_pretrained
 from ._offload import offload, restore
 from ._optim import Adam, AdamW, OffloadedOptimizer
+from ._weights import open_weights
 
 __all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
            "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer",
-           "clip_grad_norm_", "clip_grad_value_"]
+           "clip_grad_norm_", "clip_grad_value_", "save_pretrained",
+           "open_weights"]
 
 Checkpoint = _durable.Checkpoint

@@ -128,13 +128,15 @@ class Engine(Passes, Grads):
         self.resumed = None  # {tag, steps, generations} when resumed
 
     # ---------------------------------------------------------- layers
-    def add_layer(self, items):
-        """items: [(name, param)] whose data is materialized."""
+    def add_layer(self, items, data=None):
+        """items: [(name, param)] whose data is materialized; or data:
+        what the layer is registered from instead (add_layer_from)."""
         layer = len(self.layers)
-        data = [p.data if p.data.is_contiguous() else p.data.contiguous()
-                for _, p in items]
-        if self.device is not None:
-            data = [d.to("cpu") for d in data]
+        if data is None:
+            data = [p.data if p.data.is_contiguous() else
+                    p.data.contiguous() for _, p in items]
+            if self.device is not None:
+                data = [d.to("cpu") for d in data]
         if self.masters is not None:
             self.masters.add(layer, [n for n, _ in items], data)
             data = [cast(d, self.dtype) for d in data]
@@ -155,6 +157,17 @@ class Engine(Passes, Grads):
             p._nvswap = Rec(self, layer, i, name, ph)
             p.data = ph
         return layer
+
+    def add_layer_from(self, items):
+        """items: [(name, param)] of which only the shapes and dtypes
+        count (the parameters may be on the meta device, they are not
+        read): the layer is registered as typed zeros, without I/O (a
+        resumed persistent set adopts its saved contents instead). Fill
+        it by acquire(layer, host=True), writing the parameters' pool
+        tensors (p.data), and release(layer, True)."""
+        return self.add_layer(items, [
+            torch.empty(p.shape, dtype=p.dtype, device="meta")
+            for _, p in items])
 
     def _set_live(self, layer, tensors):
         for p, t in zip(self.layers[layer], tensors):

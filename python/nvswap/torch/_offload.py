@@ -8,7 +8,7 @@ import torch
 
 import nvswap
 
-from . import _clip, _durable, _mixed, _pools, _statedict
+from . import _clip, _durable, _load, _mixed, _pools, _statedict
 from ._engine import Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers)
@@ -39,7 +39,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             max_in_cpu=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
-            persist=None, device=None, grad_hook=None, dtype=None):
+            persist=None, device=None, grad_hook=None, dtype=None,
+            weights=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -59,6 +60,32 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     reset_parameters()); what nothing can initialize is refused before
     anything is written, naming it. init defaults to a Hugging Face
     model's own _init_weights.
+
+    weights: pretrained weights, by state_dict() key: a .safetensors
+    file, a directory with model.safetensors.index.json and its shards
+    (Hugging Face's save_pretrained), model.safetensors or
+    pytorch_model.bin, or a torch.save'd state dict (.bin, .pt: loaded
+    with torch.load(mmap=True) where torch >= 2.1 has it, else whole into
+    memory). The parameters are not initialized: each layer is
+    registered from their shapes, read from the file straight into its
+    pinned pool buffer (O_DIRECT) and written to its swap file behind the
+    reading of the next ones, so memory stays bounded by the pools. Every
+    header, key, shape and dtype is checked before anything is written,
+    as load_state_dict(strict=True) does: ValueError listing the missing
+    and unexpected keys and the shape and dtype mismatches (the file's
+    dtype must be the parameter's; with dtype=, any floating one: the fp32
+    masters take the file's values, the bf16 layers them rounded), nvswap.Error(EBADMSG) naming the file
+    and tensor of a malformed or truncated file, ENOENT for a missing one
+    or a shard its index names; the model is then unchanged. A tied
+    parameter may be in the file under any of its names (under two, with
+    the same bytes). A Hugging Face model's _keys_to_ignore_on_load_
+    missing / _unexpected patterns apply (and its loader's legacy
+    rotary_emb.inv_freq and position_ids); parameters ignored as missing
+    and buffers not in the file (non-persistent ones) come from init.
+    Persistent buffers are loaded into memory. When a checkpoint is
+    resumed (persist='resume' or 'persistent'), the parameters are the
+    checkpoint's: weights= is checked but its parameters are not read,
+    only its persistent buffers (checkpoints hold parameters only).
 
     malloc_mmap_threshold: on glibc, malloc's mmap threshold is fixed at
     this many bytes (default 1 MiB; None leaves malloc alone) so that the
@@ -121,7 +148,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     device = _device(model, device)
     dtype = _mixed.compute_dtype(dtype)
     init = default_init(model, init)
-    check_meta(model, init)
+    binding = (_load.prepare(model, weights, dtype) if weights is not None
+               else None)
+    check_meta(model, init, binding.supplied if binding else ())
     cfg, raw = _pools.load_config(config)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
@@ -158,17 +187,26 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         gswap.close()
         pswap.close()
         raise
+    loader = None
     try:
         layer_of, renamed = {}, {}
-        materialize_buffers(model, init, device)
+        if binding is not None:  # the checkpoint resumed wins over weights
+            loader = _load.Loader(eng, binding, init, device, renamed,
+                                  rec is None)
+            loader.buffers(model, plan)
+        else:
+            materialize_buffers(model, init, device)
         own = {}  # module -> its parameters, over all its layers
         for _, m, chunk in plan:
             own.setdefault(m, []).extend(chunk)
         for mname, m, chunk in plan:
-            if m in own:  # the whole module at once, init called once
-                materialize(mname, m, own.pop(m), init, renamed, device)
-            chunk = [(n, renamed.get(id(p), p)) for n, p in chunk]
-            layer = eng.add_layer(chunk)
+            if loader is not None:
+                layer, chunk = loader.add(mname, m, chunk)
+            else:
+                if m in own:  # the whole module at once, init called once
+                    materialize(mname, m, own.pop(m), init, renamed, device)
+                chunk = [(n, renamed.get(id(p), p)) for n, p in chunk]
+                layer = eng.add_layer(chunk)
             eng.mod_layers.setdefault(m, []).append(layer)
             for _, p in chunk:
                 layer_of[id(p)] = layer
@@ -178,6 +216,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             layers = eng.mod_layers.setdefault(m, [])
             if layer_of[id(p)] not in layers:
                 layers.append(layer_of[id(p)])
+        if loader is not None:
+            loader.finish()
         _mixed.cast_buffers(model, dtype)
         eng.persistent = _pools.persist_mode(cfg, kw)[0] != "scratch"
         if rec is not None:
@@ -188,6 +228,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             eng.resumed = {"tag": rec["tag"], "steps": rec["steps"],
                            "generations": rec["generations"]}
     except BaseException:
+        if loader is not None:
+            loader.abort()  # the model as given, nothing read back
         _undo(model, eng)
         raise
     _install(model, eng)

@@ -60,15 +60,18 @@ def _meta_buffers(module):
             if b is not None and b.is_meta]
 
 
-def check_meta(model, init):
+def check_meta(model, init, supplied=()):
     """Refuse, before anything is written, a model with tensors on the
     meta device that nothing can initialize: parameters or buffers of a
-    module without reset_parameters() when no init= is given. Names each
+    module without reset_parameters() when no init= is given, except the
+    ones whose ids are in supplied (weights= gives them). Names each
     one."""
     missing = []
     for mname, m in model.named_modules():
         own = [n for n, p in m._parameters.items()
-               if p is not None and p.is_meta] + _meta_buffers(m)
+               if p is not None and p.is_meta and id(p) not in supplied]
+        own += [n for n in _meta_buffers(m)
+                if id(m._buffers[n]) not in supplied]
         if own and _resetter(m, init) is None:
             missing += [f"{mname}.{n}" if mname else n for n in own]
     if missing:
