@@ -87,6 +87,7 @@ def train(model, opt, ds, a, out):
     sched = transformers.get_linear_schedule_with_warmup(opt, 1, a.steps)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=ds,
                                    optimizers=(opt, sched))
+    trainer.remove_callback(transformers.PrinterCallback)  # we print
     t0 = time.perf_counter()
     trainer.train()
     took = time.perf_counter() - t0

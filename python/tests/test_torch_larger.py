@@ -81,7 +81,7 @@ CHILD = textwrap.dedent("""
     print(json.dumps({"losses": losses, "norms": norms,
                       "state_bytes": 4 * st["parameter_bytes"],
                       "recomputes": st["recomputes"]}))
-    """).replace("RECIPE", RECIPE.replace("\n", "\n    "))
+    """).replace("RECIPE", RECIPE)
 
 
 def _write(path, text):
@@ -139,7 +139,6 @@ def test_a_model_3x_larger_than_memory_trains_bit_for_bit(memory_cgroup,
     exec(RECIPE, ns)
     torch.manual_seed(0)
     ref = ns["Net"]()
-    weights = os.path.join(diskdir, "init.safetensors")
     nvt.save_pretrained(ref, diskdir + "/init")
     weights = os.path.join(diskdir, "init", "model.safetensors")
     assert os.path.exists(weights)
