@@ -164,3 +164,28 @@ def test_masters_that_do_not_fit_an_optimizer_buffer_are_named(swapdir):
     assert "optimizer_buffer_size" in str(ei.value)
     assert all(p.dtype == torch.float32 and not p.is_meta
                for p in model.parameters())  # given back as they were
+
+
+@pytest.mark.parametrize("file_dtype", [torch.float32, BF16])
+def test_weights_load_into_bf16_layers_and_fp32_masters(swapdir, diskdir,
+                                                        file_dtype):
+    """weights= with dtype=bf16: the masters take the file's values (an
+    fp32 file's exactly), the layers them rounded; then training is the
+    reference's from the same values."""
+    torch.manual_seed(0)
+    src = GPT(tie=True).to(file_dtype)
+    nvt.save_pretrained(src, diskdir + "/w")
+    torch.manual_seed(9)  # other values: the file's must win
+    off = GPT(tie=True)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=BF16, weights=diskdir + "/w")
+    ref = copy.deepcopy(src).to(BF16)
+    ro = MasterAdamW(ref.parameters(), src.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    same(ref.state_dict(), off.state_dict())  # before any step
+    assert all(torch.equal(m.detach(), oo.state_dict()["master"][i])
+               for i, m in enumerate(ro.masters))
+    data = batches(3)
+    assert run(ref, ro, data, clip=1.0) == run(off, oo, data, clip=1.0)
+    same(ref.state_dict(), off.state_dict())
+    same_optimizer(ro, oo)

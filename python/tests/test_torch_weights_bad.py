@@ -299,8 +299,8 @@ def test_names_shapes_and_dtypes_that_do_not_match_the_model(env):
         'Shape mismatch: "emb.weight: [3, 5] in the file, [64, 32] in the '
         'model".\n\t'
         "Dtype mismatch (no cast: the file's dtype must be the "
-        'parameter\'s): "mask: F16 in the file, torch.float32 in the '
-        'model".'), msg
+        "parameter's, or floating with offload(dtype=)): \"mask: F16 in "
+        'the file, torch.float32 in the model".'), msg
 
 
 def test_a_tied_parameter_held_twice_with_other_bytes(env):
