@@ -5,6 +5,10 @@ total norm and torch's clipped training, bit for bit, with no extra read
 of the gradients once the norm type is known."""
 import copy
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -154,7 +158,7 @@ def test_parameters_in_memory_alone_still_go_to_torch(swapdir):
         m(torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
           ).sum().backward()
     routed = torch.nn.utils.clip_grad_norm_
-    original = routed.__wrapped__  # torch's own
+    original = nvt._clip._ORIGINAL["clip_grad_norm_"]  # torch's own
     assert original is not routed
     assert torch.equal(routed(a.parameters(), 0.1),
                        original(b.parameters(), 0.1))
@@ -200,3 +204,34 @@ def test_clip_never_silently_returns_zero(swapdir):
     lm_loss(off, batches(1)[0]).backward()
     assert all(p.grad is None for p in off.parameters())
     assert torch.nn.utils.clip_grad_norm_(off.parameters(), 1.0).item() > 0
+
+
+def test_a_reference_taken_before_offload_is_routed_too(swapdir):
+    """from torch.nn.utils import clip_grad_norm_ at the top of a script,
+    before nvswap.torch is imported: that reference routes too (the
+    function object itself is redirected, not only the attribute)."""
+    script = textwrap.dedent(f"""
+        import copy, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import torch
+        from torch.nn.utils import clip_grad_norm_ as early
+        from torch.nn.utils.clip_grad import clip_grad_value_ as early_value
+        import nvswap.torch as nvt
+        from torchhelp import GPT, batches, lm_loss
+        torch.manual_seed(0)
+        ref = GPT()
+        off = copy.deepcopy(ref)
+        nvt.offload(off, nvme_path={swapdir!r}, buffer_size="64K")
+        tok = batches(1)[0]
+        for m in (ref, off):
+            lm_loss(m, tok).backward()
+        want, got = early(ref.parameters(), 0.5), early(off.parameters(), 0.5)
+        assert torch.equal(want, got) and got.item() > 0.5, (want, got)
+        early_value(off.parameters(), 0.01)  # routed: no error, deferred
+        assert nvt.engine_of(off).grad_ops
+        print("routed", got.item())
+        """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("routed ")

@@ -18,6 +18,7 @@ they are given offloaded parameters (offload() installs the routing;
 parameters in memory go to torch's own functions as before), so the
 Hugging Face Trainer and accelerate clip offloaded models correctly.
 """
+import inspect
 import math
 import types
 
@@ -225,29 +226,63 @@ def apply_op(g, op):
 _ORIGINAL = {}
 
 
+def _router(name, ours, original):
+    def route(*args, **kwargs):
+        if args:
+            params, is_gen = _params(args[0])
+            args = (params,) + args[1:]
+        else:
+            params, is_gen = _params(kwargs.get("parameters", ()))
+            kwargs["parameters"] = params
+        if _offloaded(params):
+            return ours(*args, **kwargs)
+        if is_gen:  # torch warns about an empty generator
+            args = ((p for p in params),) + args[1:] if args else args
+            if "parameters" in kwargs:
+                kwargs["parameters"] = (p for p in params)
+        return original(*args, **kwargs)
+
+    route.__name__ = route.__qualname__ = name
+    return route
+
+
 def route_torch():
     """torch.nn.utils.clip_grad_norm_ / clip_grad_value_ given offloaded
     parameters call nvswap's (never a silent 0 from gradients that are not
-    in p.grad); other calls go to torch's own, unchanged."""
+    in p.grad); other calls run torch's own, unchanged.
+
+    The function objects themselves are redirected (their code becomes a
+    call of the router, which runs a copy of torch's original), so a
+    reference taken before (`from torch.nn.utils import clip_grad_norm_`)
+    is routed too, not only torch.nn.utils' attribute."""
     if _ORIGINAL:
         return
-    utils = torch.nn.utils
     for name, ours in (("clip_grad_norm_", clip_grad_norm_),
                        ("clip_grad_value_", clip_grad_value_)):
-        orig = getattr(_CLIP, name)
-        _ORIGINAL[name] = orig
-
-        def routed(parameters, *args, _ours=ours, _orig=orig, **kwargs):
-            params, is_gen = _params(parameters)
-            if _offloaded(params):
-                return _ours(params, *args, **kwargs)
-            if is_gen:
-                params = (p for p in params)
-            return _orig(params, *args, **kwargs)
-
-        routed.__name__ = routed.__qualname__ = name
-        routed.__doc__ = orig.__doc__
-        routed.__wrapped__ = orig
-        setattr(_CLIP, name, routed)
-        if getattr(utils, name, None) is orig:
-            setattr(utils, name, routed)
+        fn = getattr(_CLIP, name)
+        original = types.FunctionType(fn.__code__, fn.__globals__, name,
+                                      fn.__defaults__, fn.__closure__)
+        original.__kwdefaults__ = fn.__kwdefaults__
+        original.__dict__.update(fn.__dict__)
+        original.__doc__ = fn.__doc__
+        key = f"_nvswap_route_{name}"
+        fn.__globals__[key] = _router(name, ours, original)
+        # The new code keeps the free variables of the old (torch >= 2
+        # wraps the function in a closure) and calls the router, found in
+        # the function's own module globals.
+        free = fn.__code__.co_freevars
+        src = ("def _outer():\n" +
+               "".join(f"    {v} = None\n" for v in free) +
+               "    def _trampoline(*args, **kwargs):\n" +
+               "".join(f"        {v}\n" for v in free) +
+               f"        return {key}(*args, **kwargs)\n"
+               "    return _trampoline\n")
+        ns = {}
+        exec(compile(src, f"<nvswap.torch route {name}>", "exec"), ns)
+        code = ns["_outer"]().__code__
+        if code.co_freevars != free:
+            continue  # not a shape we can redirect: leave torch's as is
+        if not hasattr(fn, "__wrapped__"):
+            fn.__signature__ = inspect.signature(original)
+        _ORIGINAL[name] = original
+        fn.__code__ = code
