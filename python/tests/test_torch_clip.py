@@ -235,3 +235,19 @@ def test_a_reference_taken_before_offload_is_routed_too(swapdir):
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("routed ")
+
+
+def test_clip_grads_with_norm_is_routed_too(swapdir):
+    """torch >= 2.6: clip_grads_with_norm_(params, max_norm, total)."""
+    fn = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+    if fn is None:
+        pytest.skip(f"torch {torch.__version__} has no "
+                    "torch.nn.utils.clip_grads_with_norm_")
+    ref, off, ro, oo = pair(swapdir)
+    tok = batches(1)[0]
+    for m, o in ((ref, ro), (off, oo)):
+        lm_loss(m, tok).backward()
+        fn(m.parameters(), 0.5, torch.tensor(4.0))
+        o.step()
+        o.zero_grad()
+    same(ref.state_dict(), off.state_dict())

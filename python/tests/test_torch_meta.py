@@ -82,6 +82,59 @@ def test_an_init_that_leaves_a_buffer_unset_is_named(swapdir):
     assert "rot.inv_freq" in str(ei.value) and "left" in str(ei.value)
     assert not hasattr(model, "_nvswap_engine")
     assert swap_files(swapdir) == []
+    # the model as given: its meta tensors back, so a retry starts over
+    assert model.lin.weight.is_meta and model.rot.inv_freq.is_meta
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K", init=init_all)
+    assert model.rot.inv_freq.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+class Scaled(torch.nn.Module):
+    """Parameters and a buffer of its own."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.empty(4, device=device))
+        self.register_buffer("freq", torch.empty(4, device=device),
+                             persistent=False)
+        self.register_buffer("count", torch.empty(2, dtype=torch.int64,
+                                                  device=device))
+
+
+def test_a_refusal_after_layers_were_written_gives_the_model_back(swapdir):
+    """The check that init set a buffer comes when its module is
+    materialized, after earlier layers were written: the model is put
+    back as given all the same (meta tensors, no swap file)."""
+    def set_w(module):
+        if isinstance(module, Scaled):
+            with torch.no_grad():
+                module.w.fill_(2.0)  # but not freq
+        else:
+            init_all(module)
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4, device="meta"),
+                                Scaled(device="meta"))
+    with pytest.raises(ValueError, match="1.freq"):
+        nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                    init=set_w)
+    assert all(t.is_meta for t in model.state_dict(keep_vars=True).values())
+    assert model[1].freq.is_meta
+    assert swap_files(swapdir) == []
+
+
+def test_integer_meta_buffers_start_at_zero(swapdir):
+    def set_floats(module):
+        with torch.no_grad():
+            if isinstance(module, Scaled):
+                module.w.fill_(2.0)
+                module.freq.fill_(0.5)
+            else:
+                init_all(module)
+
+    model = torch.nn.Sequential(Scaled(device="meta"))
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                init=set_floats)
+    assert model[0].count.tolist() == [0, 0]
+    assert model[0].freq.tolist() == [0.5] * 4
 
 
 def test_a_module_split_over_layers_is_initialized_once(swapdir):

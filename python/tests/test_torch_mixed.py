@@ -189,3 +189,62 @@ def test_weights_load_into_bf16_layers_and_fp32_masters(swapdir, diskdir,
     assert run(ref, ro, data, clip=1.0) == run(off, oo, data, clip=1.0)
     same(ref.state_dict(), off.state_dict())
     same_optimizer(ro, oo)
+
+
+def test_a_state_dict_loaded_into_a_bf16_model_reaches_the_masters(swapdir):
+    """load_state_dict() writes the layers and, in full precision, the
+    fp32 masters: the next step steps from the loaded values (it stepped
+    from the old masters, silently undoing the load, before)."""
+    torch.manual_seed(0)
+    src = GPT(tie=True)
+    torch.manual_seed(3)
+    loaded = GPT(tie=True)  # fp32 values to load
+    ref = copy.deepcopy(loaded).to(BF16)
+    ro = MasterAdamW(ref.parameters(), loaded.parameters(), lr=1e-2)
+    off = copy.deepcopy(src)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=BF16)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    off.load_state_dict(loaded.state_dict())
+    same(ref.state_dict(), off.state_dict())
+    data = batches(2)
+    assert run(ref, ro, data) == run(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+    same_optimizer(ro, oo)
+
+
+def test_gathered_modify_reaches_the_masters(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    with nvt.gathered(off.head, modify=True):
+        with torch.no_grad():
+            off.head.weight.mul_(0.5)
+    with torch.no_grad():
+        ref.head.weight.mul_(0.5)
+        ro.masters[0].copy_(ref.head.weight)  # tied: emb = head
+    data = batches(2)
+    assert run(ref, ro, data) == run(off, oo, data)
+    same(ref.state_dict(), off.state_dict())
+
+
+def test_the_optimizer_pool_must_hold_a_steps_groups(swapdir):
+    torch.manual_seed(0)
+    model = GPT()
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K", dtype=BF16,
+                optimizer_buffer_count=2)
+    with pytest.raises(ValueError, match="3 optimizer pool buffers, the "
+                       "pool has 2"):
+        nvt.AdamW(model.parameters())
+    nvt.AdamW(model.parameters(), step_in_backward=True)  # state+masters
+
+
+def test_a_bad_master_entry_is_refused_before_anything_is_written(swapdir):
+    ref, off, ro, oo = pair(swapdir)
+    run(off, oo, batches(1))
+    sd = oo.state_dict()
+    before = copy.deepcopy(sd)
+    bad = copy.deepcopy(sd)
+    bad["master"][1] = torch.zeros(3)  # a wrong shape, after a good one
+    bad["master"][0] = torch.zeros_like(bad["master"][0])
+    with pytest.raises(ValueError, match="has shape"):
+        oo.load_state_dict(bad)
+    same(before["master"], oo.state_dict()["master"])  # nothing written

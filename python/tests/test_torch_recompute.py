@@ -53,6 +53,49 @@ def test_checkpointed_blocks_train_bit_for_bit(swapdir, reentrant, tie):
     assert st["layers_held"] == 0
 
 
+class OwnWeight(torch.nn.Module):
+    """A module whose forward checkpoints a function of its own weight
+    (read by attribute, outside any submodule's forward)."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        self.reentrant = reentrant
+        self.W = torch.nn.Parameter(torch.randn(8, 8) / 3)
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(
+            lambda h: torch.tanh(h @ self.W), x,
+            use_reentrant=self.reentrant)
+
+
+@pytest.mark.parametrize("reentrant", [False, True],
+                         ids=["non-reentrant", "reentrant"])
+def test_a_checkpointed_function_of_a_modules_own_weight(swapdir,
+                                                         reentrant):
+    """The recomputation reads self.W in backward, where no forward of
+    the module runs: it is acquired then (it trained on the NaN
+    placeholder before)."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 8), OwnWeight(reentrant),
+                              torch.nn.Linear(8, 1))
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    for _ in range(3):
+        got = []
+        for m, o in ((ref, ro), (off, oo)):
+            loss = m(x).pow(2).mean()
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            got.append(loss.item())
+        assert got[0] == got[1]
+    same(ref.state_dict(), off.state_dict())
+    assert nvt.stats(off)["layers_held"] == 0
+
+
 def test_the_walk_learns_the_recomputation(swapdir):
     torch.manual_seed(0)
     model = CheckpointedGPT(False, layers=2)
@@ -78,8 +121,9 @@ def test_the_walk_learns_the_recomputation(swapdir):
 
 
 def test_a_tight_pool_still_recomputes(swapdir):
-    """Three buffers: backward holds what it can and lets the oldest go
-    for the recomputation."""
+    """Three buffers, the fewest checkpointing takes: backward holds at
+    most buffer_count - 1 layers, the recomputation acquires one more
+    (two buffers: EDEADLK, every buffer held by this thread)."""
     torch.manual_seed(0)
     ref = CheckpointedGPT(False, layers=2)
     trained_pair(ref, copy.deepcopy(ref), "Adam", batches(2),

@@ -6,7 +6,8 @@ optimizer state on NVMe, from plain PyTorch.
     model = nvt.offload(model, config="ds_config.json")
     opt = nvt.Adam(model.parameters(), lr=1e-3)     # or nvt.AdamW
     for batch in data:
-        loss = loss_fn(model(batch)); loss.backward(); opt.step(); opt.zero_grad()
+        loss = loss_fn(model(batch)); loss.backward()
+        opt.step(); opt.zero_grad()
     nvt.stats(model)
     nvt.checkpoint(model).wait()    # with persist="persistent": resumable
 
@@ -39,7 +40,7 @@ safetensors format), _load (offload(weights=)) and _export
 """
 from . import _durable
 from ._api import checkpoint, gathered, stats, wait
-from ._clip import clip_grad_norm_, clip_grad_value_
+from ._clip import clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_
 from ._engine import engine_of
 from ._export import save_pretrained
 from ._offload import offload, restore
@@ -48,7 +49,7 @@ from ._weights import open_weights
 
 __all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
            "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer",
-           "clip_grad_norm_", "clip_grad_value_", "save_pretrained",
-           "open_weights"]
+           "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
+           "save_pretrained", "open_weights"]
 
 Checkpoint = _durable.Checkpoint

@@ -35,8 +35,9 @@ def wait(model):
 def gathered(module, modify=False):
     """The module's offloaded parameters (its own and its children's) in
     memory for the block: read them, or change them with modify=True
-    (written back to NVMe at the end). Every layer is held at once: the
-    module must fit the parameter pool."""
+    (written back to NVMe at the end; with fp32 masters, offload(dtype=),
+    the masters take the new values too). Every layer is held at once:
+    the module must fit the parameter pool."""
     eng = None
     layers = []
     for p in module.parameters():
@@ -51,8 +52,13 @@ def gathered(module, modify=False):
             held.append(layer)
         yield module
     finally:
-        for layer in reversed(held):
-            eng.release(layer, modify)
+        try:
+            if modify:  # fp32 masters follow what the block wrote
+                for layer in held:
+                    eng.refresh_masters(layer)
+        finally:
+            for layer in reversed(held):
+                eng.release(layer, modify)
 
 
 def checkpoint(model, tag=None):

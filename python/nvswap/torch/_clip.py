@@ -13,10 +13,12 @@ them, then the norm of their stack), so the total norm and the clipped
 update are bit for bit those of torch.nn.utils.clip_grad_norm_ on the
 same gradients in memory.
 
-torch.nn.utils.clip_grad_norm_ and clip_grad_value_ are routed here when
-they are given offloaded parameters (offload() installs the routing;
-parameters in memory go to torch's own functions as before), so the
-Hugging Face Trainer and accelerate clip offloaded models correctly.
+torch.nn.utils.clip_grad_norm_, clip_grad_value_ and (torch >= 2.6)
+clip_grads_with_norm_ are routed here when they are given offloaded
+parameters (offload() installs the routing; parameters in memory go to
+torch's own functions as before), so the Hugging Face Trainer and
+accelerate clip offloaded models correctly. torch.nn.utils.get_total_norm
+takes gradients, not parameters, and cannot see those on NVMe.
 """
 import inspect
 import math
@@ -190,6 +192,20 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0,
 
 
 @torch.no_grad()
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """torch.nn.utils.clip_grads_with_norm_ (torch >= 2.6) for offloaded
+    parameters: the gradients scaled by min(max_norm / (total_norm +
+    1e-6), 1), those on NVMe inside the next optimizer step. total_norm
+    is the caller's (torch.nn.utils.get_total_norm takes gradients, which
+    offloaded parameters do not have in p.grad: use clip_grad_norm_)."""
+    params, _ = _params(parameters)
+    grads = _gradients(params, "clip_grads_with_norm_")
+    if grads:
+        coef = torch.clamp(float(max_norm) / (total_norm + 1e-6), max=1.0)
+        _apply(grads, ("mul", coef))
+
+
+@torch.no_grad()
 def clip_grad_value_(parameters, clip_value, foreach=None):
     """torch.nn.utils.clip_grad_value_ for offloaded parameters: every
     gradient clamped to [-clip_value, clip_value] (those on NVMe inside
@@ -258,8 +274,11 @@ def route_torch():
     if _ORIGINAL:
         return
     for name, ours in (("clip_grad_norm_", clip_grad_norm_),
-                       ("clip_grad_value_", clip_grad_value_)):
-        fn = getattr(_CLIP, name)
+                       ("clip_grad_value_", clip_grad_value_),
+                       ("_clip_grads_with_norm_", clip_grads_with_norm_)):
+        fn = getattr(_CLIP, name, None)  # the last: torch >= 2.6
+        if fn is None:
+            continue
         original = types.FunctionType(fn.__code__, fn.__globals__, name,
                                       fn.__defaults__, fn.__closure__)
         original.__kwdefaults__ = fn.__kwdefaults__

@@ -51,13 +51,22 @@ class ParamDict(OrderedDict):
     """Module._parameters of an offloaded module. A parameter read by
     attribute inside a forward (a parent using a child's weight, as
     MultiheadAttention does with out_proj) is acquired on the spot and held
-    until the running module's forward ends."""
+    until the running module's forward ends; one read in backward outside
+    any forward (a checkpointed function's recomputation) is held until
+    its layer's gradients are complete."""
 
     def __getitem__(self, key):
         p = dict.__getitem__(self, key)
         rec = getattr(p, "_nvswap", None)
-        if rec is not None and rec.engine.frames:
-            rec.engine.need(rec.layer)
+        if rec is not None:
+            eng = rec.engine
+            if eng.frames:
+                eng.need(rec.layer)
+            elif eng.in_backward():
+                # Read outside any module's forward during backward: a
+                # checkpointed function recomputing with the module's
+                # own weight. Held like a layer a saved tensor needs.
+                eng.hold_for_backward(rec.layer)
         return p
 
 
@@ -168,6 +177,25 @@ class Engine(Passes, Grads):
         return self.add_layer(items, [
             torch.empty(p.shape, dtype=p.dtype, device="meta")
             for _, p in items])
+
+    def refresh_masters(self, layer, given=None):
+        """The fp32 masters of an acquired layer from given ({index:
+        tensor}, any dtype, in full precision) or, for the rest, from the
+        layer itself (widened): after a write into the layer outside the
+        optimizer, which would otherwise round the old masters back over
+        it at the next step."""
+        if self.masters is None or layer not in self.masters.index:
+            return
+        got = self.masters.swap_in(layer)
+        try:
+            with torch.no_grad():
+                for i, m in got.items():
+                    src = (given or {}).get(i)
+                    m.copy_(self.layers[layer][i].data if src is None
+                            else src)
+        finally:
+            del got
+            self.masters.swap_out(layer)
 
     def _set_live(self, layer, tensors):
         for p, t in zip(self.layers[layer], tensors):

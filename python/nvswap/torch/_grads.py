@@ -13,6 +13,8 @@ from ._clip import apply_op, tensor_norm
 from ._common import GRAD_BASE, error, nbytes
 
 _HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+# torch >= 2 says whether a backward runs on this thread (-1: none)
+_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)
 
 
 class Grads:
@@ -24,10 +26,17 @@ class Grads:
             torch.autograd.Variable._execution_engine.queue_callback(
                 self._backward_done)
 
-    def _backward_done(self):
+    def _backward_done(self, abandoned=False):
+        """The end of a backward (autograd's callback); abandoned: a
+        backward that raised, whose callback autograd dropped, found
+        later (stale_backward()): what it held is let go, the gradients it
+        wrote stay (as torch leaves them in p.grad), those step_in_backward
+        kept are dropped."""
         self.bw_active = False
         self.recompute_open = False
         err = None
+        if abandoned:
+            self.stash = {}
         for layer in sorted(self.stash, reverse=True):
             try:  # layers with a parameter that got no gradient
                 self._step_stashed(layer)
@@ -45,8 +54,17 @@ class Grads:
                 err = err or e
         for layer in self.written:
             self._flush(layer)
-        if err is not None:
+        if err is not None and not abandoned:
             raise err
+
+    def stale_backward(self, sure=False):
+        """Finish a backward that raised (autograd then drops the callback
+        that ends it, and the layers it held, the regions it left open
+        would stay so): when torch says no backward runs, or sure (a call
+        never made inside a backward: zero_grad)."""
+        if self.bw_active and (sure or (_GRAPH_TASK is not None and
+                                        _GRAPH_TASK() == -1)):
+            self._backward_done(abandoned=True)
 
     def hook_grads(self, p):
         if _HAS_POST_ACC:
@@ -157,6 +175,7 @@ class Grads:
         failed or backward kept gradients in memory, retry (evict the
         regions, write the kept gradients) and wait. Raises while the
         failure lasts; nothing is lost, and the next call retries."""
+        self.stale_backward()
         try:
             self.gswap.wait_all()
         except nvswap.Error:
@@ -211,6 +230,7 @@ class Grads:
         seen.add(i)
 
     def zero_grads(self):
+        self.stale_backward(sure=True)
         self.backlog, self.unflushed = [], set()
         for layer in self.written:
             self.grads.zero(layer)
@@ -297,9 +317,10 @@ class Grads:
             self.grads.write(layer, self.grad_off[layer][i], t.contiguous(),
                              "assign")
             self.norms.pop((layer, i), None)
-        done = {(layer, i) for i in idx}
-        self.grad_ops = [(keys - done, op) for keys, op in self.grad_ops
-                         if keys - done]
+            # done: never clipped twice, even when a later write fails
+            done = {(layer, i)}
+            self.grad_ops = [(keys - done, op) for keys, op in self.grad_ops
+                             if keys - done]
         self.grads.flush(layer)
 
     def grad_view(self, region, layer, i):

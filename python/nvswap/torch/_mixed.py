@@ -128,21 +128,35 @@ def master_state(eng, index):
     return dict(sorted(out.items()))
 
 
-def load_masters(eng, params, saved):
-    """Write saved masters ({index: tensor}) into the master groups."""
+def check_masters(eng, params, saved):
+    """{layer: [(index in the layer, tensor)]} of a loaded 'master' entry
+    ({optimizer index: tensor}); ValueError, before anything is written,
+    for a model without masters, an index out of range, a parameter
+    without a master or a shape that differs."""
     if eng.masters is None:
         raise ValueError("loaded state dict has fp32 master weights "
                          "('master'), but the model was offloaded without "
                          "a compute dtype (offload(dtype=))")
     per_layer = {}
     for idx, t in saved.items():
+        if not 0 <= int(idx) < len(params):
+            raise ValueError(f"loaded master {idx}: the optimizer has "
+                             f"{len(params)} parameters")
         p = params[int(idx)]
         rec = p._nvswap
-        if tuple(t.shape) != tuple(p.shape):
+        if rec.index not in eng.masters.index.get(rec.layer, ()):
+            raise ValueError(f"loaded master {idx}: '{rec.name}' has no "
+                             f"fp32 master (a {p.dtype} parameter)")
+        if not torch.is_tensor(t) or tuple(t.shape) != tuple(p.shape):
             raise ValueError(f"loaded master of '{rec.name}' has shape "
-                             f"{tuple(t.shape)}, the parameter "
-                             f"{tuple(p.shape)}")
+                             f"{tuple(getattr(t, 'shape', ()))}, the "
+                             f"parameter {tuple(p.shape)}")
         per_layer.setdefault(rec.layer, []).append((rec.index, t))
+    return per_layer
+
+
+def load_masters(eng, per_layer):
+    """Write checked masters (check_masters()) into the master groups."""
     for layer, entries in sorted(per_layer.items()):
         got = eng.masters.swap_in(layer)
         try:

@@ -11,7 +11,7 @@ import nvswap
 from . import _clip, _durable, _load, _mixed, _pools, _statedict
 from ._engine import Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
-                    materialize_buffers)
+                    materialize_buffers, meta_tensors)
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
 _ALWAYS_CALL = "always_call" in inspect.signature(
@@ -50,10 +50,11 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     config and nvme_path=, buffer_size=, buffer_count=. Keywords override
     the config. rank: the swap directory is <nvme_path>/nvswap/<kind>/
     rank<rank>; None (the default) takes the config's nvswap.rank, else
-    the launcher's (nvswap.launch(): torchrun's RANK, mpirun's...). max_in_cpu: bytes of whole layers kept in CPU memory
-    (default 0; also read from offload_param.max_in_cpu when the config
-    sets it, taken as elements as DeepSpeed does). Parameters on the meta
-    device are materialized one module at a time (init(module), else its
+    the launcher's (nvswap.launch(): torchrun's RANK, mpirun's...).
+    max_in_cpu: bytes of whole layers kept in CPU memory (default 0; also
+    read from offload_param.max_in_cpu when the config sets it, taken as
+    elements as DeepSpeed does). Parameters on the meta device are
+    materialized one module at a time (init(module), else its
     reset_parameters()) and written out before the next, so a model larger
     than memory can be built. Buffers on the meta device (a rotary
     embedding's inv_freq) are materialized by the same init(module) (or
@@ -74,8 +75,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     as load_state_dict(strict=True) does: ValueError listing the missing
     and unexpected keys and the shape and dtype mismatches (the file's
     dtype must be the parameter's; with dtype=, any floating one: the fp32
-    masters take the file's values, the bf16 layers them rounded), nvswap.Error(EBADMSG) naming the file
-    and tensor of a malformed or truncated file, ENOENT for a missing one
+    masters take the file's values, the bf16 layers them rounded),
+    nvswap.Error(EBADMSG) naming the file and tensor of a malformed or
+    truncated file, ENOENT for a missing one
     or a shard its index names; the model is then unchanged. A tied
     parameter may be in the file under any of its names (under two, with
     the same bytes). A Hugging Face model's _keys_to_ignore_on_load_
@@ -131,8 +133,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     backward() and that gradient is dropped.
 
     Raises ValueError (already offloaded, no path, another model than the
-    one saved, parameters on several devices), nvswap.Error(EFBIG) naming a parameter larger than a pool
-    buffer (nothing written then), and the Swapper's errors.
+    one saved, parameters on several devices), nvswap.Error(EFBIG) naming
+    a parameter larger than a pool buffer (nothing written then), and the
+    Swapper's errors.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError("nvswap.torch.offload: model must be a "
@@ -188,6 +191,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         pswap.close()
         raise
     loader = None
+    given = meta_tensors(model)  # put back if the offload fails
     try:
         layer_of, renamed = {}, {}
         if binding is not None:  # the checkpoint resumed wins over weights
@@ -230,7 +234,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     except BaseException:
         if loader is not None:
             loader.abort()  # the model as given, nothing read back
-        _undo(model, eng)
+        _undo(model, eng, set(map(id, renamed.values())))
+        for d, name, t in given:  # what was on the meta device, as given
+            d[name] = t
         raise
     _install(model, eng)
     _clip.route_torch()
@@ -253,9 +259,15 @@ def _device(model, device):
     return None if dev is None or dev.type == "cpu" else dev
 
 
-def _undo(model, eng):
-    """A failed offload: parameters already written are read back."""
+def _undo(model, eng, from_meta=()):
+    """A failed offload: parameters already written are read back (those
+    materialized from the meta device, ids in from_meta, are not: their
+    meta parameters are put back)."""
     for layer, ps in enumerate(eng.layers):
+        if all(id(p) in from_meta for p in ps):
+            for p in ps:
+                del p._nvswap
+            continue
         try:
             data = eng.read_layer(layer)
             if eng.masters is not None:  # the fp32 values given
@@ -285,11 +297,13 @@ def _install(model, eng):
         else:
             eng.handles.append(m.register_forward_hook(eng.post_forward))
         if m in eng.mod_layers:
-            eng.handles.append(m._register_state_dict_hook(_statedict.state_dict_hook))
+            sd = _statedict
+            eng.handles.append(m._register_state_dict_hook(
+                sd.state_dict_hook))
             eng.handles.append(m._register_load_state_dict_pre_hook(
-                _statedict.load_pre_hook, with_module=True))
-            eng.handles.append(
-                m.register_load_state_dict_post_hook(_statedict.load_post_hook))
+                sd.load_pre_hook, with_module=True))
+            eng.handles.append(m.register_load_state_dict_post_hook(
+                sd.load_post_hook))
     for ps in eng.layers:
         for p in ps:
             if p.requires_grad:

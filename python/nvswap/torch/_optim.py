@@ -19,7 +19,7 @@ import nvswap
 
 from . import _durable
 from ._engine import ALIGN, STATE_BASE, error
-from ._mixed import load_masters, master_state
+from ._mixed import check_masters, load_masters, master_state
 
 # state tensors per parameter, for the pool-size check
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
@@ -69,6 +69,18 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                              f"it on {eng.device}: not supported for a "
                              "model offloaded from a device")
         self._check_fit(eng, where, kwargs.get("amsgrad", False))
+        # A layer's step holds its state group, its gradient region (not
+        # with step_in_backward) and its fp32 masters at once.
+        need = 1 + (not step_in_backward) + (eng.masters is not None)
+        have = eng.gswap.stats()["buffer_count"]
+        if have < need:
+            raise ValueError(
+                f"nvswap.torch.{cls}: a step holds a layer's Adam state"
+                f"{'' if step_in_backward else ', gradient region'}"
+                f"{' and fp32 masters' if eng.masters is not None else ''}"
+                f" at once: {need} optimizer pool buffers, the pool has "
+                f"{have} (raise offload_optimizer.buffer_count, "
+                "optimizer_buffer_count=)")
         opt = eng.gswap_options
         self._swap = nvswap.OptimizerSwapper(
             eng.gswap,
@@ -365,14 +377,23 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         for idx, st in state_dict["state"].items():
             p = params[int(idx)]
             per_layer.setdefault(p._nvswap.layer, []).append((p, st))
-        if "master" in state_dict:
-            load_masters(self._eng, params, state_dict["master"])
+        # Everything checked before anything is written.
+        parsed = {layer: self._parse_layer(layer, entries)
+                  for layer, entries in per_layer.items()}
+        masters = state_dict.get("master")
+        if masters is not None:
+            masters = check_masters(self._eng, params, masters)
+        if masters is not None:
+            load_masters(self._eng, masters)
         for g, saved in zip(self.param_groups, groups):
             g.update({k: v for k, v in saved.items() if k != "params"})
-        for layer, entries in per_layer.items():
-            self._load_layer(layer, entries)
+        for layer, parts in parsed.items():
+            self._load_layer(layer, *parts)
 
-    def _load_layer(self, layer, entries):
+    def _parse_layer(self, layer, entries):
+        """(state tensors by (index, key), their keys in slot order,
+        scalars, key order) of a layer's loaded state; ValueError when
+        they do not match the state the optimizer holds for it."""
         values, scalars, order = {}, {}, {}
         for p, st in entries:
             order[p] = list(st)
@@ -388,6 +409,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"loaded state of layer {layer} has "
                                  f"tensors {sorted(values)}, the optimizer "
                                  f"{sorted(keys)}")
+        else:
+            keys = sorted(values)
+        return values, keys, scalars, order
+
+    def _load_layer(self, layer, values, keys, scalars, order):
+        if layer in self._keys:
             tensors = self._swap.swap_in(layer)
             try:
                 for slot, key in enumerate(keys):
@@ -396,7 +423,6 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 del tensors
                 self._swap.swap_out(layer)
         else:
-            keys = sorted(values)
             self._swap.add_group(layer, [values[k].contiguous()
                                          for k in keys])
             self._keys[layer] = keys

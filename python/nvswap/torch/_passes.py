@@ -106,8 +106,6 @@ class Passes:
         module's forward ends."""
         frame = self.frames[-1]
         if layer not in frame[1]:
-            if self.recomputing:
-                self._make_room()
             self.acquire(layer)
             frame[1].append(layer)
 
@@ -118,6 +116,7 @@ class Passes:
 
     def pre_forward(self, module, args):
         if not self.frames:
+            self.stale_backward()
             self._enter()
         ctx = None
         top = top_hooks()
@@ -192,17 +191,6 @@ class Passes:
             self.walk = walk
             self.params.set_walk(walk)
 
-    def _make_room(self):
-        """A recomputation in backward needs a buffer while layers are
-        held for backward: let the oldest of those go (they are acquired
-        again when a saved tensor needs them), never the newest, which the
-        backward node being unpacked may be using."""
-        while (len(self.bw_held) > 1 and
-               sum(1 for r in self.refs if r) >= self.bw_cap):
-            oldest = next(iter(self.bw_held))
-            del self.bw_held[oldest]
-            self.release(oldest)
-
     def _pack(self, t, below):
         if self.live:
             try:
@@ -230,21 +218,24 @@ class Passes:
             return s
         self.recompute_open = False
         p = s.param
-        layer = p._nvswap.layer
-        self._backward_started()
-        if layer not in self.bw_held:
-            # Layers held for backward are released when their gradients
-            # are complete, or, oldest first, to keep a pool buffer free
-            # (a module used twice has its gradients complete only after
-            # both uses' backward). A node unpacks its saved tensors before
-            # it computes, so only a finished node's layer is let go.
-            while len(self.bw_held) >= self.bw_cap:
-                oldest = next(iter(self.bw_held))
-                del self.bw_held[oldest]
-                self.release(oldest)
-            self.acquire(layer)
-            got = self.bw_got.get(layer, set())
-            self.bw_held[layer] = {
-                i for i, q in enumerate(self.layers[layer])
-                if q.requires_grad and i not in got}
+        self.hold_for_backward(p._nvswap.layer)
         return p.data.as_strided(s.size, s.stride, s.offset)
+
+    def hold_for_backward(self, layer):
+        """Acquire a layer backward needs, held until its gradients are
+        complete, or, oldest first, let go to keep a pool buffer free (a
+        module used twice has its gradients complete only after both
+        uses' backward). A node unpacks its saved tensors before it
+        computes, so only a finished node's layer is let go."""
+        self._backward_started()
+        if layer in self.bw_held:
+            return
+        while len(self.bw_held) >= self.bw_cap:
+            oldest = next(iter(self.bw_held))
+            del self.bw_held[oldest]
+            self.release(oldest)
+        self.acquire(layer)
+        got = self.bw_got.get(layer, set())
+        self.bw_held[layer] = {
+            i for i, q in enumerate(self.layers[layer])
+            if q.requires_grad and i not in got}

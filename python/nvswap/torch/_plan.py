@@ -83,13 +83,24 @@ def check_meta(model, init, supplied=()):
                          "values first")
 
 
+def meta_tensors(model):
+    """[(the dict holding it, name, tensor)] of every parameter and buffer
+    on the meta device: what a failed offload() puts back."""
+    out = []
+    for m in model.modules():
+        for d in (m._parameters, m._buffers):
+            out += [(d, n, t) for n, t in d.items()
+                    if t is not None and t.is_meta]
+    return out
+
+
 def _fill_buffers(module, device):
-    """The module's meta buffers as CPU tensors (floating ones NaN, so
-    that one its initialization leaves alone shows)."""
+    """The module's meta buffers as CPU tensors: floating ones NaN, so
+    that one its initialization leaves alone shows; others zeros."""
     names = _meta_buffers(module)
     for n in names:
         b = module._buffers[n]
-        t = torch.empty(b.shape, dtype=b.dtype)
+        t = torch.zeros(b.shape, dtype=b.dtype)
         if t.is_floating_point():
             t.fill_(float("nan"))
         module._buffers[n] = t

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """State-dict hooks of offloaded modules: state_dict() reads the offloaded
-entries back from NVMe, load_state_dict() writes through to NVMe."""
+entries back from NVMe, load_state_dict() writes through to NVMe (and,
+with fp32 masters, into the masters in full precision)."""
 from ._engine import engine_of
 
 
@@ -44,11 +45,23 @@ def load_pre_hook(module, sd, prefix, meta, strict, missing, unexpected,
         for layer in held:
             eng.release(layer)
         raise
-    module._nvswap_loading = held
+    # With fp32 masters: what the state dict gives, in full precision,
+    # becomes the masters after the load (the layers get it rounded).
+    given = {}
+    for name, p in _owned(module):
+        t = sd.get(prefix + name)
+        if eng.masters is not None and t is not None and \
+                hasattr(t, "shape") and tuple(t.shape) == tuple(p.shape):
+            given.setdefault(p._nvswap.layer, {})[p._nvswap.index] = t
+    module._nvswap_loading = (held, given)
 
 
 def load_post_hook(module, incompatible):
-    held = module.__dict__.pop("_nvswap_loading", [])
+    held, given = module.__dict__.pop("_nvswap_loading", ([], {}))
     eng = _module_engine(module)
-    for layer in reversed(held):
-        eng.release(layer, True)  # written through to NVMe
+    try:
+        for layer, values in given.items():
+            eng.refresh_masters(layer, values)
+    finally:
+        for layer in reversed(held):
+            eng.release(layer, True)  # written through to NVMe
