@@ -186,8 +186,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0,
     total = _total(norms, norm_type, first)
     if error_if_nonfinite and torch.logical_or(total.isnan(), total.isinf()):
         raise RuntimeError(_NONFINITE.format(norm_type))
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    _apply(grads, ("mul", coef))
+    _scale(grads, max_norm, total)
     return total
 
 
@@ -199,10 +198,7 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     is the caller's (torch.nn.utils.get_total_norm takes gradients, which
     offloaded parameters do not have in p.grad: use clip_grad_norm_)."""
     params, _ = _params(parameters)
-    grads = _gradients(params, "clip_grads_with_norm_")
-    if grads:
-        coef = torch.clamp(float(max_norm) / (total_norm + 1e-6), max=1.0)
-        _apply(grads, ("mul", coef))
+    _scale(_gradients(params, "clip_grads_with_norm_"), max_norm, total_norm)
 
 
 @torch.no_grad()
@@ -213,6 +209,14 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     params, _ = _params(parameters)
     grads = _gradients(params, "clip_grad_value_")
     _apply(grads, ("clamp", float(clip_value)))
+
+
+def _scale(grads, max_norm, total):
+    """torch's clip: each gradient times min(max_norm / (total + 1e-6),
+    1)."""
+    if grads:
+        coef = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+        _apply(grads, ("mul", coef))
 
 
 def _apply(grads, op):

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Constants and small helpers shared by the offload engine's modules."""
+import torch
+
 import nvswap
 
 ALIGN = 64  # nvswap/offload.h packs a group's tensors at 64-byte offsets
@@ -8,8 +10,17 @@ GRAD_BASE = 1 << 40  # id_base of the gradient regions in the optimizer swapper
 STATE_BASE = 2 << 40  # id_base of the optimizer state groups
 
 
+# torch >= 2 says whether a backward runs on this thread (-1: none)
+GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)
+
+
 def nbytes(t):
     return t.numel() * t.element_size()
+
+
+def itemsize(dtype):
+    """Bytes per element of dtype (torch 1.13 has no dtype.itemsize)."""
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def storage_ptr(t):

@@ -87,7 +87,7 @@ class Engine(Passes, Grads):
         # dtype: the compute dtype of floating parameters (bf16) with fp32
         # masters in the optimizer set (_mixed.py), or None
         self.dtype = dtype
-        self.masters = Masters(gswap, dtype) if dtype is not None else None
+        self.masters = Masters(gswap) if dtype is not None else None
         self.opts = opts
         self.gswap_options = opts.get(
             "optimizer", {"pipeline_read": False, "pipeline_write": False})

@@ -13,8 +13,6 @@ from ._clip import apply_op, tensor_norm
 from ._common import GRAD_BASE, error, nbytes
 
 _HAS_POST_ACC = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
-# torch >= 2 says whether a backward runs on this thread (-1: none)
-_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)
 
 
 class Grads:
@@ -62,8 +60,7 @@ class Grads:
         that ends it, and the layers it held, the regions it left open
         would stay so): when torch says no backward runs, or sure (a call
         never made inside a backward: zero_grad)."""
-        if self.bw_active and (sure or (_GRAPH_TASK is not None and
-                                        _GRAPH_TASK() == -1)):
+        if self.bw_active and (sure or not self.in_backward()):
             self._backward_done(abandoned=True)
 
     def hook_grads(self, p):
@@ -326,5 +323,4 @@ class Grads:
     def grad_view(self, region, layer, i):
         p = self.layers[layer][i]
         off = self.grad_off[layer][i]
-        n = p.numel() * p.element_size()
-        return region[off:off + n].view(p.dtype).view(p.shape)
+        return region[off:off + nbytes(p)].view(p.dtype).view(p.shape)

@@ -12,7 +12,7 @@ import torch
 
 import nvswap
 
-from ._common import ALIGN, error
+from ._common import ALIGN, error, itemsize
 
 MASTER_BASE = 4 << 40  # id_base of the master groups in the optimizer set
 
@@ -48,7 +48,7 @@ def cast_size(p, dtype):
     """Bytes of parameter p in the compute dtype."""
     if dtype is None or not p.is_floating_point():
         return p.numel() * p.element_size()
-    return p.numel() * torch.tensor([], dtype=dtype).element_size()
+    return p.numel() * itemsize(dtype)
 
 
 def cast_buffers(model, dtype):
@@ -66,8 +66,7 @@ class Masters:
     precision: a group per layer (its floating parameters, in order) in
     an OptimizerSwapper over the optimizer set."""
 
-    def __init__(self, gswap, dtype):
-        self.dtype = dtype
+    def __init__(self, gswap):
         self.gswap = gswap
         self.swap = nvswap.OptimizerSwapper(gswap, id_base=MASTER_BASE)
         self.index = {}  # layer -> indexes of its parameters with a master

@@ -18,6 +18,7 @@ import torch
 import nvswap
 
 from . import _durable
+from ._common import itemsize
 from ._engine import ALIGN, STATE_BASE, error
 from ._mixed import check_masters, load_masters, master_state
 
@@ -68,6 +69,13 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                              "a layer in CPU memory while backward holds "
                              f"it on {eng.device}: not supported for a "
                              "model offloaded from a device")
+        # With fp32 masters (offload(dtype=)) torch steps a stand-in
+        # parameter per floating parameter, lent the master and the
+        # gradient in fp32; its state is keyed by the stand-in.
+        self._proxy = {} if eng.masters is None else {
+            p: torch.nn.Parameter(torch.empty(0))
+            for layer, items in where.items() for _, _, p in items
+            if p.is_floating_point()}
         self._check_fit(eng, where, kwargs.get("amsgrad", False))
         # A layer's step holds its state group, its gradient region (not
         # with step_in_backward) and its fp32 masters at once.
@@ -88,13 +96,6 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             opt["pipeline_write"] if pipeline_write is None else
             pipeline_write, id_base=STATE_BASE)
         self._eng, self._where = eng, where
-        # With fp32 masters (offload(dtype=)) torch steps a stand-in
-        # parameter per floating parameter, lent the master and the
-        # gradient in fp32; its state is keyed by the stand-in.
-        self._proxy = {} if eng.masters is None else {
-            p: torch.nn.Parameter(torch.empty(0))
-            for layer, items in where.items() for _, _, p in items
-            if p.is_floating_point()}
         self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
         self._scalars = {}  # param -> {key: value} kept in memory
@@ -114,22 +115,16 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 raise
             eng.resume_record = None
 
-    @staticmethod
-    def _state_size(eng, p):
-        """Bytes per element of p's state: fp32 with fp32 masters."""
-        if eng.masters is not None and p.is_floating_point():
-            return 4
-        return p.element_size()
-
     def _state_dtype(self, p):
+        """Adam's state of p: fp32 beside an fp32 master, else p's."""
         return torch.float32 if p in self._proxy else p.dtype
 
     def _check_fit(self, eng, where, amsgrad):
         n = _STATE_TENSORS.get(type(self).__name__, 2) + bool(amsgrad)
         bs = eng.gswap.stats()["buffer_size"]
         for layer, items in where.items():
-            need = n * sum((p.numel() * self._state_size(eng, p) + ALIGN -
-                            1) // ALIGN * ALIGN for _, _, p in items)
+            need = n * sum((p.numel() * itemsize(self._state_dtype(p)) +
+                            ALIGN - 1) // ALIGN * ALIGN for _, _, p in items)
             if need > bs:
                 raise error(errno.EFBIG,
                             f"nvswap.torch.{type(self).__name__}: the state "

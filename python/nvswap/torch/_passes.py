@@ -17,12 +17,11 @@ import threading
 
 import torch
 
-from ._common import storage_ptr
+from ._common import GRAPH_TASK, storage_ptr
 
 # The pair of saved-tensor hooks in force, (pack, unpack) or None. torch
 # >= 2.1 says; on older torch the context manager is followed instead.
 _TOP = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)
 
 
 def _follow_hooks():
@@ -110,8 +109,8 @@ class Passes:
             frame[1].append(layer)
 
     def in_backward(self):
-        if _GRAPH_TASK is not None:
-            return _GRAPH_TASK() != -1
+        if GRAPH_TASK is not None:
+            return GRAPH_TASK() != -1
         return self.bw_active or self.unpacking > 0
 
     def pre_forward(self, module, args):
