@@ -6,7 +6,8 @@
 # installed libjemalloc-dev, with Debian's configure options plus
 # --disable-initial-exec-tls. Prints the path of the .a on stdout (its
 # header is in ../include/jemalloc/jemalloc.h, the Debian version in
-# ../debian-version); progress goes to stderr.
+# ../debian-version); progress goes to stderr, and a build's start (with
+# its expected duration) and end also to the terminal (see tell()).
 #
 # Why: Debian's libjemalloc_pic.a uses initial-exec TLS (about 2.6 KB),
 # which marks libnvswap.so STATIC_TLS: a dlopen after the process started
@@ -31,6 +32,16 @@ set -euo pipefail
 recipe=1
 
 say() { echo "jemalloc-source: $*" >&2; }
+# The cold build's notice and its end. Also on the terminal when stderr
+# is not one: meson setup's run_command and pip's build backend both
+# capture stderr and show it only at the end (pip: nothing but
+# "Preparing metadata ... still running"), so a user would otherwise
+# stare at minutes of silence. /dev/tty opens only with a controlling
+# terminal (never in CI or cron, where stderr reaches the log anyway).
+tell() {
+	say "$*"
+	[ -t 2 ] || { echo "nvswap: $*" >/dev/tty; } 2>/dev/null || true
+}
 die() {
 	say "$*"
 	exit 1
@@ -114,6 +125,9 @@ then
 fi
 trap 'rm -rf "$work"' EXIT
 say "building $src_pkg $src_ver ($arch) in $work"
+started=$SECONDS
+tell "building the private jemalloc from Debian's source package" \
+	"(once: 1 to 3 minutes on 2 cores, cached in $cache)"
 
 # ---- deb-src entries from the deb entries apt uses here
 sl=/etc/apt/sources.list sp=/etc/apt/sources.list.d/
@@ -252,7 +266,7 @@ printf '%s\n' "$src_ver" >"$out/debian-version"
 } >"$out/build-info"
 # Atomic: a concurrent build that finished first keeps its copy.
 if mv -T "$out" "$final" 2>/dev/null; then
-	say "built: $final"
+	tell "private jemalloc built in $((SECONDS - started)) s: $final"
 elif [ -f "$lib" ]; then
 	say "built, but another build finished first: $final"
 else
