@@ -10,7 +10,13 @@
 #                installed offline (pip --no-index --no-build-isolation).
 #   MODE pypi:   a plain venv with torch==2.13.0 and the pinned clients
 #                from PyPI (scripts/python-venv.sh makes both), then the
-#                package, no isolation.
+#                package as README says: plain pip install . (build
+#                isolation: meson-python, meson and ninja from PyPI in
+#                pip's own build environment, not the venv's).
+# The package is always built from scratch (pip's temporary build
+# directory; --no-cache-dir: never a cached wheel of an older tree) and
+# reinstalled. The debian venv is made afresh each run (it holds nothing
+# but the package); the pypi one keeps its pinned torch and clients.
 # Appends "LABEL passed failed skipped" to $NVS_TOTALS when set. Extra
 # pytest arguments: $PYTEST_ARGS.
 set -uo pipefail
@@ -32,17 +38,17 @@ run() { "$@" >>"$log" 2>&1 || {
 	total 0 1 0
 	exit 1
 }; }
+[ "$mode" = debian ] && rm -rf "$venv"
 scripts/python-venv.sh "$interp" "$venv" "$mode" "$log" || {
 	total 0 1 0
 	exit 1
 }
 if [ "$mode" = debian ]; then
-	run "$venv/bin/pip" install -q --no-index --no-build-isolation \
-		--force-reinstall --no-deps .
-else
-	# meson and ninja from the venv, not whatever else is on PATH
-	PATH="$venv/bin:$PATH" run "$venv/bin/pip" install -q \
+	run "$venv/bin/pip" install -q --no-cache-dir --no-index \
 		--no-build-isolation --force-reinstall --no-deps .
+else
+	run "$venv/bin/pip" install -q --no-cache-dir --force-reinstall \
+		--no-deps .
 fi
 "$venv/bin/python" -c 'import sys, nvswap
 try:
