@@ -56,7 +56,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: all deps build demo demo-io demo-mpi demo-python demo-hf test test-plain test-asan test-tsan \
-	test-python test-gpu \
+	test-python test-gpu wheel \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
 	clean
 
@@ -163,7 +163,16 @@ test-python: deps
 		$(CURDIR)/build/venv-debian debian || rc=1; \
 	scripts/python-tests.sh python-pypi "$(PYPI_PYTHON)" \
 		$(CURDIR)/build/venv-pypi pypi || rc=1; \
+	scripts/python-wheel.sh test python-wheel "$(PYPI_PYTHON)" \
+		$(CURDIR)/build || rc=1; \
 	exit $$rc
+
+# The manylinux wheel for the PyPI interpreter: pip wheel . (isolated),
+# repaired by auditwheel (from PyPI, in build/venv-auditwheel) so that
+# libaio, liburing and jansson are inside, into build/wheel/.
+wheel: deps
+	@scripts/deps.sh $(PYTHON_PACKAGES)
+	@scripts/python-wheel.sh build "$(PYPI_PYTHON)" $(CURDIR)/build
 
 # The GPU suite in one command: the C tests of suite gpu (tests/), then
 # the Python tests marked gpu (python/tests) on the PyPI interpreter's
