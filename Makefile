@@ -74,18 +74,22 @@ build/build.ninja: | deps
 build: deps build/build.ninja
 	ninja -C build
 
-demo: build
+# Each demo builds only what it runs (the library and its example);
+# make build and make test build everything.
+demo: deps build/build.ninja
+	ninja -C build examples/offload_train
 	./build/examples/offload_train --config examples/ds_config.json
 
 # The same from PyTorch (examples/python/train_offloaded.py): a GPT-style
 # decoder trained in memory and with everything on NVMe (nvswap.torch),
 # equal bit for bit; Debian's python3 and python3-torch, the package from
 # the build tree (build/python).
-demo-python: build
+demo-python: deps build/build.ninja
 	@scripts/deps.sh $(PYTHON_PACKAGES)
 	@test -e build/python/nvswap/torch/__init__.py || \
 		meson setup --reconfigure build -Dpython=enabled
-	ninja -C build
+	ninja -C build $$(ninja -C build -t targets all | \
+		sed -n 's|^\(python/nvswap/[^ :]*\): .*|\1|p' | grep -v '\.p/')
 	mkdir -p nvme_swap
 	PYTHONPATH=build/python $(DEBIAN_PYTHON) \
 		examples/python/train_offloaded.py --dir nvme_swap
@@ -113,12 +117,14 @@ demo-hf: deps
 demo-mpi: deps
 	@scripts/deps.sh $(MPI_PACKAGES)
 	@$(MPI_RECONFIGURE)
-	$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory build/build.ninja
+	ninja -C build examples/mpi_offload_train
 	$(MPIRUN) -np 4 ./build/examples/mpi_offload_train \
 		--config examples/ds_config.json
 
 # The handle alone: 1 GiB written to ./nvme_swap/ and read back.
-demo-io: build
+demo-io: deps build/build.ninja
+	ninja -C build examples/nvswap-demo
 	./build/examples/nvswap-demo --dir nvme_swap --size 1G
 
 build-asan/build.ninja: | deps
