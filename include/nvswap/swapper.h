@@ -425,8 +425,17 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  * layout (other paths, another stripe size, a manifest of another rank)
  * is refused (-EINVAL, naming the difference), and so is a damaged or
  * missing piece (-EBADMSG: a torn manifest, an extent past the end of a
- * truncated data file; -ENOTSUP: a manifest of a newer format). nothing
- * is changed on disk then; nvswap-fsck says more.
+ * truncated data file or a missing one; -ENOTSUP: a manifest of a newer
+ * format). Nothing is changed on disk then; nvswap-fsck says more.
+ *
+ * Moving a set: a manifest records the first path as "." and the others
+ * relative to it when they are on the same filesystem, so a copy of the
+ * whole tree (cp -a, a backup restored elsewhere) opens, verifies and
+ * resumes where it lands, given its new paths in the same order. A path
+ * on another filesystem than the first is recorded whole, and so is
+ * every path in a manifest written before format 2: moved, such a set is
+ * refused (-EINVAL) with the exact "nvswap-fsck --relocate OLD=NEW" to
+ * run once (nvs_swapset_relocate()).
  *
  * Crash consistency: a generation's extents are never written while it
  * is kept. A tensor written after a checkpoint goes to new extents (copy
