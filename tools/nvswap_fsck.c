@@ -190,6 +190,27 @@ static void listed(const struct nvs_swapset_info *in, void *arg)
 		f->paths[i] = dup_str(in->paths[i]);
 }
 
+/* *@p with --relocate's OLD replaced by NEW when it is OLD or under it
+ * (a path read from a manifest of a set that moved); *@p otherwise. */
+static const char *moved(char **p, const struct job *j)
+{
+	size_t n = j->old ? strlen(j->old) : 0;
+	char *m;
+
+	while (n > 1 && j->old[n - 1] == '/')
+		n--;
+	if (!n || strncmp(*p, j->old, n) || ((*p)[n] && (*p)[n] != '/'))
+		return *p;
+	m = malloc(strlen(j->new_) + strlen(*p + n) + 1);
+	if (!m)
+		tool_die(8, "out of memory");
+	strcpy(m, j->new_);
+	strcat(m, *p + n);
+	free(*p);
+	*p = m;
+	return m;
+}
+
 /* Without --name: list the sets under @o's first path, check each (its
  * other paths from @o when several were given, else from its newest
  * manifest). The worst exit status. */
@@ -219,7 +240,7 @@ static int check_all(const struct nvs_swapper_opts *given, int rank,
 		if (given->npaths == 1 && f->npaths > 1) {
 			o.npaths = f->npaths;
 			for (unsigned i = 1; i < f->npaths; i++)
-				o.nvme_paths[i] = f->paths[i];
+				o.nvme_paths[i] = moved(&f->paths[i], j);
 		}
 		if (*f->name)
 			printf("\nchecking set \"%s\" rank %d\n", f->name,

@@ -612,8 +612,9 @@ NVS_API int nvs_swapset_check(const struct nvs_swapper_opts *o, unsigned flags,
  *               (@paths absolute, relative ones resolved against the
  *               directory listed); 0 and NULL when @status < 0.
  * @data_bytes:  the size of its set.data, UINT64_MAX when it has none.
- * @pid:         a live process holding the set (from its lock file, a
- *               hint: the lock is not tried), 0 for none.
+ * @pid:         the process holding the set's lock (as /proc/locks
+ *               lists it; without /proc, a hint: the live pid its lock
+ *               file names), 0 for none. The lock is not tried.
  * @status:      0, or -errno of reading the newest manifest.
  * @what:        the newest generation's tag, or why it could not be read.
  * Valid during the callback.

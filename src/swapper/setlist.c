@@ -23,27 +23,54 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "nvswap/swapper.h"
 
 #define WHO "nvs_swapset_list"
 
-/* The pid in @dirfd's lock file when that process is alive, else 0. A
- * pid is only a hint (the lock itself is not tried: that would make an
- * opener fail meanwhile). */
+/* The process holding @dirfd's lock (its flock, as /proc/locks lists
+ * it), 0 for none. Without /proc, the pid the lock file names when that
+ * process is alive: a hint (a copy of a set carries the pid of the
+ * original's holder). The lock itself is never tried: that would make
+ * an opener fail meanwhile. */
 static long holder(int dirfd)
 {
-	char buf[32] = "";
-	int fd = openat(dirfd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	ssize_t n;
-	long pid;
+	char line[256] = "";
+	struct stat st;
+	long pid = 0;
+	FILE *f;
+	int fd;
 
+	if (fstatat(dirfd, "lock", &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	f = fopen("/proc/locks", "re");
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			unsigned maj, min;
+			unsigned long ino;
+			char kind[16];
+			long p;
+
+			if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%lu",
+				   kind, &p, &maj, &min, &ino) == 5 &&
+			    !strcmp(kind, "FLOCK") && maj == major(st.st_dev) &&
+			    min == minor(st.st_dev) && ino == st.st_ino) {
+				pid = p;
+				break;
+			}
+		}
+		fclose(f);
+		return pid;
+	}
+	fd = openat(dirfd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	*line = '\0';
+	if (pread(fd, line, 31, 0) > 0)
+		pid = strtol(line, NULL, 10);
 	close(fd);
-	pid = n > 0 ? strtol(buf, NULL, 10) : 0;
 	if (pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 		return 0;
 	return pid;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -331,6 +332,7 @@ Test(persist_move, a_path_on_another_filesystem_is_recorded_whole)
 	s = open2(a, mb, NVS_PERSIST_RESUME);
 	initial(s);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	umount2(sub("mnt"), MNT_DETACH);
 }
 
 /* Rewrite generation 1 of the set at @root as format 1 wrote it: version
