@@ -150,7 +150,7 @@ cd "$root" || exit 1
 # ---- an installed tool finds its library by itself (RUNPATH)
 out=$("$prefix/bin/nvswap-report" --help 2>&1)
 expect "installed nvswap-report --help: exit 0, its usage line" \
-	"0 usage: nvswap-report [--nvme_path DIR] [--json]" \
+	"0 usage: nvswap-report [--nvme-path DIR] [--json]" \
 	"$? $(head -1 <<<"$out")"
 expect "installed nvswap-report finds the installed library" \
 	"$libdir/libnvswap.so.0" \
