@@ -50,9 +50,10 @@ check() {
 install() {
 	local libdir pcdir
 	meson configure build -Dprefix="$prefix" >/dev/null
-	# Not --no-rebuild: ninja regenerates the install plan for PREFIX
-	# (make built everything before).
-	meson install -C build --quiet
+	# ninja regenerates the install plan for PREFIX (make built
+	# everything before: nothing else is done).
+	ninja -C build >/dev/null
+	meson install -C build --no-rebuild --quiet
 	libdir=$(meson introspect build --buildoptions | python3 -c '
 import json, sys
 opts = {o["name"]: o["value"] for o in json.load(sys.stdin)}

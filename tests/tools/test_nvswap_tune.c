@@ -566,6 +566,38 @@ Test(nvswap_tune, contradictory_flags_are_refused)
 	tt_no_leftovers(tu_dir());
 }
 
+/* One option style: every option in the help has dashes, and
+ * ds_nvme_tune's underscore spellings are named once, as aliases. */
+Test(nvswap_tune, help_lists_dash_options_and_names_the_aliases_once)
+{
+	struct tu_out o = tt_tune(NULL, "--help");
+	const char *line;
+
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert_str_empty(o.err);
+	cr_assert(
+		!strncmp(o.out, "usage: nvswap-tune [--nvme-path DIR ...]", 40),
+		"%s", o.out);
+	for (line = o.out; line; line = strchr(line + 1, '\n')) {
+		const char *p = line + (*line == '\n');
+		size_t n = strspn(p, " ");
+
+		if (n >= 2 && !strncmp(p + n, "--", 2))
+			cr_assert_eq(strcspn(p + n, " _\n"),
+				     strcspn(p + n, " \n"),
+				     "an option with '_' in: %.60s", p);
+	}
+	cr_assert(strstr(o.out,
+			 "ds_nvme_tune's spellings work too: --nvme_dir, "
+			 "--io_size, --no_read,\n--no_write, "
+			 "--sweep_config.\n"),
+		  "%s", o.out);
+	cr_assert_null(
+		strstr(strstr(o.out, "--sweep_config") + 1, "--sweep_config"),
+		"%s", o.out);
+	tu_out_free(&o);
+}
+
 Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
 {
 	struct tu_out o;
