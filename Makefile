@@ -11,6 +11,8 @@
 #   make demo-mpi  the main job data-parallel over Open MPI, 4 ranks
 #   make demo-hf   the LLM recipe: pretrained safetensors to NVMe, the HF
 #                  Trainer with clipping and checkpointing, bit for bit
+#   make install   the C library (headers, libnvswap, nvswap.pc) and the
+#                  tools into PREFIX (default /usr/local)
 # Everything else is for developers: build, stress, bench (bench-full),
 # format, clean.
 
