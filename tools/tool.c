@@ -150,11 +150,20 @@ void tool_bad_option(const char *arg, const struct option *longopts, int ret,
 
 		fprintf(stderr, "%s: option '--%.*s' is ambiguous", tool_name,
 			(int)len, name);
+		/* Each option once, by its canonical name, also when only
+		 * its aliases start so ("--io_"). */
 		for (const struct option *o = longopts; o->name; o++) {
-			if (strncmp(o->name, name, len) ||
-			    canonical(longopts, o) != o)
+			const struct option *c = canonical(longopts, o);
+			bool seen = false;
+
+			if (strncmp(o->name, name, len))
 				continue;
-			fprintf(stderr, "%s '--%s'", sep, o->name);
+			for (const struct option *e = longopts; e != o; e++)
+				seen |= !strncmp(e->name, name, len) &&
+					canonical(longopts, e) == c;
+			if (seen)
+				continue;
+			fprintf(stderr, "%s '--%s'", sep, c->name);
 			sep = ",";
 		}
 		fputc('\n', stderr);

@@ -339,6 +339,8 @@ Test(nvswap_io, bad_options_say_what_was_meant_in_two_lines)
 				 "'--frobnicate'\n"},
 		{"--re", "nvswap-io: option '--re' is ambiguous: '--read', "
 			 "'--repeats'\n"},
+		{"--io_", "nvswap-io: option '--io_' is ambiguous: "
+			  "'--io-size', '--io-parallel'\n"},
 		{"--read=yes", "nvswap-io: option '--read' takes no value\n"},
 		{"--folder", "nvswap-io: option '--folder' needs a value\n"},
 		{"--io_si", "nvswap-io: option '--io-size' needs a value\n"},
