@@ -25,8 +25,9 @@ language word (GitHub shows only the first word):
                             finds nvswap), outer (make test itself: never
                             inside make test)
   ```sh clone               runs in a fresh git clone of this repository
-                            (one per session, shared by such blocks), on
-                            the PyPI interpreter only: once per make test
+                            (its committed HEAD; one per session, shared
+                            by such blocks), on the PyPI interpreter
+                            only: once per make test
 
 Blocks with no language, ```text, ```console or ```json are output or
 data, never run. python blocks run in one process per chain (exec, so a
@@ -35,6 +36,7 @@ blocks are compiled with cc -std=c11 -Wall -Wextra -Werror against
 include/ and the build tree's libnvswap (build/, $NVSWAP_BUILD_DIR),
 else an installed one (pkg-config), and run. A chain is killed after
 TIMEOUT seconds per block (CLONE_TIMEOUT in a clone) and reported.
+Blocks that need a GPU are also marked gpu for pytest (make test-gpu).
 """
 import importlib.util
 import json
@@ -193,8 +195,9 @@ def test_python_fragment_parses(block):
     compile("\n" * block.line + block.text, str(ROOT / block.file), "exec")
 
 
-@pytest.mark.parametrize("chain", [pytest.param(c, id=c[0].where)
-                                   for c in CHAINS])
+@pytest.mark.parametrize("chain", [
+    pytest.param(c, id=c[0].where, marks=[pytest.mark.gpu] if any(
+        "gpu" in b.needs for b in c) else []) for c in CHAINS])
 def test_block_runs(chain, clone):
     for b in chain:
         for n in b.needs:
