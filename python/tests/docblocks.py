@@ -76,6 +76,7 @@ class Block:
     def __init__(self, file, line, lang, words, text):
         self.file, self.line, self.lang, self.text = file, line, lang, text
         self.flags, self.needs, self.setups, self.bad = set(), [], [], []
+        self.name = None
         for w in words:
             key, eq, val = w.partition("=")
             if not eq and w in FLAGS:
@@ -84,6 +85,8 @@ class Block:
                 self.needs += val.split(",")
             elif key == "setup" and val:
                 self.setups += val.split(",")
+            elif key == "file" and val and "/" not in val and not self.name:
+                self.name = val
             else:
                 self.bad.append(w)
         self.bad += [f"needs={n}" for n in self.needs if n not in NEEDS]
@@ -153,7 +156,8 @@ def problems(blocks):
             out.append(f"{b.where}: unknown marking {' '.join(b.bad)} "
                        f"(flags: {', '.join(FLAGS)}; needs=: "
                        f"{', '.join(NEEDS)}; setup=: {', '.join(SETUPS)})")
-        if "fragment" in b.flags and len(b.flags | set(b.needs)) > 1:
+        if "fragment" in b.flags and (len(b.flags | set(b.needs)) > 1 or
+                                      b.setups or b.name):
             out.append(f"{b.where}: a fragment is not run: it takes no "
                        "other marking")
         if "continue" in b.flags and (prev is None or
@@ -218,6 +222,9 @@ def _c(b, spec):
     path = os.path.join(spec["repo"], b["file"])
     with open(base + ".c", "w") as f:
         f.write(f'#line {b["line"] + 1} "{path}"\n' + b["text"])
+    if b["name"]:  # file=NAME: for the blocks that continue it
+        with open(b["name"], "w") as f:
+            f.write(b["text"])
     cmd = (["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", base,
             base + ".c"] + spec["cflags"] + spec["libs"])
     _say("$ " + " ".join(shlex.quote(c) for c in cmd))

@@ -23,7 +23,10 @@ language word (GitHub shows only the first word):
                             (mpirun), deepspeed, transformers (the
                             package), root, sudo, install (pkg-config
                             finds nvswap), outer (make test itself: never
-                            inside make test)
+                            inside make test); in a chain, the blocks
+                            before the first such one still run
+  ```c file=handle.c        also writes the block as handle.c in its
+                            directory (for the blocks that continue it)
   ```sh clone               runs in a fresh git clone of this repository
                             (its committed HEAD; one per session, shared
                             by such blocks), on the PyPI interpreter
@@ -151,7 +154,8 @@ def _run(chain, cwd, scratch, timeout, root=ROOT):
     spec = {"repo": str(root), "scratch": scratch, "cflags": lib[0],
             "libs": lib[1],
             "blocks": [{"file": b.file, "line": b.line, "lang": b.lang,
-                        "text": b.text, "setups": b.setups} for b in chain]}
+                        "text": b.text, "setups": b.setups, "name": b.name}
+                       for b in chain]}
     path = os.path.join(scratch, "spec.json")
     with open(path, "w") as f:
         json.dump(spec, f)
@@ -199,11 +203,17 @@ def test_python_fragment_parses(block):
     pytest.param(c, id=c[0].where, marks=[pytest.mark.gpu] if any(
         "gpu" in b.needs for b in c) else []) for c in CHAINS])
 def test_block_runs(chain, clone):
-    for b in chain:
-        for n in b.needs:
-            ok, why = NEEDS[n]
-            if not ok():
-                pytest.skip(f"{b.where} needs={n}: {why}")
+    # the chain runs up to its first block whose needs are missing
+    missing = None
+    for i, b in enumerate(chain):
+        missing = next((f"{b.where} needs={n}: {NEEDS[n][1]}"
+                        for n in b.needs if not NEEDS[n][0]()), None)
+        if missing:
+            if i == 0:
+                pytest.skip(missing)
+            missing += f" (the {i} block(s) before it ran)"
+            chain = chain[:i]
+            break
     in_clone = any("clone" in b.flags for b in chain)
     if in_clone and _debian_interpreter():
         pytest.skip(f"{chain[0].where}: clone blocks run once per make "
@@ -220,6 +230,8 @@ def test_block_runs(chain, clone):
         _run(chain, cwd, scratch, timeout)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if missing:
+        pytest.skip(missing)
 
 
 # ---- the runner itself: what a reader of a failure gets ----
@@ -273,6 +285,15 @@ def test_a_c_block_that_does_not_compile_names_its_line(diskdir):
                  "int main(void) { return nvs_no_such_call(); }\n```\n")
     assert msg.startswith("FAILED: README.md:1 (c): does not compile\n")
     assert "README.md:4:" in msg and "nvs_no_such_call" in msg
+
+
+def test_file_leaves_a_c_block_for_the_blocks_after_it(diskdir):
+    if _lib() is None:
+        pytest.skip("no libnvswap to link against (ninja -C build)")
+    msg = _fails(diskdir, "```c file=x.c\nint main(void) { return 0; }\n"
+                 "```\n```sh continue\ngrep -c main x.c\nexit 3\n```\n")
+    assert msg.startswith("FAILED: README.md:4 (sh): exit status 3\n"), msg
+    assert "\n1\n" in msg
 
 
 def test_a_hanging_block_is_killed_and_named(diskdir):
