@@ -61,9 +61,16 @@ def loss_fn(out):
 
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 '''
+OFFLOADED = MODEL + '''
+model = nvt.offload(model, config="ds_config.json")
+opt = nvt.AdamW(model.parameters(), lr=1e-3)
+loss = loss_fn(model(batch))
+'''
 SETUPS = {
     "model": {"python": MODEL},
     "ds_config": {"files": {"ds_config.json": "examples/ds_config.json"}},
+    "offloaded": {"files": {"ds_config.json": "examples/ds_config.json"},
+                  "python": OFFLOADED},
 }
 
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
@@ -244,9 +251,17 @@ def run(spec):
     ns = {"__name__": "__main__"}
     for b in spec["blocks"]:
         _say(f"--- {b['file']}:{b['line']} ({b['lang']}) in {os.getcwd()}")
+        why = None
         for name in b["setups"]:
-            _setup(name, ns, spec["repo"])
-        if b["lang"] == "python":
+            try:
+                _setup(name, ns, spec["repo"])
+            except Exception as e:
+                traceback.print_exc()
+                why = f"setup={name}: {type(e).__name__}: {e}"
+                break
+        if why:
+            pass
+        elif b["lang"] == "python":
             why = _python(b, ns, spec)
         elif b["lang"] == "sh":
             why = _sh(b, spec)

@@ -17,7 +17,9 @@ language word (GitHub shows only the first word):
                             model: torch, nvswap, nvt imported,
                             MyTransformer, model, batch, data,
                             loss_fn, optimizer; ds_config: the example
-                            config as ds_config.json)
+                            config as ds_config.json; offloaded: both,
+                            the model offloaded by that config, opt an
+                            nvt.AdamW, loss its loss on batch)
   ```sh needs=gpu           runs where that exists, else skipped saying
                             why: gpu (torch sees a CUDA device), mpi
                             (mpirun), deepspeed, transformers (the
@@ -299,8 +301,8 @@ def test_file_leaves_a_c_block_for_the_blocks_after_it(diskdir):
 def test_a_hanging_block_is_killed_and_named(diskdir):
     msg = _fails(diskdir, "```python\nprint('ok')\n```\n\n"
                  "```sh continue\necho $$ >pid\nsleep 600\n```\n",
-                 timeout=5)
-    assert msg.startswith("README.md:5 (sh): killed after 5 s (timeout)"), \
+                 timeout=10)
+    assert msg.startswith("README.md:5 (sh): killed after 10 s (timeout)"), \
         msg
     with open(os.path.join(diskdir, "work", "pid")) as f:
         pid = int(f.read())
