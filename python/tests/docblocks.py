@@ -219,8 +219,13 @@ def _python(b, ns, spec):
     return None
 
 
+# An outer make's (make test's) flags and jobserver are not the reader's.
+_MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+
 def _sh(b, spec):
-    r = subprocess.run(["bash", "-e", "-c", b["text"]])
+    env = {k: v for k, v in os.environ.items() if k not in _MAKE_ENV}
+    r = subprocess.run(["bash", "-e", "-c", b["text"]], env=env)
     return f"exit status {r.returncode}" if r.returncode else None
 
 
