@@ -145,6 +145,17 @@ expect "the static example runs without the shared library" \
 exit 0" \
 	"$(./handle_static "$work/swap.bin" 2>&1
 		echo "exit $?")"
+# README's own example (its "```c file=handle.c" block, as the docs test
+# reads it), built by README's own command line against the prefix
+awk '/^```c file=handle\.c/{on=1; next} on && /^```/{exit} on' \
+	"$root/README.md" >handle.c
+# shellcheck disable=SC2046
+out=$(cc -std=c11 -o handle handle.c $(pkg-config --cflags --libs nvswap) 2>&1)
+expect "README's handle.c with README's cc line" "0 " "$? $out"
+expect "README's handle.c runs against the prefix" "1 write, read: 0
+exit 0" "$(LD_LIBRARY_PATH=$libdir ./handle 2>&1
+	echo "exit $?")"
+rm -f swap.bin
 cd "$root" || exit 1
 
 # ---- an installed tool finds its library by itself (RUNPATH)
