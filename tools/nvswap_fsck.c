@@ -281,8 +281,7 @@ int main(int argc, char **argv)
 
 	tool_name = "nvswap-fsck";
 	nvs_swapper_opts_init(&o);
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((c = tool_getopt(argc, argv, "", longopts, 16)) != -1) {
 		switch (c) {
 		case 'p':
 			if (o.npaths == NVS_SWAPPER_MAX_PATHS)
@@ -324,11 +323,6 @@ int main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
-		default:
-			tool_die(16, "%s '%s' (nvswap-fsck --help lists them)",
-				 optopt ? "option needs a value:"
-					: "unknown option",
-				 argv[optind - 1]);
 		}
 	}
 	if (optind < argc || !o.npaths) {

@@ -429,8 +429,9 @@ Test(nvswap_fsck, an_unknown_option_is_named_without_the_whole_help)
 	struct tu_out o = fsck_raw("--path %s --no_data", tu_dir());
 
 	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
-	cr_assert(strstr(o.err, "nvswap-fsck: unknown option '--no_data' "
-				"(nvswap-fsck --help lists them)"),
+	cr_assert(strstr(o.err, "nvswap-fsck: unknown option '--no_data'; "
+				"did you mean '--no-data'?\n"
+				"see nvswap-fsck --help\n"),
 		  "%s", o.err);
 	cr_assert_null(strstr(o.err, "usage:"), "%s", o.err);
 	tu_out_free(&o);
