@@ -11,6 +11,8 @@
 #   make demo-mpi  the main job data-parallel over Open MPI, 4 ranks
 #   make demo-hf   the LLM recipe: pretrained safetensors to NVMe, the HF
 #                  Trainer with clipping and checkpointing, bit for bit
+#   make install   the C library (headers, libnvswap, nvswap.pc) and the
+#                  tools into PREFIX (default /usr/local)
 # Everything else is for developers: build, stress, bench (bench-full),
 # format, clean.
 
@@ -55,7 +57,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all deps build demo demo-io demo-mpi demo-python demo-hf test test-plain test-asan test-tsan \
+.PHONY: all deps build install demo demo-io demo-mpi demo-python demo-hf test test-plain test-asan test-tsan \
 	test-python test-gpu wheel \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
 	clean
@@ -74,18 +76,34 @@ build/build.ninja: | deps
 build: deps build/build.ninja
 	ninja -C build
 
-demo: build
+# make install PREFIX=/opt/nvswap: the C library for programs of your own
+# (headers, libnvswap.so.0 and its links, libnvswap.a, nvswap.pc) and the
+# tools, into PREFIX (absolute; default /usr/local; DESTDIR= stages it
+# for a package). A PREFIX this user cannot write is refused, naming it,
+# before anything is built (scripts/install.sh); the test-plain run
+# checks it all (tests/tools/install.sh).
+PREFIX = /usr/local
+install:
+	@DESTDIR="$(DESTDIR)" scripts/install.sh check "$(PREFIX)"
+	@$(MAKE) --no-print-directory build
+	@DESTDIR="$(DESTDIR)" scripts/install.sh install "$(PREFIX)"
+
+# Each demo builds only what it runs (the library and its example);
+# make build and make test build everything.
+demo: deps build/build.ninja
+	ninja -C build examples/offload_train
 	./build/examples/offload_train --config examples/ds_config.json
 
 # The same from PyTorch (examples/python/train_offloaded.py): a GPT-style
 # decoder trained in memory and with everything on NVMe (nvswap.torch),
 # equal bit for bit; Debian's python3 and python3-torch, the package from
 # the build tree (build/python).
-demo-python: build
+demo-python: deps build/build.ninja
 	@scripts/deps.sh $(PYTHON_PACKAGES)
 	@test -e build/python/nvswap/torch/__init__.py || \
 		meson setup --reconfigure build -Dpython=enabled
-	ninja -C build
+	ninja -C build $$(ninja -C build -t targets all | \
+		sed -n 's|^\(python/nvswap/[^ :]*\): .*|\1|p' | grep -v '\.p/')
 	mkdir -p nvme_swap
 	PYTHONPATH=build/python $(DEBIAN_PYTHON) \
 		examples/python/train_offloaded.py --dir nvme_swap
@@ -113,12 +131,14 @@ demo-hf: deps
 demo-mpi: deps
 	@scripts/deps.sh $(MPI_PACKAGES)
 	@$(MPI_RECONFIGURE)
-	$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory build/build.ninja
+	ninja -C build examples/mpi_offload_train
 	$(MPIRUN) -np 4 ./build/examples/mpi_offload_train \
 		--config examples/ds_config.json
 
 # The handle alone: 1 GiB written to ./nvme_swap/ and read back.
-demo-io: build
+demo-io: deps build/build.ninja
+	ninja -C build examples/nvswap-demo
 	./build/examples/nvswap-demo --dir nvme_swap --size 1G
 
 build-asan/build.ninja: | deps
@@ -131,9 +151,12 @@ build-tsan/build.ninja: | deps
 
 # The integration suite runs once on each backend the kernel allows here
 # (io_uring, libaio, psync); one it refuses is named with the reason.
+# tests/tools/install.sh runs make install into a scratch PREFIX (not a
+# meson test: it reconfigures build/'s prefix, and puts it back).
 test-plain: build
 	scripts/run-tests.sh build plain unit headers link tools gpu
-	@rc=0; for b in $$(build/tests/nvs-test-backends); do \
+	@rc=0; tests/tools/install.sh || rc=1; \
+	for b in $$(build/tests/nvs-test-backends); do \
 		NVSWAP_BACKEND=$$b scripts/run-tests.sh build plain-$$b \
 			integration || rc=1; \
 	done; exit $$rc

@@ -107,8 +107,8 @@ def report(label, pairs):
 
 
 def compare(a):
-    cmd = [a.tool, "--folder", a.dir, "--io_size", a.size, "--block_size",
-           a.bs, "--queue_depth", "1", "--compare-fio", "--no-fio-default",
+    cmd = [a.tool, "--folder", a.dir, "--io-size", a.size, "--block-size",
+           a.bs, "--queue-depth", "1", "--compare-fio", "--no-fio-default",
            "--repeats", str(a.repeats)] + (["--read"] if a.op == "read"
                                            else [])
     for (side, tid), pairs in sorted(per_thread(traced(cmd), a.op).items()):
@@ -118,10 +118,10 @@ def compare(a):
 def footprint(a, path):
     n = parse_size(a.size) // parse_size(a.bs)
     rd = ["--read"] if a.op == "read" else []
-    nv = [a.tool, "--folder", a.dir, "--block_size", a.bs, "--queue_depth",
-          "1", "--warmup_loops", "1", "--json"] + rd
-    runs = [("nvswap, one op", nv + ["--io_size", a.size]),
-            ("nvswap, ops of one block", nv + ["--io_size", a.bs, "--loops",
+    nv = [a.tool, "--folder", a.dir, "--block-size", a.bs, "--queue-depth",
+          "1", "--warmup-loops", "1", "--json"] + rd
+    runs = [("nvswap, one op", nv + ["--io-size", a.size]),
+            ("nvswap, ops of one block", nv + ["--io-size", a.bs, "--loops",
                                               str(n)]),
             ("fio", fio_cmd(path, a.op, a.bs, 1, a.size))]
     for r in range(a.repeats):

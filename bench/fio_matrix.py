@@ -44,9 +44,9 @@ def check_fio(cmd, bs, qd, size, par, engine, op):
 
 
 def point(a, op, eng, bs, qd, par):
-    cmd = [a.tool, "--folder", a.dir, "--io_size", str(a.size_bytes),
-           "--block_size", str(bs), "--queue_depth", str(qd),
-           "--io_parallel", str(par), "--backend", eng, "--compare-fio",
+    cmd = [a.tool, "--folder", a.dir, "--io-size", str(a.size_bytes),
+           "--block-size", str(bs), "--queue-depth", str(qd),
+           "--io-parallel", str(par), "--backend", eng, "--compare-fio",
            "--repeats", str(a.repeats), "--json"]
     cmd += ["--read"] if op == "read" else []
     cmd += [] if a.fio_default else ["--no-fio-default"]

@@ -4,7 +4,7 @@
 # and noisy): GB/s median [min-max] and CPU s/GiB median over REPS, for
 # reads and writes of 1 GiB, 3 timed ops after one warm-up op each run.
 #   bench/io_modes.sh DIR REPS QD NAME=ARGS...
-# e.g. bench/io_modes.sh nvme_swap 5 128 batch= single=--single_submit
+# e.g. bench/io_modes.sh nvme_swap 5 128 batch= single=--single-submit
 set -euo pipefail
 dir=$1 reps=$2 qd=$3
 shift 3
@@ -17,8 +17,8 @@ for op in read write; do
 	for ((i = 0; i < reps; i++)); do
 		for m in "$@"; do
 			name=${m%%=*} extra=${m#*=}
-			args=(--folder "$dir" --io_size 1G --queue_depth "$qd"
-				--loops 3 --warmup_loops 1 --json)
+			args=(--folder "$dir" --io-size 1G --queue-depth "$qd"
+				--loops 3 --warmup-loops 1 --json)
 			[ "$op" = read ] && args+=(--read)
 			# shellcheck disable=SC2206
 			args+=($extra)

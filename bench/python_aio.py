@@ -7,7 +7,7 @@ in one interleaved run:
    aio_handle.sync_pwrite/sync_pread, against the same transfer through
    build/tools/nvswap-io with the same settings (DeepSpeed's defaults:
    1 MiB blocks, queue depth 128, one worker, overlap_events False =
-   nvswap-io --sequential_requests; backend auto). Python runs it into a
+   nvswap-io --sequential-requests; backend auto). Python runs it into a
    new_cpu_locked_tensor ("pinned") and into a plain torch.empty tensor
    ("unpinned"). Each sample does what nvswap-io does: a fresh file, one
    untimed warm-up op (a read's file is written and fsynced first), then
@@ -103,11 +103,11 @@ class Files:
 
 
 def c_sample(a, op):
-    cmd = [a.tool, "--folder", a.dir, "--io_size", str(a.nbytes),
-           "--block_size", str(a.block_size),
-           "--queue_depth", str(a.queue_depth), "--io_parallel", "1",
-           "--sequential_requests", "--backend", "auto", "--pinned",
-           "--warmup_loops", "1", "--loops", str(a.loops), "--json"]
+    cmd = [a.tool, "--folder", a.dir, "--io-size", str(a.nbytes),
+           "--block-size", str(a.block_size),
+           "--queue-depth", str(a.queue_depth), "--io-parallel", "1",
+           "--sequential-requests", "--backend", "auto", "--pinned",
+           "--warmup-loops", "1", "--loops", str(a.loops), "--json"]
     if op == "read":
         cmd.append("--read")
     out = subprocess.run(cmd, capture_output=True, text=True)

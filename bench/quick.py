@@ -54,8 +54,8 @@ def add(name, value, ref, ratios, target):
 def sequential(a):
     for op in ("read", "write"):
         j = json.loads(run(
-            [f"{a.build}/tools/nvswap-io", "--folder", a.dir, "--io_size",
-             "256M", "--block_size", "1M", "--queue_depth", "128",
+            [f"{a.build}/tools/nvswap-io", "--folder", a.dir, "--io-size",
+             "256M", "--block-size", "1M", "--queue-depth", "128",
              "--compare-fio", "--no-fio-default", "--repeats", str(a.reps),
              "--json"] + (["--read"] if op == "read" else [])))
         eng = j["backend"]

@@ -43,9 +43,9 @@ def run_ranks(args, n, op, qd):
     for r in range(n):
         d = os.path.join(args.dir, f"rank{r}")
         os.makedirs(d, exist_ok=True)
-        cmd = [TOOL, "--folder", d, "--io_size", args.size, "--loops",
-               str(args.loops), "--queue_depth", str(qd), "--json",
-               "--start_at", f"{start:.3f}"]
+        cmd = [TOOL, "--folder", d, "--io-size", args.size, "--loops",
+               str(args.loops), "--queue-depth", str(qd), "--json",
+               "--start-at", f"{start:.3f}"]
         if op == "read":
             cmd.append("--read")
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
@@ -64,7 +64,7 @@ def figures(res, size, loops):
     gbs = [r["task_gbs"] * (1 << 30) / 1e9 for r in res]  # GB/s (1e9)
     lat = [r["op_latency_ms"]["median"] for r in res]
     # Aggregate: all bytes over the window from the first rank's timed
-    # start to the last one's end (the ranks start together, --start_at).
+    # start to the last one's end (the ranks start together, --start-at).
     t0 = min(r["timed_start"] for r in res)
     t1 = max(r["timed_end"] for r in res)
     late = max(r["timed_start"] for r in res) - t0

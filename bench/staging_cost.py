@@ -4,7 +4,7 @@
 nvswap-io at DeepSpeed's settings (1 MiB blocks, queue depth 128, one
 worker) on a pinned buffer and on an unpinned one 64 bytes off a page (a
 torch.empty tensor's alignment: every request goes through the handle's
-bounce slots), with batch-and-drain (--sequential_requests, DeepSpeed's
+bounce slots), with batch-and-drain (--sequential-requests, DeepSpeed's
 overlap_events=False) and without, with more bounce memory and with two
 workers. The variants alternate within each repeat, their order rotating;
 prints task GB/s median [min-max], the ratio to pinned batch-and-drain per
@@ -19,15 +19,15 @@ import statistics
 import subprocess
 import sys
 
-SEQ = ["--sequential_requests"]
+SEQ = ["--sequential-requests"]
 UNP = ["--unpinned", "--misalign", "64"]
 VARIANTS = {
     "pinned, batch-and-drain": SEQ,
     "unpinned+64, batch-and-drain": SEQ + UNP,
-    "unpinned+64, batch-and-drain, --bounce_bytes 128M":
-        SEQ + UNP + ["--bounce_bytes", "128M"],
-    "unpinned+64, batch-and-drain, --io_parallel 2":
-        SEQ + UNP + ["--io_parallel", "2"],
+    "unpinned+64, batch-and-drain, --bounce-bytes 128M":
+        SEQ + UNP + ["--bounce-bytes", "128M"],
+    "unpinned+64, batch-and-drain, --io-parallel 2":
+        SEQ + UNP + ["--io-parallel", "2"],
     "pinned, overlapped": [],
     "unpinned+64, overlapped": UNP,
 }
@@ -46,8 +46,8 @@ def main():
     ap.add_argument("--tool", default="build/tools/nvswap-io")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
-    base = [a.tool, "--folder", a.dir, "--io_size", a.size,
-            "--warmup_loops", "1", "--loops", "3", "--json"]
+    base = [a.tool, "--folder", a.dir, "--io-size", a.size,
+            "--warmup-loops", "1", "--loops", "3", "--json"]
     names = list(VARIANTS)
     print("| op | buffer, events | GB/s | / pinned batch-and-drain | "
           "CPU s/GiB |")

@@ -34,15 +34,15 @@ def settings_of(path):
 
 
 def run(tool, folder, size, s, op):
-    cmd = [tool, "--folder", folder, "--io_size", size,
-           "--block_size", str(s["block_size"]),
-           "--queue_depth", str(s["queue_depth"]),
-           "--io_parallel", str(s["intra_op_parallelism"]),
-           "--backend", s["backend"], "--warmup_loops", "1", "--json"]
+    cmd = [tool, "--folder", folder, "--io-size", size,
+           "--block-size", str(s["block_size"]),
+           "--queue-depth", str(s["queue_depth"]),
+           "--io-parallel", str(s["intra_op_parallelism"]),
+           "--backend", s["backend"], "--warmup-loops", "1", "--json"]
     if s["single_submit"]:
-        cmd.append("--single_submit")
+        cmd.append("--single-submit")
     if not s["overlap_events"]:
-        cmd.append("--sequential_requests")
+        cmd.append("--sequential-requests")
     if op == "read":
         cmd.append("--read")
     out = subprocess.run(cmd, capture_output=True, text=True)

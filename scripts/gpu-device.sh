@@ -180,7 +180,7 @@ fi
 # ---- 3. nvswap-report
 if [ -x "$bdir/c/tools/nvswap-report" ]; then
 	LD_LIBRARY_PATH=$LD_LIBRARY_PATH${cudart_dir:+:$cudart_dir} \
-		timeout 60 "$bdir/c/tools/nvswap-report" --nvme_path "$root" \
+		timeout 60 "$bdir/c/tools/nvswap-report" --nvme-path "$root" \
 		>"$OUT/report.txt" 2>&1
 	row report "rc $?" "$(grep -E '^gpu ' "$OUT/report.txt" | head -1 | cut -c1-90)"
 fi

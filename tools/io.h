@@ -27,7 +27,7 @@ struct args {
 	size_t block_size;
 	unsigned queue_depth;
 	bool single_submit;
-	bool sequential; /* --sequential_requests: no overlapped events */
+	bool sequential; /* --sequential-requests: no overlapped events */
 	unsigned parallel;
 	unsigned loops;
 	unsigned warmup;
@@ -46,7 +46,7 @@ struct args {
 	bool prepared;	    /* --read: the file is already there and synced */
 	bool warmup_read;   /* warm-up ops read, whatever the timed ones do */
 	bool fio_huge_only; /* --no-fio-default: skip fio's default buffers */
-	double start_at;    /* --start_at: wall-clock second (epoch) the timed
+	double start_at;    /* --start-at: wall-clock second (epoch) the timed
 			       ops start at, after set-up and warm-up; 0 */
 };
 
@@ -78,7 +78,7 @@ void io_on_fatal(void);
 const char *io_file_for(const struct args *a, unsigned loop);
 /* io_run.c: unlink every test file; async-signal-safe. */
 void io_remove_files(void);
-/* io_run.c: one handle, --warmup_loops then --loops timed ops into @r;
+/* io_run.c: one handle, --warmup-loops then --loops timed ops into @r;
  * the caller frees r->lat. Dies on any failure. */
 void io_one_run(const struct args *a, struct run *r);
 

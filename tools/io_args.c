@@ -19,7 +19,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: nvswap-io --folder DIR [options]\n"
 	      "\n"
-	      "Reads or writes one file of --io_size bytes in DIR through an "
+	      "Reads or writes one file of --io-size bytes in DIR through an "
 	      "nvswap aio\n"
 	      "handle, --loops times, and prints ds_io's lines:\n"
 	      "  Task Read Latency = S sec     the timed I/O calls\n"
@@ -28,29 +28,31 @@ static void usage(FILE *f)
 	      "  E2E Read Latency = S sec      plus handle creation and "
 	      "buffer set-up\n"
 	      "  E2E Read Speed = X GB/sec\n"
-	      "then the latency of one op (one --io_size transfer): min, "
+	      "then the latency of one op (one --io-size transfer): min, "
 	      "median, p99.\n"
 	      "\n"
 	      "  --folder DIR            where the test file goes (required); "
 	      "removed after\n"
-	      "  --io_size N             bytes per op, K/M/G suffixes "
+	      "  --io-size N             bytes per op, K/M/G suffixes "
 	      "(default 1G)\n"
 	      "  --read                  read (the file is written first, "
 	      "untimed); else write\n"
-	      "  --block_size N          bytes per request (default 1M)\n"
-	      "  --queue_depth N         requests in flight per worker "
+	      "  --block-size N          bytes per request (default 1M)\n"
+	      "  --queue-depth N         requests in flight per worker "
 	      "(default 128)\n"
-	      "  --single_submit         one submit call per request\n"
-	      "  --sequential_requests   no overlapped events: "
+	      "  --single-submit         one submit call per request\n"
+	      "  --sequential-requests   no overlapped events: "
 	      "batch-and-drain\n"
 	      "                          (default: overlapped, a sliding "
 	      "window)\n"
-	      "  --io_parallel N         worker threads, intra-op parallelism "
+	      "  --io-parallel N         worker threads, intra-op parallelism "
 	      "(default 1)\n"
 	      "  --loops N               timed ops (default 1)\n"
-	      "  --warmup_loops N        untimed ops first (default 0)\n"
-	      "  --start_at T            start the timed ops at wall-clock second T\n"
-	      "                          (since the epoch, fractions allowed): several\n"
+	      "  --warmup-loops N        untimed ops first (default 0)\n"
+	      "  --start-at T            start the timed ops at wall-clock "
+	      "second T\n"
+	      "                          (since the epoch, fractions allowed): "
+	      "several\n"
 	      "                          processes measure the same window\n"
 	      "  --validate              check every byte after the timed "
 	      "ops\n"
@@ -62,14 +64,14 @@ static void usage(FILE *f)
 	      "alignment\n"
 	      "  --sqpoll, --iopoll, --no-fixed   io_uring options (see "
 	      "nvswap/aio.h)\n"
-	      "  --bounce_bytes N        pinned staging memory per worker "
+	      "  --bounce-bytes N        pinned staging memory per worker "
 	      "(default: the\n"
 	      "                          handle's, see nvs_aio_opts)\n"
 	      "  --staging M             auto|misaligned|unpinned: which "
 	      "buffers go through\n"
 	      "                          the pinned staging memory (see "
 	      "enum nvs_staging)\n"
-	      "  --different_file_each_iteration  a new file for every op\n"
+	      "  --different-file-each-iteration  a new file for every op\n"
 	      "  --json                  one JSON object on stdout, no "
 	      "progress line\n"
 	      "  --compare-fio           run fio on the same file with the "
@@ -83,11 +85,17 @@ static void usage(FILE *f)
 	      "  --keep                  keep the test file(s)\n"
 	      "  -h, --help              this text\n"
 	      "\n"
+	      "ds_io's spellings work too: --io_size, --block_size, "
+	      "--queue_depth,\n"
+	      "--single_submit, --sequential_requests, --io_parallel, "
+	      "--warmup_loops,\n"
+	      "--different_file_each_iteration.\n"
+	      "\n"
 	      "--compare-fio runs fio with --direct=1, the same --bs and "
 	      "--iodepth, the\n"
 	      "engine of the backend (io_uring with fixed buffers and "
 	      "registered files,\n"
-	      "libaio, psync), --numjobs = --io_parallel each on its slice of "
+	      "libaio, psync), --numjobs = --io-parallel each on its slice of "
 	      "the file,\n"
 	      "and huge-page buffers (--iomem=shmhuge): scattered 4 KiB pages "
 	      "split each\n"
@@ -147,22 +155,22 @@ void io_parse(int argc, char **argv, struct args *a)
 	};
 	static const struct option opts[] = {
 		{"folder", required_argument, NULL, O_FOLDER},
-		{"io_size", required_argument, NULL, O_IOSIZE},
+		{"io-size", required_argument, NULL, O_IOSIZE},
 		{"read", no_argument, NULL, O_READ},
-		{"block_size", required_argument, NULL, O_BS},
-		{"queue_depth", required_argument, NULL, O_QD},
-		{"single_submit", no_argument, NULL, O_SINGLE},
-		{"sequential_requests", no_argument, NULL, O_SEQ},
-		{"io_parallel", required_argument, NULL, O_PAR},
+		{"block-size", required_argument, NULL, O_BS},
+		{"queue-depth", required_argument, NULL, O_QD},
+		{"single-submit", no_argument, NULL, O_SINGLE},
+		{"sequential-requests", no_argument, NULL, O_SEQ},
+		{"io-parallel", required_argument, NULL, O_PAR},
 		{"loops", required_argument, NULL, O_LOOPS},
-		{"warmup_loops", required_argument, NULL, O_WARM},
-		{"start_at", required_argument, NULL, O_START},
+		{"warmup-loops", required_argument, NULL, O_WARM},
+		{"start-at", required_argument, NULL, O_START},
 		{"validate", no_argument, NULL, O_VALIDATE},
 		{"backend", required_argument, NULL, O_BACKEND},
 		{"pinned", no_argument, NULL, O_PINNED},
 		{"unpinned", no_argument, NULL, O_UNPINNED},
 		{"misalign", required_argument, NULL, O_MISALIGN},
-		{"different_file_each_iteration", no_argument, NULL, O_DIFF},
+		{"different-file-each-iteration", no_argument, NULL, O_DIFF},
 		{"json", no_argument, NULL, O_JSON},
 		{"compare-fio", no_argument, NULL, O_FIO},
 		{"repeats", required_argument, NULL, O_REPEATS},
@@ -170,10 +178,19 @@ void io_parse(int argc, char **argv, struct args *a)
 		{"sqpoll", no_argument, NULL, O_SQPOLL},
 		{"iopoll", no_argument, NULL, O_IOPOLL},
 		{"no-fixed", no_argument, NULL, O_NOFIXED},
-		{"bounce_bytes", required_argument, NULL, O_BOUNCE},
+		{"bounce-bytes", required_argument, NULL, O_BOUNCE},
 		{"staging", required_argument, NULL, O_STAGE},
 		{"no-fio-default", no_argument, NULL, O_NOFIODEF},
 		{"help", no_argument, NULL, 'h'},
+		/* ds_io's spellings */
+		{"io_size", required_argument, NULL, O_IOSIZE},
+		{"block_size", required_argument, NULL, O_BS},
+		{"queue_depth", required_argument, NULL, O_QD},
+		{"single_submit", no_argument, NULL, O_SINGLE},
+		{"sequential_requests", no_argument, NULL, O_SEQ},
+		{"io_parallel", required_argument, NULL, O_PAR},
+		{"warmup_loops", required_argument, NULL, O_WARM},
+		{"different_file_each_iteration", no_argument, NULL, O_DIFF},
 		{0},
 	};
 	int c;
@@ -185,23 +202,23 @@ void io_parse(int argc, char **argv, struct args *a)
 			   .loops = 1,
 			   .pinned = true,
 			   .repeats = 5};
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = tool_getopt(argc, argv, "h", opts, 2)) != -1) {
 		switch (c) {
 		case O_FOLDER:
 			a->folder = optarg;
 			break;
 		case O_IOSIZE:
-			a->io_size = tool_size_arg("--io_size", optarg);
+			a->io_size = tool_size_arg("--io-size", optarg);
 			break;
 		case O_READ:
 			a->read = true;
 			break;
 		case O_BS:
-			a->block_size = tool_size_arg("--block_size", optarg);
+			a->block_size = tool_size_arg("--block-size", optarg);
 			break;
 		case O_QD:
 			a->queue_depth =
-				tool_uint_arg("--queue_depth", optarg, 1);
+				tool_uint_arg("--queue-depth", optarg, 1);
 			break;
 		case O_SINGLE:
 			a->single_submit = true;
@@ -210,19 +227,19 @@ void io_parse(int argc, char **argv, struct args *a)
 			a->sequential = true;
 			break;
 		case O_PAR:
-			a->parallel = tool_uint_arg("--io_parallel", optarg, 1);
+			a->parallel = tool_uint_arg("--io-parallel", optarg, 1);
 			break;
 		case O_LOOPS:
 			a->loops = tool_uint_arg("--loops", optarg, 1);
 			break;
 		case O_WARM:
-			a->warmup = tool_uint_arg("--warmup_loops", optarg, 0);
+			a->warmup = tool_uint_arg("--warmup-loops", optarg, 0);
 			break;
 		case O_START: {
 			char *end;
 			a->start_at = strtod(optarg, &end);
 			if (end == optarg || *end || a->start_at <= 0)
-				tool_die(2, "--start_at: not a time: %s",
+				tool_die(2, "--start-at: not a time: %s",
 					 optarg);
 			break;
 		}
@@ -274,9 +291,9 @@ void io_parse(int argc, char **argv, struct args *a)
 			a->uring_flags |= NVS_URING_NO_FIXED;
 			break;
 		case O_BOUNCE:
-			a->bounce = tool_size_arg("--bounce_bytes", optarg);
+			a->bounce = tool_size_arg("--bounce-bytes", optarg);
 			if (a->bounce > UINT32_MAX)
-				tool_die(2, "--bounce_bytes: at most 4G");
+				tool_die(2, "--bounce-bytes: at most 4G");
 			break;
 		case O_STAGE:
 			if (!strcmp(optarg, "auto"))
@@ -294,32 +311,30 @@ void io_parse(int argc, char **argv, struct args *a)
 		case 'h':
 			usage(stdout);
 			exit(0);
-		default:
-			usage(stderr);
-			exit(2);
 		}
 	}
 	if (optind < argc)
-		tool_die(2, "unexpected argument '%s' (see -h)", argv[optind]);
+		tool_die(2, "unexpected argument '%s' (see nvswap-io --help)",
+			 argv[optind]);
 	if (!a->folder)
 		tool_die(
 			2,
-			"--folder is required: the directory to test (see -h)");
+			"--folder is required: the directory to test (see nvswap-io --help)");
 	if (a->compare_fio && a->diff_file)
 		tool_die(2,
-			 "--compare-fio and --different_file_each_iteration "
+			 "--compare-fio and --different-file-each-iteration "
 			 "cannot be combined: fio reads and writes one file");
 	if (a->compare_fio && a->io_size % a->parallel)
 		tool_die(2,
-			 "--compare-fio needs --io_size divisible by "
-			 "--io_parallel (fio's jobs each take an equal slice)");
+			 "--compare-fio needs --io-size divisible by "
+			 "--io-parallel (fio's jobs each take an equal slice)");
 	/* No memory setting (--unpinned included) helps past the RAM. */
 	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) *
 		       (uint64_t)sysconf(_SC_PAGESIZE);
 	if (a->io_size > ram - a->misalign)
 		tool_die(2,
-			 "--io_size %zu bytes (with --misalign) is larger than "
-			 "this machine's memory (%.1f GiB): lower --io_size",
+			 "--io-size %zu bytes (with --misalign) is larger than "
+			 "this machine's memory (%.1f GiB): lower --io-size",
 			 a->io_size, (double)ram / (1u << 30));
 }
 

@@ -380,7 +380,7 @@ static struct fio_res run_fio(const struct args *a, enum nvs_backend eng,
 		FIO_ARG("--fixedbufs=1");
 		FIO_ARG("--registerfiles=1");
 	}
-	if (a->sequential) { /* batch-and-drain, as --sequential_requests */
+	if (a->sequential) { /* batch-and-drain, as --sequential-requests */
 		FIO_ARG("--iodepth_batch_submit=%u", a->queue_depth);
 		FIO_ARG("--iodepth_batch_complete_min=%u", a->queue_depth);
 	}

@@ -54,7 +54,7 @@ const char *io_file_for(const struct args *a, unsigned loop)
 	while (nfiles <= i) {
 		if (nfiles == 64)
 			tool_die(2,
-				 "--different_file_each_iteration: at most 64 "
+				 "--different-file-each-iteration: at most 64 "
 				 "files (lower --loops)");
 		create_file(a, files[nfiles], sizeof(files[0]));
 		nfiles++;
@@ -123,7 +123,7 @@ static double wall_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* --start_at: sleep until the wall clock reaches @t. */
+/* --start-at: sleep until the wall clock reaches @t. */
 static void wait_until(double t)
 {
 	struct timespec ts = {.tv_sec = (time_t)t,
@@ -220,7 +220,7 @@ void io_one_run(const struct args *a, struct run *r)
 	o.bounce_bytes = (uint32_t)a->bounce;
 	o.staging = (enum nvs_staging)a->staging;
 	if (a->block_size > UINT32_MAX)
-		tool_die(2, "--block_size %zu is too large", a->block_size);
+		tool_die(2, "--block-size %zu is too large", a->block_size);
 	ret = nvs_aio_create(&o, &h);
 	if (ret < 0)
 		tool_die(ret == -EINVAL ? 2 : 1, "%s", nvs_last_error());

@@ -5,11 +5,11 @@
  * an NVMe path: filesystem, block device and model, O_DIRECT and its
  * alignment, free space, rotational or NVMe; memlock and pinnable memory;
  * huge pages; the copy loop's SIMD level; CUDA: devices, driver,
- * PCIe link, cuFile and its mode (GDS or compatibility). Each problem ends with
- * its fix. Human-readable, or --json. Exit status 1 when nothing usable
+ * PCIe link, cuFile and its mode (GDS or compatibility). Each problem ends
+ * with its fix. Human-readable, or --json. Exit status 1 when nothing usable
  * is found (no backend, or the path cannot hold swap files).
  *
- *   nvswap-report [--nvme_path DIR] [--json]
+ *   nvswap-report [--nvme-path DIR] [--json]   (--help says more)
  */
 #include "tool.h"
 
@@ -302,7 +302,7 @@ static json_t *path_report(const char *dir, bool *usable)
 			 stat(dir, &st) < 0 ? strerror(errno)
 					    : "not a directory");
 		json_object_set_new(p, "error", json_string(msg));
-		problem(msg, "create the directory, or pass --nvme_path");
+		problem(msg, "create the directory, or pass --nvme-path");
 		return p;
 	}
 	if (statfs(dir, &fs) == 0)
@@ -675,10 +675,41 @@ static void print_human(json_t *r)
 	}
 }
 
+static void usage(FILE *f)
+{
+	fputs("usage: nvswap-report [--nvme-path DIR] [--json]\n"
+	      "\n"
+	      "Says in a second whether nvswap will run well on this machine, "
+	      "and what to\n"
+	      "fix when it will not: the library's version and build; each "
+	      "I/O backend\n"
+	      "(io_uring, libaio, psync), why one is missing, and the one a "
+	      "handle gets;\n"
+	      "for DIR: filesystem, block device and model, NVMe or not, "
+	      "rotational or not,\n"
+	      "O_DIRECT and its alignment, free space; memlock and how much "
+	      "memory can be\n"
+	      "pinned (a 64 MiB probe); huge pages; the copy loop's SIMD "
+	      "level; CUDA, the\n"
+	      "GPUs and cuFile (GDS or compatibility mode). Each problem "
+	      "ends with its fix.\n"
+	      "\n"
+	      "  --nvme-path DIR   the directory swap files will go to "
+	      "(default: .)\n"
+	      "  --json            one JSON object on stdout instead of "
+	      "text\n"
+	      "  -h, --help        this text\n"
+	      "\n"
+	      "Exit status: 0 nvswap can run here, 1 it cannot (no backend "
+	      "works, or DIR\n"
+	      "cannot hold swap files), 2 on bad usage.\n",
+	      f);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"nvme_path", required_argument, NULL, 'p'},
+		{"nvme-path", required_argument, NULL, 'p'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -687,23 +718,21 @@ int main(int argc, char **argv)
 	bool as_json = false, any, path_ok;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	tool_name = "nvswap-report";
+	while ((c = tool_getopt(argc, argv, "h", lo, 2)) != -1) {
 		if (c == 'p') {
 			dir = optarg;
 		} else if (c == 'j') {
 			as_json = true;
 		} else {
-			fprintf(c == 'h' ? stdout : stderr,
-				"usage: nvswap-report [--nvme_path DIR] "
-				"[--json]\n");
-			return c == 'h' ? 0 : 2;
+			usage(stdout);
+			return 0;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "nvswap-report: unexpected argument '%s'\n",
-			argv[optind]);
-		return 2;
-	}
+	if (optind < argc)
+		tool_die(2,
+			 "unexpected argument '%s' (see nvswap-report --help)",
+			 argv[optind]);
 	problems = json_array();
 	json_t *r = json_object();
 	json_object_set_new(r, "version", json_string(nvs_version()));

@@ -28,6 +28,178 @@ void tool_die(int code, const char *fmt, ...)
 	exit(code);
 }
 
+/* The canonical entry of @o's option: the first with its flag and val. */
+static const struct option *canonical(const struct option *longopts,
+				      const struct option *o)
+{
+	const struct option *c = longopts;
+
+	while (c->flag != o->flag || c->val != o->val)
+		c++;
+	return c;
+}
+
+static char fold(char c)
+{
+	return c == '_' ? '-' : c;
+}
+
+/* Damerau-Levenshtein distance (optimal string alignment: a swap of two
+ * neighbours counts one) between @a[@na] and @b, '-' and '_' the same;
+ * SIZE_MAX for names longer than any option. */
+static size_t distance(const char *a, size_t na, const char *b)
+{
+	size_t nb = strlen(b), d[3][64], *p2 = d[0], *p1 = d[1], *cur = d[2];
+
+	if (na >= 64 || nb >= 64)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= nb; j++)
+		p1[j] = j;
+	for (size_t i = 1; i <= na; i++) {
+		cur[0] = i;
+		for (size_t j = 1; j <= nb; j++) {
+			size_t v =
+				p1[j - 1] + (fold(a[i - 1]) != fold(b[j - 1]));
+
+			if (p1[j] + 1 < v)
+				v = p1[j] + 1;
+			if (cur[j - 1] + 1 < v)
+				v = cur[j - 1] + 1;
+			if (i > 1 && j > 1 &&
+			    fold(a[i - 1]) == fold(b[j - 2]) &&
+			    fold(a[i - 2]) == fold(b[j - 1]) &&
+			    p2[j - 2] + 1 < v)
+				v = p2[j - 2] + 1;
+			cur[j] = v;
+		}
+		size_t *t = p2;
+		p2 = p1;
+		p1 = cur;
+		cur = t;
+	}
+	return p1[nb];
+}
+
+const char *tool_closest_option(const char *name, size_t len,
+				const struct option *longopts)
+{
+	const struct option *best = NULL;
+	size_t bestd = SIZE_MAX;
+	/* Close enough: one edit in a short name, two in a longer one,
+	 * three in a long one; never the whole name. */
+	size_t most = len <= 4 ? 1 : len < 12 ? 2 : 3;
+
+	for (const struct option *o = longopts; o->name; o++) {
+		size_t d = distance(name, len, o->name);
+
+		if (d < bestd) {
+			bestd = d;
+			best = o;
+		}
+	}
+	if (!best || bestd > most || bestd >= len)
+		return NULL;
+	return canonical(longopts, best)->name;
+}
+
+void tool_bad_option(const char *arg, const struct option *longopts, int ret,
+		     int code)
+{
+	const char *name, *eq, *near;
+	const struct option *hit = NULL;
+	size_t len;
+	int nhit = 0;
+
+	if (tool_cleanup)
+		tool_cleanup();
+	if (!arg) {
+		fprintf(stderr, "%s: %s '-%c'\n", tool_name,
+			ret == ':' ? "missing value for option"
+				   : "unknown option",
+			optopt);
+		goto see_help;
+	}
+	name = arg + 2;
+	eq = strchr(name, '=');
+	len = eq ? (size_t)(eq - name) : strlen(name);
+	/* The option(s) getopt_long() matched: exactly, else the distinct
+	 * options the abbreviation starts. */
+	for (const struct option *o = longopts; o->name; o++) {
+		if (strncmp(o->name, name, len))
+			continue;
+		if (strlen(o->name) == len) {
+			hit = o;
+			nhit = 1;
+			break;
+		}
+		if (!hit || canonical(longopts, o) != canonical(longopts, hit))
+			nhit++;
+		if (!hit)
+			hit = o;
+	}
+	if (nhit == 1)
+		hit = canonical(longopts, hit);
+	if (nhit == 1 && ret == ':') {
+		fprintf(stderr, "%s: option '--%s' needs a value\n", tool_name,
+			hit->name);
+	} else if (nhit == 1 && hit->has_arg == no_argument && eq) {
+		fprintf(stderr, "%s: option '--%s' takes no value\n", tool_name,
+			hit->name);
+	} else if (nhit > 1) {
+		const char *sep = ":";
+
+		fprintf(stderr, "%s: option '--%.*s' is ambiguous", tool_name,
+			(int)len, name);
+		/* Each option once, by its canonical name, also when only
+		 * its aliases start so ("--io_"). */
+		for (const struct option *o = longopts; o->name; o++) {
+			const struct option *c = canonical(longopts, o);
+			bool seen = false;
+
+			if (strncmp(o->name, name, len))
+				continue;
+			for (const struct option *e = longopts; e != o; e++)
+				seen |= !strncmp(e->name, name, len) &&
+					canonical(longopts, e) == c;
+			if (seen)
+				continue;
+			fprintf(stderr, "%s '--%s'", sep, c->name);
+			sep = ",";
+		}
+		fputc('\n', stderr);
+	} else if ((near = tool_closest_option(name, len, longopts))) {
+		fprintf(stderr,
+			"%s: unknown option '--%.*s'; did you mean "
+			"'--%s'?\n",
+			tool_name, (int)len, name, near);
+	} else {
+		fprintf(stderr, "%s: unknown option '--%.*s'\n", tool_name,
+			(int)len, name);
+	}
+see_help:
+	fprintf(stderr, "see %s --help\n", tool_name);
+	exit(code);
+}
+
+int tool_getopt(int argc, char **argv, const char *shortopts,
+		const struct option *longopts, int code)
+{
+	char opts[32];
+	int c, before = optind;
+
+	/* A leading ':' tells a missing value (':') from the rest ('?'). */
+	snprintf(opts, sizeof(opts), ":%s", shortopts);
+	opterr = 0;
+	c = getopt_long(argc, argv, opts, longopts, NULL);
+	if (c != '?' && c != ':')
+		return c;
+	/* A long option is always stepped over, and is then the argument
+	 * before optind; a short one in a group ("-hx") is not. */
+	if (optind > before && !strncmp(argv[optind - 1], "--", 2))
+		tool_bad_option(argv[optind - 1], longopts, c, code);
+	tool_bad_option(NULL, longopts, c, code);
+}
+
 double tool_now(void)
 {
 	struct timespec ts;

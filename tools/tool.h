@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the command-line tools share and the library does not offer:
- * fatal errors that clean up first, a monotonic clock, argument parsing
- * with messages that say what was expected, and a test pattern. Not part
+ * fatal errors that clean up first, a monotonic clock, option and
+ * argument parsing with messages that say what was expected (and which
+ * option was meant), and a test pattern. Not part
  * of the library; public API only.
  */
 #ifndef NVSWAP_TOOL_H
@@ -10,6 +11,7 @@
 
 #include <nvswap/nvswap.h>
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +26,33 @@ extern void (*tool_cleanup)(void);
  * (1: the run failed, 2: bad usage). */
 void tool_die(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
+
+/*
+ * getopt_long() for the tools' one option style. A table lists each
+ * option's canonical spelling, with dashes (--io-size), before its
+ * aliases (ds_io's --io_size), so that messages name the canonical one.
+ * Returns as getopt_long() (@shortopts without a leading ':'), except
+ * that a bad option never comes back: an unknown one (with the closest
+ * option as "did you mean"), an ambiguous abbreviation, a missing value
+ * or a value given to a flag is one line on stderr, then
+ * "see NAME --help", then tool_cleanup and exit(@code).
+ */
+int tool_getopt(int argc, char **argv, const char *shortopts,
+		const struct option *longopts, int code);
+
+/* What tool_getopt() does with the option getopt_long() just refused:
+ * @ret is what it returned ('?', or ':' for a missing value when its
+ * optstring starts with ':'), @arg the argument of a long option
+ * ("--io-sise=4M"), NULL for a short one (optopt). For a tool with a
+ * getopt loop of its own (opterr = 0). */
+void tool_bad_option(const char *arg, const struct option *longopts, int ret,
+		     int code) __attribute__((noreturn));
+
+/* The canonical spelling of the option in @longopts closest to the
+ * @len bytes at @name (without "--"; '-' and '_' count as the same),
+ * when it is close enough to be the one meant, else NULL. */
+const char *tool_closest_option(const char *name, size_t len,
+				const struct option *longopts);
 
 /* qsort comparison of doubles, ascending. */
 int tool_cmp_double(const void *x, const void *y);

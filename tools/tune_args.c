@@ -2,7 +2,7 @@
 /*
  * nvswap-tune's command line: the usage text, parsing every option into
  * A, and the checks made before the sweep (the paths, the --write-config
- * and --plot targets, --io_size against the search space).
+ * and --plot targets, --io-size against the search space).
  */
 #include "tune.h"
 
@@ -17,7 +17,7 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: nvswap-tune [--nvme_path DIR ...] [--config FILE] "
+	fputs("usage: nvswap-tune [--nvme-path DIR ...] [--config FILE] "
 	      "[--workload seq|swap]\n"
 	      "                   [options]\n"
 	      "\n"
@@ -63,10 +63,9 @@ static void usage(FILE *f)
 	      "buffer_size x 2 bytes)\n"
 	      "unless --max-pinned says so.\n"
 	      "\n"
-	      "  --nvme_path DIR       a directory on the disk to tune "
+	      "  --nvme-path DIR       a directory on the disk to tune "
 	      "(repeat for several\n"
-	      "                        disks; also --nvme_dir); default: the "
-	      "--config's\n"
+	      "                        disks); default: the --config's\n"
 	      "                        nvswap.nvme_paths or nvme_path\n"
 	      "  --config FILE         the DeepSpeed config to tune for "
 	      "(makes swap the\n"
@@ -76,10 +75,10 @@ static void usage(FILE *f)
 	      "  --workload W          seq or swap (see above)\n"
 	      "  --loops N             timed ops (seq) or steps (swap) per "
 	      "point (default 3)\n"
-	      "  --sweep_config FILE   the aio search space as JSON (see "
+	      "  --sweep-config FILE   the aio search space as JSON (see "
 	      "below)\n"
 	      "  --quick               prune as it goes. seq: one op of 1/16 "
-	      "--io_size per\n"
+	      "--io-size per\n"
 	      "                        point, the best 8 of each criterion "
 	      "again at 1/4, the\n"
 	      "                        best 3 of those at full size. swap: "
@@ -119,9 +118,9 @@ static void usage(FILE *f)
 	      "                        workload refuses N > 1\n"
 	      "  -h, --help            this text\n"
 	      "seq only:\n"
-	      "  --io_size N           bytes per op and path, K/M/G suffixes "
+	      "  --io-size N           bytes per op and path, K/M/G suffixes "
 	      "(default 256M)\n"
-	      "  --no_read, --no_write measure one direction only\n"
+	      "  --no-read, --no-write measure one direction only\n"
 	      "  --plot FILE.svg       GB/s over block size x queue depth, "
 	      "one panel per\n"
 	      "                        direction\n"
@@ -152,7 +151,7 @@ static void usage(FILE *f)
 	      "intra_op_parallelism\n"
 	      "1 2 4, overlap_events true false, single_submit false, the "
 	      "backend auto\n"
-	      "picks. A --sweep_config file replaces any of these lists, "
+	      "picks. A --sweep-config file replaces any of these lists, "
 	      "e.g.\n"
 	      "  {\"block_size\": [\"256K\", \"1M\"], \"queue_depth\": [8, "
 	      "32],\n"
@@ -179,7 +178,10 @@ static void usage(FILE *f)
 	      "none) and\n"
 	      "nvswap.lookahead. Ctrl-C removes the test files. Exit status: "
 	      "0, 1 when the\n"
-	      "run fails, 2 on bad usage.\n",
+	      "run fails, 2 on bad usage.\n"
+	      "ds_nvme_tune's spellings work too: --nvme_dir, --io_size, "
+	      "--no_read,\n"
+	      "--no_write, --sweep_config.\n",
 	      f);
 }
 
@@ -225,18 +227,16 @@ void tune_parse(int argc, char **argv)
 		OPT_RANKS,
 	};
 	static const struct option lo[] = {
-		{"nvme_path", required_argument, NULL, OPT_PATH},
-		{"nvme_dir", required_argument, NULL, OPT_PATH},
-		{"io_size", required_argument, NULL, OPT_IOSIZE},
+		{"nvme-path", required_argument, NULL, OPT_PATH},
+		{"io-size", required_argument, NULL, OPT_IOSIZE},
 		{"loops", required_argument, NULL, OPT_LOOPS},
-		{"no_read", no_argument, NULL, OPT_NOREAD},
-		{"no_write", no_argument, NULL, OPT_NOWRITE},
-		{"sweep_config", required_argument, NULL, OPT_SWEEP},
+		{"no-read", no_argument, NULL, OPT_NOREAD},
+		{"no-write", no_argument, NULL, OPT_NOWRITE},
+		{"sweep-config", required_argument, NULL, OPT_SWEEP},
 		{"quick", no_argument, NULL, OPT_QUICK},
 		{"plot", required_argument, NULL, OPT_PLOT},
 		{"plot-engine", required_argument, NULL, OPT_ENGINE},
 		{"write-config", required_argument, NULL, OPT_WRITECFG},
-		{"write_config", required_argument, NULL, OPT_WRITECFG},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"unpinned", no_argument, NULL, OPT_UNPINNED},
@@ -247,11 +247,15 @@ void tune_parse(int argc, char **argv)
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"layers", required_argument, NULL, OPT_LAYERS},
 		{"tensor-size", required_argument, NULL, OPT_TSIZE},
-		{"tensor_size", required_argument, NULL, OPT_TSIZE},
 		{"max-pinned", required_argument, NULL, OPT_MAXPINNED},
-		{"max_pinned", required_argument, NULL, OPT_MAXPINNED},
 		{"ranks", required_argument, NULL, OPT_RANKS},
 		{"help", no_argument, NULL, 'h'},
+		/* ds_nvme_tune's spellings */
+		{"nvme_dir", required_argument, NULL, OPT_PATH},
+		{"io_size", required_argument, NULL, OPT_IOSIZE},
+		{"no_read", no_argument, NULL, OPT_NOREAD},
+		{"no_write", no_argument, NULL, OPT_NOWRITE},
+		{"sweep_config", required_argument, NULL, OPT_SWEEP},
 		{NULL, 0, NULL, 0},
 	};
 	bool engine_set = false;
@@ -263,16 +267,16 @@ void tune_parse(int argc, char **argv)
 			  .progress = -1,
 			  .seed = 1,
 			  .ranks = 1};
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while ((c = tool_getopt(argc, argv, "h", lo, 2)) != -1) {
 		switch (c) {
 		case OPT_PATH:
 			if (A.npaths == MAXPATHS)
-				tool_die(2, "--nvme_path: at most %d paths",
+				tool_die(2, "--nvme-path: at most %d paths",
 					 MAXPATHS);
 			A.paths[A.npaths++] = optarg;
 			break;
 		case OPT_IOSIZE:
-			A.io_size = tool_size_arg("--io_size", optarg);
+			A.io_size = tool_size_arg("--io-size", optarg);
 			A.io_size_set = true;
 			break;
 		case OPT_LOOPS:
@@ -354,15 +358,13 @@ void tune_parse(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			exit(0);
-		default:
-			usage(stderr);
-			exit(2);
 		}
 	}
 	if (optind < argc)
-		tool_die(2, "unexpected argument '%s' (see -h)", argv[optind]);
+		tool_die(2, "unexpected argument '%s' (see nvswap-tune --help)",
+			 argv[optind]);
 	if (!A.dir[RD] && !A.dir[WR])
-		tool_die(2, "--no_read and --no_write together leave nothing "
+		tool_die(2, "--no-read and --no-write together leave nothing "
 			    "to measure");
 	if (engine_set && !A.plot)
 		tool_die(2, "--plot-engine without --plot: say where the "
@@ -374,7 +376,7 @@ void tune_parse(int argc, char **argv)
 
 struct nvs_config *ucfg;
 
-/* Without --nvme_path: the paths the config swaps to. */
+/* Without --nvme-path: the paths the config swaps to. */
 static void paths_from_config(void)
 {
 	struct nvs_nvswap_config nv;
@@ -417,8 +419,8 @@ void tune_load_config(void)
 		paths_from_config();
 	if (!A.npaths)
 		tool_die(2,
-			 "--nvme_path is required: a directory on the disk "
-			 "to tune%s (see -h)",
+			 "--nvme-path is required: a directory on the disk "
+			 "to tune%s (see nvswap-tune --help)",
 			 A.config ? " (the --config names none)" : "");
 	if (A.workload == WL_SEQ) {
 		if (A.layers || A.tensor_size || A.max_pinned)
@@ -434,7 +436,7 @@ void tune_load_config(void)
 			 "one",
 			 A.ranks);
 	if (A.io_size_set || A.dir_set || A.plot)
-		tool_die(2, "--io_size, --no_read, --no_write and --plot "
+		tool_die(2, "--io-size, --no-read, --no-write and --plot "
 			    "belong to the sequential sweep (--workload seq); "
 			    "the swap workload reads and writes whole "
 			    "layers");
@@ -469,21 +471,21 @@ void tune_check_path(const char *dir, uint64_t need, const char *what)
 	uint64_t avail;
 
 	if (stat(dir, &st) < 0)
-		tool_die(1, "--nvme_path %s: %s", dir, strerror(errno));
+		tool_die(1, "--nvme-path %s: %s", dir, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
-		tool_die(1, "--nvme_path %s: not a directory", dir);
+		tool_die(1, "--nvme-path %s: not a directory", dir);
 	if (statvfs(dir, &vfs) < 0)
-		tool_die(1, "--nvme_path %s: %s", dir, strerror(errno));
+		tool_die(1, "--nvme-path %s: %s", dir, strerror(errno));
 	if (vfs.f_flag & ST_RDONLY)
-		tool_die(1, "--nvme_path %s: on a read-only filesystem", dir);
+		tool_die(1, "--nvme-path %s: on a read-only filesystem", dir);
 	if (access(dir, W_OK | X_OK) < 0)
-		tool_die(1, "--nvme_path %s: cannot write there: %s", dir,
+		tool_die(1, "--nvme-path %s: cannot write there: %s", dir,
 			 strerror(errno));
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	/* f_blocks 0: a filesystem with no size to report (ramfs) */
 	if (vfs.f_blocks && avail < need + (need >> 6))
 		tool_die(1,
-			 "--nvme_path %s: %.1f MiB free, not enough for %s "
+			 "--nvme-path %s: %.1f MiB free, not enough for %s "
 			 "(and 2%% slack); lower it or free some space",
 			 dir, (double)avail / MIB, what);
 }
@@ -536,7 +538,7 @@ void tune_check_args(void)
 	uint32_t maxbs = 0;
 	char what[64], sz[32];
 
-	snprintf(what, sizeof(what), "--io_size %s%s",
+	snprintf(what, sizeof(what), "--io-size %s%s",
 		 tool_size_str(A.io_size, sz, sizeof(sz)),
 		 A.ranks > 1 ? " x --ranks" : "");
 	for (unsigned i = 0; i < A.npaths; i++) {
@@ -544,11 +546,11 @@ void tune_check_args(void)
 			tune_check_path(A.paths[i],
 					(uint64_t)A.io_size * A.ranks, what);
 		if (!realpath(A.paths[i], real[i]))
-			tool_die(1, "--nvme_path %s: %s", A.paths[i],
+			tool_die(1, "--nvme-path %s: %s", A.paths[i],
 				 strerror(errno));
 		for (unsigned j = 0; j < i; j++)
 			if (!strcmp(real[i], real[j]))
-				tool_die(2, "--nvme_path %s is given twice",
+				tool_die(2, "--nvme-path %s is given twice",
 					 A.paths[i]);
 	}
 	if (A.workload == WL_SWAP)
@@ -565,8 +567,8 @@ void tune_check_args(void)
 	if (A.io_size < maxbs) {
 		char a[32], b[32];
 		tool_die(2,
-			 "--io_size %s is smaller than block_size %s in the "
-			 "search space: raise --io_size or drop that block "
+			 "--io-size %s is smaller than block_size %s in the "
+			 "search space: raise --io-size or drop that block "
 			 "size",
 			 tool_size_str(A.io_size, a, sizeof(a)),
 			 tool_size_str(maxbs, b, sizeof(b)));

@@ -21,7 +21,7 @@ static int open_direct(unsigned i, const char *f)
 
 	if (fd < 0 && errno == EINVAL)
 		tool_die(1,
-			 "--nvme_path %s: the filesystem refuses "
+			 "--nvme-path %s: the filesystem refuses "
 			 "O_DIRECT, so every figure would measure the "
 			 "page cache, not the disk (ramfs, or tmpfs "
 			 "before Linux 6.6?); tune a path on the disk "
@@ -73,7 +73,7 @@ void tune_prepare(void)
 				tool_die(1,
 					 "page-locked buffers (2 x %.0f MiB "
 					 "per path): %s; raise the memlock "
-					 "limit (ulimit -l), lower --io_size, "
+					 "limit (ulimit -l), lower --io-size, "
 					 "or pass --unpinned",
 					 (double)A.io_size / MIB,
 					 nvs_last_error());

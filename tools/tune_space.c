@@ -170,15 +170,15 @@ void tune_load_sweep(void)
 
 	f = fopen(A.sweep, "r");
 	if (!f)
-		tool_die(1, "--sweep_config %s: %s", A.sweep, strerror(errno));
+		tool_die(1, "--sweep-config %s: %s", A.sweep, strerror(errno));
 	if (fseek(f, 0, SEEK_END) < 0 || (len = ftell(f)) < 0 ||
 	    fseek(f, 0, SEEK_SET) < 0 || len > (1 << 20))
-		tool_die(1, "--sweep_config %s: not a small regular file",
+		tool_die(1, "--sweep-config %s: not a small regular file",
 			 A.sweep);
 	sweep_text = text = calloc(1, (size_t)len + 1);
 	if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
 		fclose(f);
-		tool_die(1, "--sweep_config %s: cannot read it", A.sweep);
+		tool_die(1, "--sweep-config %s: cannot read it", A.sweep);
 	}
 	fclose(f);
 	sweep_root = root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
@@ -257,7 +257,7 @@ void tune_load_sweep(void)
  * walks (seconds, where a seq point takes a fraction), so a smaller one
  * that keeps the aio stage near a minute: queue depths down to
  * DeepSpeed's 8, parallelism up to 4, single_submit false and the
- * backend auto picks only (--sweep_config widens any of it). */
+ * backend auto picks only (--sweep-config widens any of it). */
 void tune_default_space(void)
 {
 	static const uint32_t bs[] = {1u << 20, 8u << 20};
@@ -310,7 +310,7 @@ void tune_probe(void)
 		backend_env = strdup(backend_env);
 	/* The environment variable overrides every handle's backend: the
 	 * tuner names backends itself, so it honours the variable by
-	 * tuning only that backend (unless --sweep_config lists them). */
+	 * tuning only that backend (unless --sweep-config lists them). */
 	unsetenv("NVSWAP_BACKEND");
 	for (int b = NVS_BACKEND_IO_URING; b <= NVS_BACKEND_PSYNC; b++) {
 		nvs_aio_opts_init(&o);

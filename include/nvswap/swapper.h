@@ -425,8 +425,17 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  * layout (other paths, another stripe size, a manifest of another rank)
  * is refused (-EINVAL, naming the difference), and so is a damaged or
  * missing piece (-EBADMSG: a torn manifest, an extent past the end of a
- * truncated data file; -ENOTSUP: a manifest of a newer format). nothing
- * is changed on disk then; nvswap-fsck says more.
+ * truncated data file or a missing one; -ENOTSUP: a manifest of a newer
+ * format). Nothing is changed on disk then; nvswap-fsck says more.
+ *
+ * Moving a set: a manifest records the first path as "." and the others
+ * relative to it when they are on the same filesystem, so a copy of the
+ * whole tree (cp -a, a backup restored elsewhere) opens, verifies and
+ * resumes where it lands, given its new paths in the same order. A path
+ * on another filesystem than the first is recorded whole, and so is
+ * every path in a manifest written before format 2: moved, such a set is
+ * refused (-EINVAL) with the exact "nvswap-fsck --relocate OLD=NEW" to
+ * run once (nvs_swapset_relocate()).
  *
  * Crash consistency: a generation's extents are never written while it
  * is kept. A tensor written after a checkpoint goes to new extents (copy
@@ -540,7 +549,10 @@ NVS_API int nvs_swapper_list(const struct nvs_swapper *s, uint64_t *ids,
 enum nvs_check_flags {
 	NVS_CHECK_DATA = 1u,   /* read every tensor and check its CRC32C */
 	NVS_CHECK_REPAIR = 2u, /* remove the manifests of generations that
-				  do not verify (never a good one) */
+				  do not verify (never a good one); when
+				  none is left, the set's files too (its
+				  set.data, locks and empty directories:
+				  a line for generation 0 says so) */
 };
 
 /**
@@ -588,6 +600,82 @@ typedef void (*nvs_check_fn)(const struct nvs_check_item *item, void *arg);
  */
 NVS_API int nvs_swapset_check(const struct nvs_swapper_opts *o, unsigned flags,
 			      nvs_check_fn fn, void *arg);
+
+/**
+ * struct nvs_swapset_info - one swap set found by nvs_swapset_list().
+ * @dir:         its rank directory (<nvme_path>/nvswap[/<name>]/rank<R>).
+ * @name:        the set's name ("" for none); @rank its rank.
+ * @generations: manifests kept there (0: the data of a set's later path,
+ *               or a set that never committed one); @newest and @oldest
+ *               their numbers.
+ * @tensors, @tensor_bytes, @npaths, @paths: the newest generation's
+ *               (@paths absolute, relative ones resolved against the
+ *               directory listed); 0 and NULL when @status < 0.
+ * @data_bytes:  the size of its set.data, UINT64_MAX when it has none.
+ * @pid:         the process holding the set's lock (as /proc/locks
+ *               lists it; without /proc, a hint: the live pid its lock
+ *               file names), 0 for none. The lock is not tried.
+ * @status:      0, or -errno of reading the newest manifest.
+ * @what:        the newest generation's tag, or why it could not be read.
+ * Valid during the callback.
+ */
+struct nvs_swapset_info {
+	const char *dir;
+	const char *name;
+	int rank;
+	unsigned generations;
+	uint64_t newest, oldest;
+	uint64_t tensors, tensor_bytes;
+	uint64_t data_bytes;
+	unsigned npaths;
+	const char *paths[NVS_SWAPPER_MAX_PATHS];
+	long pid;
+	int status;
+	const char *what;
+};
+
+typedef void (*nvs_swapset_fn)(const struct nvs_swapset_info *info, void *arg);
+
+/**
+ * nvs_swapset_list() - find every persistent swap set under @nvme_path
+ * (nvswap-fsck without --name): each rank directory holding manifests or
+ * a set.data, named or not, is passed to @fn (may be NULL). Nothing is
+ * locked, opened for writing or changed.
+ * Return: how many were found (0 when there is no <nvme_path>/nvswap),
+ *   -EINVAL (NULL or empty path), -errno of @nvme_path or its nvswap
+ *   directory.
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapset_list(const char *nvme_path, nvs_swapset_fn fn,
+			     void *arg);
+
+/**
+ * nvs_swapset_relocate() - after a persistent set was moved, rewrite the
+ * paths its manifests record (nvswap-fsck --relocate OLD=NEW). A set
+ * records its first path as "." and the others relative to it when on
+ * the same filesystem, so a copy of the whole tree opens as it is; a
+ * path on another filesystem is recorded whole, and so are all paths of
+ * a set written by an nvswap before manifest format 2: those need this
+ * call when they move. Every recorded path (relative ones resolved
+ * against where @o's first path is now) that is @old or lies under it
+ * gets @new_ in place of @old, and every manifest is rewritten in the
+ * current format. Nothing is written unless all of them then name @o's
+ * paths exactly. Each manifest is replaced as a checkpoint commits one
+ * (temporary file, fsync, rename, fsync of the directory): a crash
+ * leaves each old or new, and calling again finishes the job.
+ * @o:    the set's paths where it is now, its name and rank (as given to
+ *        nvs_swapper_create(); nothing else is used).
+ * @old, @new_: absolute paths.
+ * Return: how many manifests were rewritten (0: all were right), or
+ *   -EINVAL  bad arguments, or a path that still differs from @o's (the
+ *            message names it; nothing was written);
+ *   -ENOENT  no set there; -EBUSY: a live process has it open;
+ *   -EBADMSG, -ENOTSUP: a manifest that cannot be read (nvswap-fsck
+ *            --repair removes it); -errno of writing one.
+ * Threading: any thread; the set is locked for the call.
+ */
+NVS_API int nvs_swapset_relocate(const struct nvs_swapper_opts *o,
+				 const char *old, const char *new_);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
 """nvswap.Swapper as a persistent swap set: checkpoints, reopening,
-generations, tags and ids, role swappers over a set, and the errors."""
+generations, tags and ids, role swappers over a set, a set moved with
+copytree or cp -a, and the errors."""
 import errno
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -156,3 +159,47 @@ def test_role_swappers_over_a_set_resume_their_groups(swapdir):
                      [bytearray(1000), bytearray(3001)])
     assert "saved with another layout" in str(e), e
     core.close()
+
+
+def train(s, k):
+    """One training step on tensors 1..3: new bytes from the old, then a
+    checkpoint; returns its generation."""
+    for i in (1, 2, 3):
+        mv = s.acquire(i, memoryview=True)
+        old = bytes(mv)
+        mv[:] = bytes((b * 31 + k + i) & 0xFF for b in old)
+        s.release(i, True)
+        s.evict(i)
+    gen = s.checkpoint(f"step {k}")
+    assert s.checkpoint_wait() == gen
+    return gen
+
+
+@pytest.mark.parametrize("how", ["copytree", "cp -a"])
+def test_a_moved_set_resumes_bit_exact_with_the_original(swapdir, how):
+    orig = os.path.join(swapdir, "orig")
+    copy = os.path.join(swapdir, "copy")
+    os.mkdir(orig)
+    with open_set(orig) as s:
+        for i in (1, 2, 3):
+            s.register(i, bytearray(pattern(3000 * i, i)))
+            s.set_tag(i, f"u8[{3000 * i}]")
+        assert train(s, 1) == 1
+    if how == "copytree":
+        shutil.copytree(orig, copy, symlinks=True)
+    else:
+        subprocess.run(["cp", "-a", orig, copy], check=True)
+    with open_set(orig, persist="resume") as a, \
+            open_set(copy, persist="resume") as b:
+        assert a.ids() == b.ids() == [1, 2, 3]
+        assert b.get_tag(3) == b"u8[9000]"
+        for k in (2, 3, 4):
+            assert train(a, k) == train(b, k) == k
+            for i in (1, 2, 3):
+                assert read(a, i) == read(b, i)
+    with open_set(copy, persist="resume") as b:
+        assert [g["tag"] for g in b.generations()] == ["step 4", "step 3"]
+        assert read(b, 2) != pattern(6000, 2)  # it did train
+    os.unlink(os.path.join(copy, "nvswap", "set", "rank0", "set.data"))
+    e = raises_errno(errno.EBADMSG, open_set, copy, persist="resume")
+    assert "set/rank0/set.data is missing" in str(e), e

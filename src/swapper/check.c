@@ -11,6 +11,7 @@
 #include "internal/util.h"
 #include "swapper/crc32c.h"
 #include "swapper/manifest.h"
+#include "swapper/paths.h"
 #include "swapper/space.h"
 #include "swapper/swapdir.h"
 
@@ -151,7 +152,8 @@ static int check_tensor(struct check *c, const struct nvs_manifest *m,
 		}
 		s = nvs__calloc(1, sizeof(*s));
 		if (!s)
-			return nvs__err(-ENOMEM, "nvswap-fsck: out of memory");
+			return nvs__err(-ENOMEM,
+					"nvs_swapset_check: out of memory");
 		s->key = key;
 		s->nexts = t->nexts;
 		s->ext = t->ext;
@@ -188,7 +190,7 @@ static int check_tensor(struct check *c, const struct nvs_manifest *m,
 static int check_gen(struct check *c, size_t k, char *why, size_t cap)
 {
 	struct nvs_manifest *m = &c->m[k];
-	char msg[512];
+	char msg[512], where[4200];
 	unsigned bad = 0;
 	int ret, first = 0;
 
@@ -200,17 +202,20 @@ static int check_gen(struct check *c, size_t k, char *why, size_t cap)
 	}
 	if (m->npaths != c->npaths)
 		return nvs__err(-EINVAL,
-				"nvswap-fsck: the set has %u paths, %u given",
+				"nvs_swapset_check: the set has %u paths, %u "
+				"given",
 				m->npaths, c->npaths);
-	for (unsigned i = 0; i < c->npaths; i++)
-		if (strcmp(m->paths[i], c->real[i]))
-			return nvs__err(-EINVAL,
-					"nvswap-fsck: the set's path %u is "
-					"'%s', '%s' given",
-					i, m->paths[i], c->real[i]);
+	snprintf(where, sizeof(where), "%s/manifest.%020" PRIu64,
+		 c->dir[0].path, c->gens[k]);
+	ret = nvs__paths_match("nvs_swapset_check", where,
+			       (const char *const *)m->paths,
+			       (const char *const *)c->real, c->npaths);
+	if (ret < 0)
+		return ret;
 	if (m->rank != (unsigned)c->o->rank)
 		return nvs__err(-EINVAL,
-				"nvswap-fsck: %s holds a manifest of rank %u",
+				"nvs_swapset_check: %s holds a manifest of "
+				"rank %u",
 				c->dir[0].path, m->rank);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		ret = check_tensor(c, m, &m->t[i], msg, sizeof(msg));
@@ -242,10 +247,11 @@ static int open_dirs(struct check *c)
 			 name ? name : "", name ? "/" : "", o->rank);
 		if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))
 			return nvs__err(-ENOENT,
-					"nvswap-fsck: no swap set in %s", p);
+					"nvs_swapset_check: no swap set in %s",
+					p);
 		c->real[i] = realpath(o->nvme_paths[i], NULL);
 		if (!c->real[i])
-			return nvs__err(-errno, "nvswap-fsck: %s: %s",
+			return nvs__err(-errno, "nvs_swapset_check: %s: %s",
 					o->nvme_paths[i], nvs_strerror(errno));
 	}
 	for (unsigned i = 0; i < c->npaths; i++) {
@@ -260,10 +266,11 @@ static int open_dirs(struct check *c)
 	}
 	ret = nvs__manifest_list(c->dir[0].dirfd, &c->gens, &c->ngens);
 	if (ret < 0)
-		return nvs__err(ret, "nvswap-fsck: listing %s: %s",
+		return nvs__err(ret, "nvs_swapset_check: listing %s: %s",
 				c->dir[0].path, nvs_strerror(-ret));
 	if (!c->ngens)
-		return nvs__err(-ENOENT, "nvswap-fsck: %s holds no manifest",
+		return nvs__err(-ENOENT,
+				"nvs_swapset_check: %s holds no manifest",
 				c->dir[0].path);
 	/* Oldest first: shared placements are judged where they began. */
 	for (size_t i = 0; i < c->ngens / 2; i++) {
@@ -276,7 +283,7 @@ static int open_dirs(struct check *c)
 	c->why = nvs__calloc(c->ngens, sizeof(*c->why));
 	c->buf = nvs__malloc(CHUNK);
 	if (!c->m || !c->verdict || !c->why || !c->buf)
-		return nvs__err(-ENOMEM, "nvswap-fsck: out of memory");
+		return nvs__err(-ENOMEM, "nvs_swapset_check: out of memory");
 	return 0;
 }
 
@@ -305,6 +312,23 @@ static void close_all(struct check *c)
 			nvs__space_fini(&c->space[i]);
 		nvs__swapdir_close(&c->dir[i], false);
 		free(c->real[i]);
+	}
+}
+
+/* The repair removed every generation: what is left belongs to nothing
+ * (a bare set.data would look like a set to the next listing). The
+ * directories go when empty; <path>/nvswap too. */
+static void remove_set(struct check *c)
+{
+	char top[4200];
+
+	for (unsigned i = 0; i < c->npaths; i++) {
+		if (c->dir[i].dirfd < 0)
+			continue;
+		unlinkat(c->dir[i].dirfd, "set.data", 0);
+		nvs__swapdir_close(&c->dir[i], true);
+		snprintf(top, sizeof(top), "%s/nvswap", c->o->nvme_paths[i]);
+		rmdir(top);
 	}
 }
 
@@ -353,13 +377,21 @@ int nvs_swapset_check(const struct nvs_swapper_opts *o, unsigned flags,
 							   c.gens[k], false);
 		unlinkat(c.dir[0].dirfd, NVS_MANIFEST_TMP, 0);
 		if (ret == 0 && fsync(c.dir[0].dirfd) < 0)
-			ret = nvs__err(-errno, "nvswap-fsck: syncing %s: %s",
+			ret = nvs__err(-errno,
+				       "nvs_swapset_check: syncing %s: %s",
 				       c.dir[0].path, nvs_strerror(errno));
 	}
 	for (size_t k = 0; ret == 0 && k < c.ngens; k++)
 		report(&c, c.gens[k], NVS_CHECK_NO_TENSOR, 0, c.verdict[k],
 		       c.verdict[k] < 0 && (flags & NVS_CHECK_REPAIR),
 		       c.why[k] ? c.why[k] : "");
+	if (ret == 0 && bad && (size_t)bad == c.ngens &&
+	    (flags & NVS_CHECK_REPAIR)) {
+		remove_set(&c);
+		report(&c, 0, NVS_CHECK_NO_TENSOR, 0, 0, true,
+		       "no generation is left: the set's data files, locks "
+		       "and empty directories were removed");
+	}
 	{
 		char msg[NVS_ERRMSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());

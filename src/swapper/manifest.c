@@ -446,11 +446,13 @@ int nvs__manifest_read(int dirfd, const char *dir, uint64_t gen,
 	ret = nvs__manifest_decode(buf, (size_t)st.st_size, what, m);
 	nvs__free(buf);
 	if (ret == 0 && m->generation != gen) {
+		uint64_t inside = m->generation; /* fini clears it */
+
 		nvs__manifest_fini(m);
 		return nvs__err(-EBADMSG,
 				"nvswap: manifest %s: names generation "
 				"%" PRIu64 " inside",
-				what, m->generation);
+				what, inside);
 	}
 	return ret;
 }

@@ -19,8 +19,10 @@
 
 #include "nvswap/swapper.h"
 
-/* The format this code writes and the newest it reads. */
-#define NVS_MANIFEST_VERSION 1u
+/* The format this code writes and the newest it reads. Version 2
+ * records paths relative to the set's first path (see paths.h); version
+ * 1 recorded them absolute (and is read as such). */
+#define NVS_MANIFEST_VERSION 2u
 #define NVS_MANIFEST_PREFIX "manifest."
 #define NVS_MANIFEST_TMP "manifest.tmp"
 /* Largest manifest read (a million tensors of 16 extents fit). */
@@ -48,7 +50,8 @@ struct nvs_manifest {
 	uint64_t align;
 	char *name;			    /* "" for none */
 	char *tag;			    /* the checkpoint's tag, "" */
-	char *paths[NVS_SWAPPER_MAX_PATHS]; /* real paths of nvme_paths */
+	char *paths[NVS_SWAPPER_MAX_PATHS]; /* nvme_paths as recorded:
+					     * nvs__paths_record() */
 	uint64_t file_size[NVS_SWAPPER_MAX_PATHS]; /* data file bytes used */
 	size_t ntensors;
 	struct nvs_mf_tensor *t;

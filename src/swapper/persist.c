@@ -392,9 +392,9 @@ static int snapshot(struct nvs_swapper *s, const char *tag)
 	ids = nvs__malloc((HASH_COUNT(s->table) + 1) * sizeof(*ids));
 	m->t = nvs__calloc(HASH_COUNT(s->table) + 1, sizeof(*m->t));
 	for (unsigned i = 0; i < s->npaths; i++) {
-		m->paths[i] = nvs__malloc(strlen(p->real[i]) + 1);
+		m->paths[i] = nvs__malloc(strlen(p->rec[i]) + 1);
 		if (m->paths[i])
-			strcpy(m->paths[i], p->real[i]);
+			strcpy(m->paths[i], p->rec[i]);
 		else
 			ret = -ENOMEM;
 		m->file_size[i] = s->path[i].file_size;
@@ -617,8 +617,10 @@ void nvs__persist_free(struct nvs_swapper *s)
 		HASH_DEL(p->xref, x);
 		nvs__free(x);
 	}
-	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++)
+	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++) {
 		free(p->real[i]); /* from realpath() */
+		nvs__free(p->rec[i]);
+	}
 	nvs__free(p->name);
 	nvs__free(p->pend_msg);
 	nvs__free(p->result_msg);

@@ -44,6 +44,7 @@ struct nvs_pset {
 	unsigned rank;
 	unsigned keep;
 	char *real[NVS_SWAPPER_MAX_PATHS]; /* realpath of each nvme_path */
+	char *rec[NVS_SWAPPER_MAX_PATHS];  /* how manifests record them */
 	struct nvs_xref *xref;
 	/* Kept generations, oldest first (manifests as committed). */
 	struct nvs_manifest *gens;

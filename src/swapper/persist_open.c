@@ -11,6 +11,7 @@
 #include "internal/util.h"
 #include "swapper/io.h"
 #include "swapper/manifest.h"
+#include "swapper/paths.h"
 #include "swapper/persist.h"
 #include "swapper/registry.h"
 #include "swapper/space.h"
@@ -92,6 +93,8 @@ static int refuse_scratch(const struct nvs_swapper *s)
 static int check_layout(const struct nvs_swapper *s, const struct nvs_pset *p,
 			const struct nvs_manifest *m, const char *where)
 {
+	int ret;
+
 	if (m->rank != p->rank)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: %s is a manifest of rank "
@@ -107,12 +110,11 @@ static int check_layout(const struct nvs_swapper *s, const struct nvs_pset *p,
 				"nvs_swapper_create: the set in %s has %u "
 				"paths, opened with %u",
 				where, m->npaths, s->npaths);
-	for (unsigned i = 0; i < s->npaths; i++)
-		if (strcmp(m->paths[i], p->real[i]))
-			return nvs__err(-EINVAL,
-					"nvs_swapper_create: the set in %s has "
-					"path %u '%s', opened with '%s'",
-					where, i, m->paths[i], p->real[i]);
+	ret = nvs__paths_match("nvs_swapper_create", where,
+			       (const char *const *)m->paths,
+			       (const char *const *)p->real, s->npaths);
+	if (ret < 0)
+		return ret;
 	if (m->stripe != s->stripe)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: the set in %s has "
@@ -199,6 +201,15 @@ int nvs__persist_open(struct nvs_swapper *s, const struct nvs_swapper_opts *o)
 			return nvs__err(-errno, "nvs_swapper_create: %s: %s",
 					o->nvme_paths[i], nvs_strerror(errno));
 	}
+	for (unsigned i = 0; i < s->npaths; i++) {
+		ret = nvs__paths_record((const char *const *)p->real, i,
+					&p->rec[i]);
+		if (ret < 0)
+			return ret == -ENOMEM
+				       ? nvs__err(ret, "nvs_swapper_create: "
+						       "out of memory")
+				       : ret;
+	}
 	for (unsigned i = 1; i < s->npaths; i++) {
 		ret = nvs__manifest_list(s->path[i].dir.dirfd, &gens, &n);
 		nvs__free(gens);
@@ -242,6 +253,15 @@ int nvs__persist_open(struct nvs_swapper *s, const struct nvs_swapper_opts *o)
 		return 0;
 	}
 	ret = read_manifests(s, p, gens, n);
+	for (unsigned i = 0; ret == 0 && i < s->npaths; i++)
+		if (s->path[i].fd < 0)
+			ret = nvs__err(-EBADMSG,
+				       "nvs_swapper_create: %s/" DATA_FILE
+				       " is missing: the data of path %u of "
+				       "the set, which its %zu generation(s) "
+				       "use (a copy of a set must take every "
+				       "file along)",
+				       s->path[i].dir.path, i, n);
 	if (ret == 0) {
 		p->open_gen = o->generation ? o->generation : gens[0];
 		p->next_gen = gens[0] + 1;
@@ -267,12 +287,23 @@ int nvs__persist_data_file(struct nvs_swapper *s, unsigned i)
 {
 	struct path *path = &s->path[i];
 	int flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
+	uint64_t *gens = NULL;
+	size_t n, ngens = 0;
 	struct stat st;
-	size_t n;
 
+	/* A set with generations has its data file: never make an empty
+	 * one in its place (a copy that left it out would open as if
+	 * truncated, and find out only at a read). */
+	nvs__manifest_list(s->path[0].dir.dirfd, &gens, &ngens);
+	nvs__free(gens);
+	if (ngens)
+		flags &= ~O_CREAT;
 	path->fd = openat(path->dir.dirfd, DATA_FILE, flags | O_DIRECT, 0600);
 	if (path->fd < 0 && errno == EINVAL)
 		path->fd = openat(path->dir.dirfd, DATA_FILE, flags, 0600);
+	if (path->fd < 0 && errno == ENOENT && !(flags & O_CREAT))
+		return 0; /* refused by nvs__persist_open(), after the
+			     layout: another path given says so first */
 	if (path->fd < 0)
 		return nvs__err(-errno, "nvswap: %s/" DATA_FILE ": %s",
 				path->dir.path, nvs_strerror(errno));

@@ -3,7 +3,10 @@
  * libFuzzer target: the command-line tools' shared argument parsers
  * (tools/tool.c: sizes, whole numbers, backend names) on arguments split
  * from the input at newlines, and the size and byte-count printers on
- * what they accept. An accepted argument must read back as itself.
+ * what they accept. An accepted argument must read back as itself. Each
+ * argument, less its leading dashes, is also an option name for the
+ * "did you mean" search (tool_closest_option) over a table shaped as the
+ * tools' (dash spellings first, underscore aliases after).
  *
  * Input: byte 0 is the lower bound for tool_parse_uint() (0 or 1, as the
  * tools use) and picks a buffer length for the printers; the rest is
@@ -19,6 +22,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static const struct option opts[] = {
+	{"io-size", required_argument, NULL, 256},
+	{"read", no_argument, NULL, 257},
+	{"repeats", required_argument, NULL, 258},
+	{"nvme-path", required_argument, NULL, 259},
+	{"different-file-each-iteration", no_argument, NULL, 260},
+	{"help", no_argument, NULL, 'h'},
+	{"io_size", required_argument, NULL, 256},
+	{"nvme_dir", required_argument, NULL, 259},
+	{NULL, 0, NULL, 0},
+};
+
+/* The suggestion is a canonical (first) spelling, and an exact name, in
+ * either spelling, suggests its own option. */
+static void closest(const char *v)
+{
+	size_t len = strlen(v);
+	const char *near = tool_closest_option(v, len, opts);
+	int canon = -1, exact = -1;
+
+	for (int i = 0; opts[i].name; i++) {
+		bool same = strlen(opts[i].name) == len;
+
+		for (size_t k = 0; same && k < len; k++)
+			same = (v[k] == '_' ? '-' : v[k]) ==
+			       (opts[i].name[k] == '_' ? '-' : opts[i].name[k]);
+		if (same && exact < 0)
+			exact = i;
+		if (near && near == opts[i].name)
+			canon = i;
+	}
+	if (near)
+		check(canon >= 0 && canon < 6);
+	if (exact >= 0) {
+		check(near != NULL);
+		check(opts[canon].val == opts[exact].val);
+	}
+}
 
 static void one_arg(const char *v, unsigned lo, size_t buflen)
 {
@@ -51,6 +93,8 @@ static void one_arg(const char *v, unsigned lo, size_t buflen)
 	} else {
 		check(u == 777);
 	}
+
+	closest(v + strspn(v, "-"));
 
 	b = tool_backend(v);
 	check(b >= -1 && b <= NVS_BACKEND_PSYNC);

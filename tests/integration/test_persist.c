@@ -5,7 +5,8 @@
  * generation's bytes through later writes and a crash; every damaged or
  * mismatched piece refused with its own error (torn, flipped or newer
  * manifest, truncated data, flipped data, other rank, other paths, other
- * stripe); a full disk during a checkpoint; and kill -9 at random moments
+ * stripe; a manifest under another generation's name, naming the one
+ * inside); a full disk during a checkpoint; and kill -9 at random moments
  * of swapping and checkpointing, each reopen matching a whole generation.
  */
 #include <criterion/criterion.h>
@@ -417,14 +418,30 @@ Test(persist, a_damaged_manifest_is_refused_and_nothing_changes)
 	cr_assert_eq(tu_file_size(manifest(root, 1)), size / 3);
 
 	tu_write_file(manifest(root, 1), keep, n);
-	flip(manifest(root, 1), 8); /* the format version: 1 -> 254 */
+	flip(manifest(root, 1), 8); /* the format version: 2 -> 253 */
 	cr_assert_eq(try_open(&o), -ENOTSUP);
-	cr_assert(strstr(nvs_last_error(), "format version 254"), "%s",
+	cr_assert(strstr(nvs_last_error(), "format version 253"), "%s",
 		  nvs_last_error());
 
 	tu_write_file(manifest(root, 1), keep, n);
 	cr_assert_eq(try_open(&o), 0, "%s", nvs_last_error());
 	free(keep);
+}
+
+Test(persist, a_renamed_manifest_names_the_generation_inside)
+{
+	const char *root = tu_dir();
+	struct nvs_swapper_opts o;
+	char to[4400];
+
+	make_set(root);
+	opts(&o, root, NVS_PERSIST_RESUME);
+	snprintf(to, sizeof(to), "%.4300s", manifest(root, 7));
+	cr_assert_eq(rename(manifest(root, 1), to), 0);
+	cr_assert_eq(try_open(&o), -EBADMSG);
+	cr_assert(strstr(nvs_last_error(), "manifest.00000000000000000007: "
+					   "names generation 1 inside"),
+		  "%s", nvs_last_error());
 }
 
 Test(persist, damaged_data_is_caught_at_open_or_at_read)

@@ -8,10 +8,14 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nvswap/swapper.h"
@@ -215,5 +219,225 @@ Test(nvswap_fsck, refusals)
 	tu_out_free(&o);
 	o = fsck("extra");
 	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+}
+
+/* nvswap-fsck with the arguments @fmt makes of up to three strings. */
+static struct tu_out fsck_raw(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+static struct tu_out fsck_raw(const char *fmt, ...)
+{
+	const char *bin = getenv("NVSWAP_FSCK");
+	char args[8192], cmd[8400];
+	va_list ap;
+
+	cr_assert_not_null(bin, "NVSWAP_FSCK is set by tests/meson.build");
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s %s", bin, args);
+	return tu_run(cmd);
+}
+
+/* A set of @n tensors named @name over @a (and @b), one generation. */
+static void make_named(const char *name, const char *a, const char *b,
+		       unsigned n)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = NULL;
+	char buf[SZ];
+
+	opts(&o);
+	o.name = name;
+	o.nvme_paths[0] = a;
+	o.npaths = b ? 2 : 1;
+	o.nvme_paths[1] = b;
+	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
+	for (uint64_t id = 0; id < n; id++) {
+		pattern(buf, id, 1);
+		cr_assert_eq(nvs_swapper_register(s, id, SZ, buf), 0);
+	}
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+}
+
+Test(nvswap_fsck, without_a_name_every_set_under_the_path_is_listed_and_checked)
+{
+	char want[8400];
+	struct tu_out o;
+
+	o = fsck_raw("--path %s", tu_dir());
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	snprintf(want, sizeof(want), "nvswap-fsck: no swap set under %s",
+		 tu_dir());
+	cr_assert(strstr(o.err, want), "%s", o.err);
+	tu_out_free(&o);
+
+	make_set();
+	make_named("optimizer", tu_dir(), NULL, 1);
+	o = fsck_raw("--path %s", tu_dir());
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	snprintf(
+		want, sizeof(want),
+		"set \"param\" rank 0 in %s/nvswap/param/rank0: 2 "
+		"generation(s) 1..2, newest: 4 tensors (117.2 KiB), 1 path(s), "
+		"set.data ",
+		tu_dir());
+	cr_assert(strstr(o.out, want), "%s", o.out);
+	snprintf(want, sizeof(want),
+		 "set \"optimizer\" rank 0 in %s/nvswap/optimizer/rank0: 1 "
+		 "generation(s) 1..1, newest: 1 tensors (29.3 KiB)",
+		 tu_dir());
+	cr_assert(strstr(o.out, want), "%s", o.out);
+	cr_assert(strstr(o.out, "checking set \"param\" rank 0\n"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "checking set \"optimizer\" rank 0\n"
+				"generation 1 tensor 0 (30000 bytes): ok"),
+		  "%s", o.out);
+	cr_assert(strstr(strstr(o.out, "the set verifies"), "the set verifies"),
+		  "%s", o.out);
+	tu_out_free(&o);
+
+	/* Open: listed as held by this process, and not checked; a copy
+	 * made meanwhile (its lock file names this process) is not held. */
+	{
+		struct nvs_swapper_opts opt;
+		struct nvs_swapper *s = NULL;
+		char cp[9000];
+
+		opts(&opt);
+		cr_assert_eq(nvs_swapper_create(&opt, &s), 0, "%s",
+			     nvs_last_error());
+		o = fsck_raw("--path %s", tu_dir());
+		cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+		snprintf(want, sizeof(want), ", in use by process %ld\n",
+			 (long)getpid());
+		cr_assert(strstr(o.out, want), "%s", o.out);
+		cr_assert(strstr(o.err, "is in use by process"), "%s", o.err);
+		tu_out_free(&o);
+		snprintf(cp, sizeof(cp), "cp -a %s/nvswap %s/copy", tu_dir(),
+			 tu_dir());
+		cr_assert_eq(system(cp), 0);
+		snprintf(cp, sizeof(cp), "mkdir %s/c && mv %s/copy %s/c/nvswap",
+			 tu_dir(), tu_dir(), tu_dir());
+		cr_assert_eq(system(cp), 0);
+		snprintf(cp, sizeof(cp), "%s/c", tu_dir());
+		o = fsck_raw("--path %s --quiet", cp);
+		cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+		cr_assert_null(strstr(o.out, "in use"), "%s", o.out);
+		tu_out_free(&o);
+		cr_assert_eq(nvs_swapper_destroy(s), 0);
+	}
+
+	/* --rank picks: no set of rank 3. */
+	o = fsck_raw("--path %s --rank 3", tu_dir());
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "no swap set under"), "%s", o.err);
+	cr_assert_null(strstr(o.err, "nvswap-fsck: nvswap-fsck"), "%s", o.err);
+	tu_out_free(&o);
+}
+
+Test(nvswap_fsck, repairing_the_only_generation_leaves_nothing_behind)
+{
+	struct tu_out o;
+
+	make_named("param", tu_dir(), NULL, 2);
+	flip_tensor(1, 1, 10);
+	o = fsck("--repair");
+	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "generation 1: BAD: 1 of 2 tensors do not "
+				"verify (manifest removed)\n"
+				"set: no generation is left: the set's data "
+				"files, locks and empty directories were "
+				"removed"),
+		  "%s", o.out);
+	tu_out_free(&o);
+	cr_assert_eq(access(data(), F_OK), -1, "no bare set.data");
+	cr_assert_eq(access(tu_path("nvswap"), F_OK), -1, "nothing at all");
+	o = fsck("");
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "nvswap-fsck: nvs_swapset_check: no swap set "
+				"in"),
+		  "%s", o.err);
+	tu_out_free(&o);
+}
+
+Test(nvswap_fsck, a_copy_verifies_and_relocate_moves_a_path_on_another_fs)
+{
+	char a[4200], a2[4200], mnt[4100], b[4200], b2[4200], want[40000];
+	char rb[PATH_MAX], rb2[PATH_MAX];
+	struct tu_out o;
+
+	snprintf(a, sizeof(a), "%s/a", tu_dir());
+	snprintf(a2, sizeof(a2), "%s/a2", tu_dir());
+	cr_assert_eq(mkdir(a, 0700), 0);
+	make_named("param", a, NULL, 2);
+	snprintf(want, sizeof(want), "cp -a %s %s", a, a2);
+	cr_assert_eq(system(want), 0);
+	o = fsck_raw("--path %s --name param", a2);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "the set verifies"), "%s", o.out);
+	tu_out_free(&o);
+
+	snprintf(mnt, sizeof(mnt), "%.4000s/mnt", tu_dir());
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=8m,mode=0700"))
+		cr_skip_test("cannot mount a tmpfs here (%s): a second "
+			     "filesystem is needed",
+			     strerror(errno));
+	snprintf(b, sizeof(b), "%s/b", mnt);
+	snprintf(b2, sizeof(b2), "%s/b2", mnt);
+	cr_assert_eq(mkdir(b, 0700), 0);
+	make_named("two", a, b, 2);
+	snprintf(want, sizeof(want), "rm -rf %s && cp -a %s %s && cp -a %s %s",
+		 a2, a, a2, b, b2);
+	cr_assert_eq(system(want), 0);
+	cr_assert_not_null(realpath(b, rb));
+	cr_assert_not_null(realpath(b2, rb2));
+	o = fsck_raw("--path %s --path %s --name two", a2, b2);
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	snprintf(want, sizeof(want), "--relocate '%s=%s'", rb, rb2);
+	cr_assert(strstr(o.err, want), "%s", o.err);
+	tu_out_free(&o);
+	/* Without --name, one --path: each set listed is relocated (path 1
+	 * read from its manifest, moved by --relocate) and checked. */
+	snprintf(want, sizeof(want), "--relocate %s=%s", rb, rb2);
+	o = fsck_raw("--path %s %s", a2, want);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "checking set \"param\" rank 0\n"
+				"relocated: 0 manifest(s) rewritten\n"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "checking set \"two\" rank 0\n"
+				"relocated: 1 manifest(s) rewritten\n"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "2 path(s)"), "%s", o.out);
+	tu_out_free(&o);
+	o = fsck_raw("--path %s --path %s --name two %s", a2, b2, want);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "relocated: 0 manifest(s) rewritten\n"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "the set verifies"), "%s", o.out);
+	tu_out_free(&o);
+	/* The original, in place, is untouched. */
+	o = fsck_raw("--path %s --path %s --name two", a, b);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+	umount2(mnt, MNT_DETACH);
+}
+
+Test(nvswap_fsck, an_unknown_option_is_named_without_the_whole_help)
+{
+	struct tu_out o = fsck_raw("--path %s --no_data", tu_dir());
+
+	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "nvswap-fsck: unknown option '--no_data'; "
+				"did you mean '--no-data'?\n"
+				"see nvswap-fsck --help\n"),
+		  "%s", o.err);
+	cr_assert_null(strstr(o.err, "usage:"), "%s", o.err);
+	tu_out_free(&o);
+	o = fsck_raw("--path %s --relocate nonsense", tu_dir());
+	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "--relocate: OLD=NEW, both absolute paths"),
+		  "%s", o.err);
 	tu_out_free(&o);
 }

@@ -78,7 +78,7 @@ Test(nvswap_io, write_prints_ds_io_lines_validates_and_cleans_up)
 	char args[4096];
 	struct tu_out o;
 
-	snprintf(args, sizeof(args), "--folder %s --io_size 8M --validate",
+	snprintf(args, sizeof(args), "--folder %s --io-size 8M --validate",
 		 folder());
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 0, "%s", o.err);
@@ -103,8 +103,8 @@ Test(nvswap_io, read_with_parallelism_loops_and_warmup_validates)
 	struct tu_out o;
 
 	snprintf(args, sizeof(args),
-		 "--folder %s --io_size 8M --read --io_parallel 2 --loops 3 "
-		 "--warmup_loops 1 --block_size 256K --queue_depth 4 "
+		 "--folder %s --io-size 8M --read --io-parallel 2 --loops 3 "
+		 "--warmup-loops 1 --block-size 256K --queue-depth 4 "
 		 "--validate",
 		 folder());
 	o = nio(NULL, args);
@@ -133,7 +133,7 @@ Test(nvswap_io, json_has_every_figure_and_the_config)
 	json_t *j, *lat;
 
 	snprintf(args, sizeof(args),
-		 "--folder %s --io_size 8M --loops 2 --validate --json",
+		 "--folder %s --io-size 8M --loops 2 --validate --json",
 		 folder());
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 0, "%s", o.err);
@@ -171,7 +171,7 @@ static void unpinned(const char *extra, bool bounced)
 	json_int_t fixed, reqs;
 
 	snprintf(args, sizeof(args),
-		 "--folder %s --io_size 8M --read --unpinned %s --validate "
+		 "--folder %s --io-size 8M --read --unpinned %s --validate "
 		 "--json",
 		 folder(), extra);
 	o = nio(NULL, args);
@@ -212,8 +212,8 @@ Test(nvswap_io, different_file_each_iteration_keeps_one_file_per_op)
 	struct tu_out o;
 
 	snprintf(args, sizeof(args),
-		 "--folder %s --io_size 1M --loops 3 "
-		 "--different_file_each_iteration --keep",
+		 "--folder %s --io-size 1M --loops 3 "
+		 "--different-file-each-iteration --keep",
 		 folder());
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 0, "%s", o.err);
@@ -224,21 +224,21 @@ Test(nvswap_io, different_file_each_iteration_keeps_one_file_per_op)
 Test(nvswap_io, help_documents_every_option)
 {
 	static const char *const opts[] = {"--folder",
-					   "--io_size",
+					   "--io-size",
 					   "--read",
-					   "--block_size",
-					   "--queue_depth",
-					   "--single_submit",
-					   "--sequential_requests",
-					   "--io_parallel",
+					   "--block-size",
+					   "--queue-depth",
+					   "--single-submit",
+					   "--sequential-requests",
+					   "--io-parallel",
 					   "--loops",
-					   "--warmup_loops",
+					   "--warmup-loops",
 					   "--validate",
 					   "--backend",
 					   "--pinned",
 					   "--unpinned",
 					   "--misalign",
-					   "--different_file_each_iteration",
+					   "--different-file-each-iteration",
 					   "--json",
 					   "--compare-fio",
 					   "--repeats",
@@ -255,10 +255,115 @@ Test(nvswap_io, help_documents_every_option)
 	tu_out_free(&o);
 }
 
+/* One option style: the help lists every option with dashes and names
+ * ds_io's underscore spellings once, as aliases. */
+Test(nvswap_io, help_lists_dash_options_and_names_the_aliases_once)
+{
+	struct tu_out o = nio(NULL, "--help");
+	const char *p = o.out;
+	unsigned n = 0;
+
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert_str_empty(o.err);
+	cr_assert_not(matches(o.out, "^  --[a-z-]*_"), "%s", o.out);
+	while ((p = strstr(p, "--io_size"))) {
+		n++;
+		p++;
+	}
+	cr_assert_eq(n, 1, "%s", o.out);
+	cr_assert(strstr(o.out, "ds_io's spellings work too: --io_size, "
+				"--block_size, --queue_depth,\n"
+				"--single_submit, --sequential_requests, "
+				"--io_parallel, --warmup_loops,\n"
+				"--different_file_each_iteration.\n"),
+		  "%s", o.out);
+	tu_out_free(&o);
+}
+
+/* ds_io's command line runs as it does under DeepSpeed: the same run as
+ * with the dash spellings. */
+Test(nvswap_io, ds_io_spellings_are_aliases_of_the_dash_ones)
+{
+	static const char *const forms[] = {
+		"--io_size 1M --block_size 256K --queue_depth 4 "
+		"--single_submit --sequential_requests --io_parallel 2 "
+		"--warmup_loops 1 --different_file_each_iteration",
+		"--io-size 1M --block-size 256K --queue-depth 4 "
+		"--single-submit --sequential-requests --io-parallel 2 "
+		"--warmup-loops 1 --different-file-each-iteration",
+	};
+	json_t *cfg[2];
+	char args[4096];
+
+	for (int i = 0; i < 2; i++) {
+		struct tu_out o;
+		json_t *j;
+
+		snprintf(args, sizeof(args), "--folder %s %s --json", folder(),
+			 forms[i]);
+		o = nio(NULL, args);
+		cr_assert_eq(o.status, 0, "%s: %s", forms[i], o.err);
+		j = parse(o.out);
+		cfg[i] = json_incref(json_object_get(j, "config"));
+		json_decref(j);
+		tu_out_free(&o);
+	}
+	cr_assert_eq(json_integer_value(json_object_get(cfg[0], "io_size")),
+		     1 << 20);
+	cr_assert_eq(json_integer_value(json_object_get(cfg[0], "block_size")),
+		     256 << 10);
+	cr_assert_eq(json_integer_value(json_object_get(cfg[0], "io_parallel")),
+		     2);
+	cr_assert(json_is_false(json_object_get(cfg[0], "overlap_events")));
+	cr_assert(json_is_true(json_object_get(cfg[0], "single_submit")));
+	cr_assert(json_equal(cfg[0], cfg[1]), "%s\nvs\n%s",
+		  json_dumps(cfg[0], 0), json_dumps(cfg[1], 0));
+	json_decref(cfg[0]);
+	json_decref(cfg[1]);
+	cr_assert_eq(entries(folder()), 0);
+}
+
+/* A bad option is one line and a pointer to --help, never the help. */
+Test(nvswap_io, bad_options_say_what_was_meant_in_two_lines)
+{
+	static const char *const cases[][2] = {
+		{"--io-sise 4M", "nvswap-io: unknown option '--io-sise'; "
+				 "did you mean '--io-size'?\n"},
+		{"--io_sise=4M", "nvswap-io: unknown option '--io_sise'; "
+				 "did you mean '--io-size'?\n"},
+		{"--start_at 5", "nvswap-io: unknown option '--start_at'; "
+				 "did you mean '--start-at'?\n"},
+		{"--valdiate", "nvswap-io: unknown option '--valdiate'; "
+			       "did you mean '--validate'?\n"},
+		{"--frobnicate", "nvswap-io: unknown option "
+				 "'--frobnicate'\n"},
+		{"--re", "nvswap-io: option '--re' is ambiguous: '--read', "
+			 "'--repeats'\n"},
+		{"--io_", "nvswap-io: option '--io_' is ambiguous: "
+			  "'--io-size', '--io-parallel'\n"},
+		{"--read=yes", "nvswap-io: option '--read' takes no value\n"},
+		{"--folder", "nvswap-io: option '--folder' needs a value\n"},
+		{"--io_si", "nvswap-io: option '--io-size' needs a value\n"},
+		{"-x", "nvswap-io: unknown option '-x'\n"},
+	};
+	char want[512];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tu_out o = nio(NULL, cases[i][0]);
+
+		snprintf(want, sizeof(want), "%ssee nvswap-io --help\n",
+			 cases[i][1]);
+		cr_expect_eq(o.status, 2, "%s", cases[i][0]);
+		cr_expect_str_eq(o.err, want, "%s", cases[i][0]);
+		cr_expect_str_empty(o.out, "%s", cases[i][0]);
+		tu_out_free(&o);
+	}
+}
+
 Test(nvswap_io, missing_folder_is_named_with_the_cause)
 {
 	struct tu_out o =
-		nio(NULL, "--folder /nonexistent/nvswap --io_size 8M");
+		nio(NULL, "--folder /nonexistent/nvswap --io-size 8M");
 
 	cr_assert_eq(o.status, 1);
 	cr_assert(strstr(o.err, "--folder /nonexistent/nvswap: No such file "
@@ -272,10 +377,10 @@ Test(nvswap_io, bad_size_suffix_is_a_usage_error)
 	char args[4096];
 	struct tu_out o;
 
-	snprintf(args, sizeof(args), "--folder %s --io_size 8Q", folder());
+	snprintf(args, sizeof(args), "--folder %s --io-size 8Q", folder());
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 2);
-	cr_assert(strstr(o.err, "--io_size: bad size '8Q'"), "%s", o.err);
+	cr_assert(strstr(o.err, "--io-size: bad size '8Q'"), "%s", o.err);
 	cr_assert(strstr(o.err, "K, M or G"), "%s", o.err);
 	tu_out_free(&o);
 }
@@ -294,7 +399,7 @@ Test(nvswap_io, out_of_range_numbers_and_sizes_say_so)
 		{"--loops -1", "--loops: '-1' is out of range"},
 		{"--loops 1x",
 		 "--loops: '1x' is not a whole number (from 1 to"},
-		{"--io_size 16777215T", "larger than this machine's memory"},
+		{"--io-size 16777215T", "larger than this machine's memory"},
 	};
 	char args[4096];
 	struct tu_out o;
@@ -322,7 +427,7 @@ Test(nvswap_io, unwritable_folder_is_refused_before_any_io)
 	/* nobody may enter the scratch tree but not write the folder. */
 	cr_assert_eq(chmod(tu_dir(), 0755), 0);
 	cr_assert_eq(chmod(folder(), 0555), 0);
-	snprintf(args, sizeof(args), "--folder %s --io_size 8M", folder());
+	snprintf(args, sizeof(args), "--folder %s --io-size 8M", folder());
 	o = nio(tu_nobody_prefix(-1), args);
 	cr_assert_eq(o.status, 1, "%s", o.err);
 	cr_assert(strstr(o.err, "cannot write there: Permission denied"), "%s",
@@ -341,7 +446,7 @@ Test(nvswap_io, folder_on_a_read_only_filesystem_is_refused)
 		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
 			     "root and mount namespaces",
 			     strerror(errno));
-	snprintf(args, sizeof(args), "--folder %s --io_size 8M", folder());
+	snprintf(args, sizeof(args), "--folder %s --io-size 8M", folder());
 	o = nio(NULL, args);
 	umount2(folder(), MNT_DETACH);
 	cr_assert_eq(o.status, 1, "%s", o.err);
@@ -371,7 +476,7 @@ static json_t *compare_fio(const char *opts)
 
 Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
 {
-	json_t *j = compare_fio("--io_size 8M --read --queue_depth 4 "
+	json_t *j = compare_fio("--io-size 8M --read --queue-depth 4 "
 				"--repeats 2"),
 	       *r;
 	const char *cmd;
@@ -407,7 +512,7 @@ Test(nvswap_io, compare_fio_prints_both_and_their_ratio)
  * there are no huge pages; either way one fio figure. */
 Test(nvswap_io, no_fio_default_runs_one_fio_per_repeat)
 {
-	json_t *j = compare_fio("--io_size 4M --queue_depth 4 --repeats 1 "
+	json_t *j = compare_fio("--io-size 4M --queue-depth 4 --repeats 1 "
 				"--no-fio-default");
 
 	if (!j)
@@ -447,7 +552,7 @@ Test(nvswap_io, finding1_a_symlink_at_the_test_file_name_is_never_followed)
 			_exit(120);
 		dup2(null, 1);
 		dup2(null, 2);
-		execl(bin, "nvswap-io", "--folder", dir, "--io_size", "64K",
+		execl(bin, "nvswap-io", "--folder", dir, "--io-size", "64K",
 		      "--validate", (char *)NULL);
 		_exit(121);
 	}
@@ -479,9 +584,9 @@ Test(nvswap_io, finding1_a_symlink_at_the_test_file_name_is_never_followed)
 Test(nvswap_io, finding8_error_exits_leave_no_test_files)
 {
 	const char *runs[] = {
-		"--io_size 8M",
-		"--io_size 256K --loops 8 --different_file_each_iteration",
-		"--io_size 256K --iopoll",
+		"--io-size 8M",
+		"--io-size 256K --loops 8 --different-file-each-iteration",
+		"--io-size 256K --iopoll",
 	};
 	char args[4096];
 	struct tu_out o;

@@ -50,7 +50,7 @@ Test(nvswap_report, the_json_report_has_every_field)
 	json_t *r, *p, *b, *m;
 	size_t i;
 
-	snprintf(args, sizeof(args), "--nvme_path %s --json", tu_dir());
+	snprintf(args, sizeof(args), "--nvme-path %s --json", tu_dir());
 	o = report(NULL, args);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	r = json_loads(o.out, 0, &err);
@@ -132,7 +132,7 @@ Test(nvswap_report, says_which_backend_auto_gets_and_why)
 	struct tu_out o;
 	json_t *r, *d;
 
-	snprintf(args, sizeof(args), "--nvme_path %s --json", tu_dir());
+	snprintf(args, sizeof(args), "--nvme-path %s --json", tu_dir());
 	o = report("NVSWAP_BACKEND=psync", args);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	r = json_loads(o.out, 0, &err);
@@ -151,7 +151,7 @@ Test(nvswap_report, says_which_backend_auto_gets_and_why)
 		"io_uring");
 	json_decref(r);
 	tu_out_free(&o);
-	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
+	snprintf(args, sizeof(args), "--nvme-path %s", tu_dir());
 	o = report("NVSWAP_BACKEND=psync", args);
 	cr_assert(strstr(o.out, "default   psync, chosen by NVSWAP_BACKEND"),
 		  "%s", o.out);
@@ -160,7 +160,7 @@ Test(nvswap_report, says_which_backend_auto_gets_and_why)
 
 Test(nvswap_report, a_missing_path_is_a_problem_with_its_fix_and_exit_1)
 {
-	struct tu_out o = report(NULL, "--nvme_path /nonexistent/nvme");
+	struct tu_out o = report(NULL, "--nvme-path /nonexistent/nvme");
 
 	cr_assert_eq(o.status, 1, "%s", o.out);
 	cr_assert(strstr(o.out, "nvme_path /nonexistent/nvme: No such file"),
@@ -180,7 +180,7 @@ Test(nvswap_report, a_read_only_filesystem_is_not_usable)
 		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
 			     "root and mount namespaces",
 			     strerror(errno));
-	snprintf(args, sizeof(args), "--nvme_path %s", mnt);
+	snprintf(args, sizeof(args), "--nvme-path %s", mnt);
 	o = report(NULL, args);
 	umount2(mnt, MNT_DETACH);
 	cr_assert_eq(o.status, 1, "%s", o.out);
@@ -198,7 +198,7 @@ Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
 		cr_skip_test("needs root, setpriv and prlimit to run as "
 			     "nobody under a small memlock limit");
 	cr_assert_eq(chmod(tu_dir(), 0777), 0);
-	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
+	snprintf(args, sizeof(args), "--nvme-path %s", tu_dir());
 	o = report(tu_nobody_prefix(8 << 20), args);
 	cr_assert_eq(o.status, 0, "still usable: %s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "memlock     8.0 MiB"), "%s", o.out);
@@ -231,7 +231,7 @@ Test(nvswap_report, a_full_filesystem_is_not_usable)
 	snprintf(fill, sizeof(fill),
 		 "dd if=/dev/zero of=%s/fill bs=64k 2>/dev/null", mnt);
 	cr_assert_neq(system(fill), 0, "dd stops at ENOSPC");
-	snprintf(args, sizeof(args), "--nvme_path %s", mnt);
+	snprintf(args, sizeof(args), "--nvme-path %s", mnt);
 	o = report(NULL, args);
 	umount2(mnt, MNT_DETACH);
 	cr_assert_eq(o.status, 1, "%s", o.out);
@@ -253,7 +253,7 @@ Test(nvswap_report, a_memlock_limit_of_0_blames_memlock_not_the_sysctl)
 		cr_skip_test("needs root, setpriv and prlimit to run as "
 			     "nobody with memlock 0");
 	cr_assert_eq(chmod(tu_dir(), 0777), 0);
-	snprintf(args, sizeof(args), "--nvme_path %s", tu_dir());
+	snprintf(args, sizeof(args), "--nvme-path %s", tu_dir());
 	o = report(tu_nobody_prefix(0), args);
 	if (!strstr(o.out, "io_uring  NOT available")) {
 		tu_out_free(&o);
@@ -283,7 +283,7 @@ Test(nvswap_report, an_address_space_limit_is_named_not_memlock)
 		     "limit (it reserves terabytes for its shadow): the plain "
 		     "build runs this test");
 #endif
-	snprintf(args, sizeof(args), "--as=%d %s --nvme_path %s", 64 << 20,
+	snprintf(args, sizeof(args), "--as=%d %s --nvme-path %s", 64 << 20,
 		 getenv("NVSWAP_REPORT"), tu_dir());
 	char cmd[8400];
 	snprintf(cmd, sizeof(cmd), "prlimit %s", args);
@@ -303,14 +303,52 @@ Test(nvswap_report, bad_arguments_are_refused)
 	struct tu_out o = report(NULL, "--bogus");
 
 	cr_assert_eq(o.status, 2);
-	cr_assert(strstr(o.err, "usage: nvswap-report"), "%s", o.err);
+	cr_assert_str_eq(o.err, "nvswap-report: unknown option '--bogus'\n"
+				"see nvswap-report --help\n");
+	tu_out_free(&o);
+	/* The old spelling, and a typo, are pointed at the option. */
+	o = report(NULL, "--nvme_path .");
+	cr_assert_eq(o.status, 2);
+	cr_assert_str_eq(o.err, "nvswap-report: unknown option '--nvme_path'; "
+				"did you mean '--nvme-path'?\n"
+				"see nvswap-report --help\n");
+	tu_out_free(&o);
+	o = report(NULL, "--jsno");
+	cr_assert_eq(o.status, 2);
+	cr_assert_str_eq(o.err, "nvswap-report: unknown option '--jsno'; did "
+				"you mean '--json'?\n"
+				"see nvswap-report --help\n");
 	tu_out_free(&o);
 	o = report(NULL, "extra");
 	cr_assert_eq(o.status, 2);
+	cr_assert_str_eq(o.err, "nvswap-report: unexpected argument 'extra' "
+				"(see nvswap-report --help)\n");
 	tu_out_free(&o);
-	/* Hostile input 13: -h is help, as for the other tools. */
-	o = report(NULL, "-h");
-	cr_assert_eq(o.status, 0, "%s", o.err);
-	cr_assert(strstr(o.out, "usage: nvswap-report"), "%s", o.out);
-	tu_out_free(&o);
+}
+
+/* Hostile input 13: -h is help, as for the other tools; a real one. */
+Test(nvswap_report, help_says_what_it_checks_every_option_and_the_exit)
+{
+	static const char *const want[] = {
+		"usage: nvswap-report [--nvme-path DIR] [--json]\n",
+		"  --nvme-path DIR   the directory swap files will go to "
+		"(default: .)\n",
+		"  --json            one JSON object on stdout instead of text\n",
+		"  -h, --help        this text\n",
+		"O_DIRECT and its alignment",
+		"Exit status: 0 nvswap can run here, 1 it cannot",
+	};
+
+	for (int h = 0; h < 2; h++) {
+		struct tu_out o = report(NULL, h ? "--help" : "-h");
+
+		cr_assert_eq(o.status, 0, "%s", o.err);
+		cr_assert_str_empty(o.err);
+		cr_assert(!strncmp(o.out, want[0], strlen(want[0])), "%s",
+			  o.out);
+		for (size_t i = 1; i < sizeof(want) / sizeof(want[0]); i++)
+			cr_assert(strstr(o.out, want[i]), "no '%s' in:\n%s",
+				  want[i], o.out);
+		tu_out_free(&o);
+	}
 }

@@ -36,7 +36,7 @@ Test(nvswap_tune, the_chosen_config_loads_and_round_trips)
 	unsigned finalists = 0, io_uring = 0, psync = 0;
 
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 2 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 2 "
 		    "--json --write-config %s",
 		    tu_dir(), tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -101,7 +101,7 @@ Test(nvswap_tune, write_config_merges_into_a_deepspeed_config)
 	json_t *r, *file, *aio;
 
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--json --write-config %s",
 		    tu_dir(), tt_small_sweep(), cfg);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -129,7 +129,7 @@ Test(nvswap_tune, write_config_merges_into_a_deepspeed_config)
 	tu_out_free(&o);
 	/* The human form says where it went. */
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--write-config %s",
 		    tu_dir(), tt_small_sweep(), cfg);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -150,7 +150,7 @@ static void config_refused(const char *text, const char *what)
 
 	tt_write_text(cfg, text);
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M "
+		    "--nvme-path %s --sweep-config %s --io-size 1M "
 		    "--write-config %s",
 		    tu_dir(), tt_small_sweep(), cfg);
 	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
@@ -207,7 +207,7 @@ Test(nvswap_tune, the_plot_is_well_formed_svg_from_either_engine)
 		cr_skip_test("xmllint (libxml2-utils) is not installed; "
 			     "make test installs it");
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--plot %s --plot-engine svg --json",
 		    tu_dir(), tt_small_sweep(), own);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -223,7 +223,7 @@ Test(nvswap_tune, the_plot_is_well_formed_svg_from_either_engine)
 		cr_skip_test("gnuplot is not installed (make test installs "
 			     "gnuplot-nox); the SVG engine passed");
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--plot %s --plot-engine gnuplot",
 		    tu_dir(), tt_small_sweep(), gp);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -250,7 +250,7 @@ Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
 	snprintf(prefix, sizeof(prefix), "PATH=%s:$PATH", bin);
 	/* auto: falls back to its own SVG, and says so. */
 	o = tt_tune(prefix,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--plot %s --json",
 		    tu_dir(), tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -266,7 +266,7 @@ Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
 	/* Asked for by name, its failure is the run's. */
 	tt_refused(
 		tt_tune(prefix,
-			"--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+			"--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 			"--plot %s --plot-engine gnuplot",
 			tu_dir(), tt_small_sweep(), out),
 		1, "gnuplot failed");
@@ -275,7 +275,7 @@ Test(nvswap_tune, a_failing_or_missing_gnuplot_is_handled)
 	cr_assert_eq(unlink(fake), 0);
 	tt_refused(
 		tt_tune(prefix,
-			"--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+			"--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 			"--plot %s --plot-engine gnuplot",
 			tu_dir(), tt_small_sweep(), out),
 		1, "gnuplot is not installed (apt-get install gnuplot-nox)");
@@ -288,8 +288,8 @@ Test(nvswap_tune, one_direction_and_quick_mode)
 	json_t *r, *best;
 
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 2M --loops 3 "
-		    "--no_write --quick --json",
+		    "--nvme-path %s --sweep-config %s --io-size 2M --loops 3 "
+		    "--no-write --quick --json",
 		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	r = tt_parse(o.out);
@@ -358,8 +358,8 @@ Test(nvswap_tune, several_paths_are_tuned_together_and_named_in_the_config)
 	cr_assert_not_null(realpath(a, ra));
 	cr_assert_not_null(realpath(b, rb));
 	o = tt_tune(NULL,
-		    "--nvme_path %s --nvme_path %s --sweep_config %s "
-		    "--io_size 1M --loops 1 --json --write-config %s",
+		    "--nvme-path %s --nvme-path %s --sweep-config %s "
+		    "--io-size 1M --loops 1 --json --write-config %s",
 		    a, b, tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	r = tt_parse(o.out);
@@ -384,7 +384,7 @@ Test(nvswap_tune, nvswap_backend_in_the_environment_tunes_that_backend)
 	size_t i;
 
 	o = tt_tune("NVSWAP_BACKEND=psync",
-		    "--nvme_path %s --io_size 8M --loops 1 --json --quick",
+		    "--nvme-path %s --io-size 8M --loops 1 --json --quick",
 		    tu_dir());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	r = tt_parse(o.out);
@@ -406,7 +406,7 @@ Test(nvswap_tune, the_progress_bar_shows_points_elapsed_and_time_left)
 	struct tu_out o;
 
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--progress",
 		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -423,25 +423,25 @@ Test(nvswap_tune, a_missing_or_unusable_path_is_refused)
 {
 	const char *mnt = tt_keep("mnt");
 
-	tt_refused(tt_tune(NULL, "--nvme_path /nonexistent/nvme --io_size 1M"),
+	tt_refused(tt_tune(NULL, "--nvme-path /nonexistent/nvme --io-size 1M"),
 		   1,
-		   "--nvme_path /nonexistent/nvme: No such file or directory");
-	tt_refused(tt_tune(NULL, "--io_size 1M"), 2, "--nvme_path is required");
+		   "--nvme-path /nonexistent/nvme: No such file or directory");
+	tt_refused(tt_tune(NULL, "--io-size 1M"), 2, "--nvme-path is required");
 	if (!tu_mount_private(mnt, "tmpfs", MS_RDONLY, "size=1m"))
 		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
 			     "mount namespaces",
 			     strerror(errno));
-	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 1M", mnt), 1,
+	tt_refused(tt_tune(NULL, "--nvme-path %s --io-size 1M", mnt), 1,
 		   "on a read-only filesystem");
 	umount2(mnt, MNT_DETACH);
 	cr_assert(tu_mount_private(mnt, "tmpfs", 0, "size=2m"));
-	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 4M", mnt), 1,
-		   "MiB free, not enough for --io_size 4M");
+	tt_refused(tt_tune(NULL, "--nvme-path %s --io-size 4M", mnt), 1,
+		   "MiB free, not enough for --io-size 4M");
 	umount2(mnt, MNT_DETACH);
 	/* ramfs refuses O_DIRECT: tuning there would time the page cache. */
 	cr_assert(tu_mount_private(mnt, "ramfs", 0, NULL));
 	tt_refused(tt_tune(NULL,
-			   "--nvme_path %s --sweep_config %s --io_size 1M", mnt,
+			   "--nvme-path %s --sweep-config %s --io-size 1M", mnt,
 			   tt_small_sweep()),
 		   1, "the filesystem refuses O_DIRECT");
 	tt_no_leftovers(mnt);
@@ -451,7 +451,7 @@ Test(nvswap_tune, a_missing_or_unusable_path_is_refused)
 static struct tu_out with_sweep(const char *text)
 {
 	tt_write_text(tu_path("bad.json"), text);
-	return tt_tune(NULL, "--nvme_path %s --io_size 1M --sweep_config %s",
+	return tt_tune(NULL, "--nvme-path %s --io-size 1M --sweep-config %s",
 		       tu_dir(), tu_path("bad.json"));
 }
 
@@ -477,7 +477,7 @@ Test(nvswap_tune, an_invalid_sweep_config_names_line_and_column)
 	tt_refused(with_sweep("{\"queue_depth\": []}"), 2, "an empty list");
 	tt_refused(with_sweep("[1, 2]"), 2, "is a JSON object");
 	tt_refused(tt_tune(NULL,
-			   "--nvme_path %s --sweep_config /nonexistent.json",
+			   "--nvme-path %s --sweep-config /nonexistent.json",
 			   tu_dir()),
 		   1, "/nonexistent.json: No such file");
 	tt_no_leftovers(tu_dir());
@@ -494,7 +494,7 @@ Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
 
 	for (int i = 0; i < 2; i++) {
 		o = tt_tune(NULL,
-			    "--nvme_path %s --sweep_config %s --io_size 1M %s "
+			    "--nvme-path %s --sweep-config %s --io-size 1M %s "
 			    "/nonexistent/dir/out",
 			    tu_dir(), tt_small_sweep(), opts[i]);
 		cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
@@ -506,7 +506,7 @@ Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
 		tu_out_free(&o);
 	}
 	/* An existing directory is no file to write. */
-	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 1M --plot %s",
+	tt_refused(tt_tune(NULL, "--nvme-path %s --io-size 1M --plot %s",
 			   tu_dir(), tu_dir()),
 		   1, "a directory, not a file");
 	snprintf(mnt, sizeof(mnt), "%s", tu_path("ro"));
@@ -515,7 +515,7 @@ Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
 			     strerror(errno));
 	snprintf(target, sizeof(target), "%s/plot.svg", mnt);
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 1M --plot %s",
+		    "--nvme-path %s --sweep-config %s --io-size 1M --plot %s",
 		    tu_dir(), tt_small_sweep(), target);
 	umount2(mnt, MNT_DETACH);
 	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
@@ -529,23 +529,73 @@ Test(nvswap_tune, an_unwritable_target_is_refused_before_the_sweep)
 Test(nvswap_tune, contradictory_flags_are_refused)
 {
 	tt_refused(
-		tt_tune(NULL, "--nvme_path %s --no_read --no_write", tu_dir()),
+		tt_tune(NULL, "--nvme-path %s --no-read --no-write", tu_dir()),
 		2, "leave nothing to measure");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --plot-engine svg", tu_dir()),
+	tt_refused(tt_tune(NULL, "--nvme-path %s --plot-engine svg", tu_dir()),
 		   2, "--plot-engine without --plot");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --io_size 4M", tu_dir()), 2,
-		   "--io_size 4M is smaller than block_size 8M");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --nvme_path %s/.", tu_dir(),
+	tt_refused(tt_tune(NULL, "--nvme-path %s --io-size 4M", tu_dir()), 2,
+		   "--io-size 4M is smaller than block_size 8M");
+	tt_refused(tt_tune(NULL, "--nvme-path %s --nvme-path %s/.", tu_dir(),
 			   tu_dir()),
 		   2, "is given twice");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --loops 0", tu_dir()), 2,
+	tt_refused(tt_tune(NULL, "--nvme-path %s --loops 0", tu_dir()), 2,
 		   "--loops: '0' is out of range (from 1 to 1048576)");
 	tt_refused(tt_tune(NULL,
-			   "--nvme_path %s --plot-engine pdf --plot x.svg",
+			   "--nvme-path %s --plot-engine pdf --plot x.svg",
 			   tu_dir()),
 		   2, "not one of auto, gnuplot, svg");
-	tt_refused(tt_tune(NULL, "--bogus"), 2, "usage: nvswap-tune");
+	tt_refused(tt_tune(NULL, "--bogus"), 2,
+		   "nvswap-tune: unknown option '--bogus'\n"
+		   "see nvswap-tune --help\n");
+	/* Aliases only where ds_nvme_tune spells so: --nvme_path is not
+	 * one (its --nvme_dir is), and is pointed at --nvme-path. */
+	tt_refused(tt_tune(NULL, "--nvme_path %s", tu_dir()), 2,
+		   "nvswap-tune: unknown option '--nvme_path'; did you mean "
+		   "'--nvme-path'?\nsee nvswap-tune --help\n");
+	/* ds_nvme_tune's spellings reach the same checks. */
+	tt_refused(tt_tune(NULL, "--nvme_dir %s --io_size 4M", tu_dir()), 2,
+		   "--io-size 4M is smaller than block_size 8M");
+	tt_refused(
+		tt_tune(NULL, "--nvme_dir %s --no_read --no_write", tu_dir()),
+		2, "--no-read and --no-write together leave nothing");
+	tt_refused(tt_tune(NULL, "--nvme_dir %s --sweep_config /nonexistent",
+			   tu_dir()),
+		   1, "--sweep-config /nonexistent: No such file");
+	tt_refused(tt_tune(NULL, "--write_config x.json"), 2,
+		   "did you mean '--write-config'?");
 	tt_no_leftovers(tu_dir());
+}
+
+/* One option style: every option in the help has dashes, and
+ * ds_nvme_tune's underscore spellings are named once, as aliases. */
+Test(nvswap_tune, help_lists_dash_options_and_names_the_aliases_once)
+{
+	struct tu_out o = tt_tune(NULL, "--help");
+	const char *line;
+
+	cr_assert_eq(o.status, 0, "%s", o.err);
+	cr_assert_str_empty(o.err);
+	cr_assert(
+		!strncmp(o.out, "usage: nvswap-tune [--nvme-path DIR ...]", 40),
+		"%s", o.out);
+	for (line = o.out; line; line = strchr(line + 1, '\n')) {
+		const char *p = line + (*line == '\n');
+		size_t n = strspn(p, " ");
+
+		if (n >= 2 && !strncmp(p + n, "--", 2))
+			cr_assert_eq(strcspn(p + n, " _\n"),
+				     strcspn(p + n, " \n"),
+				     "an option with '_' in: %.60s", p);
+	}
+	cr_assert(strstr(o.out,
+			 "ds_nvme_tune's spellings work too: --nvme_dir, "
+			 "--io_size, --no_read,\n--no_write, "
+			 "--sweep_config.\n"),
+		  "%s", o.out);
+	cr_assert_null(
+		strstr(strstr(o.out, "--sweep_config") + 1, "--sweep_config"),
+		"%s", o.out);
+	tu_out_free(&o);
 }
 
 Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
@@ -558,12 +608,12 @@ Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
 	cr_assert_eq(chmod(tu_dir(), 0777), 0);
 	cr_assert_eq(chmod(tt_small_sweep(), 0644), 0);
 	tt_refused(tt_tune(tu_nobody_prefix(4 << 20),
-			   "--nvme_path %s --sweep_config %s --io_size 4M",
+			   "--nvme-path %s --sweep-config %s --io-size 4M",
 			   tu_dir(), tt_small_sweep()),
 		   1, "raise the memlock limit (ulimit -l)");
 	/* ... and --unpinned is the way around it. */
 	o = tt_tune(tu_nobody_prefix(4 << 20),
-		    "--nvme_path %s --sweep_config %s --io_size 1M --loops 1 "
+		    "--nvme-path %s --sweep-config %s --io-size 1M --loops 1 "
 		    "--unpinned",
 		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -574,8 +624,8 @@ Test(nvswap_tune, too_little_memlock_is_named_with_the_fix)
 
 Test(nvswap_tune, ctrl_c_removes_the_test_files)
 {
-	char a0[] = "nvswap-tune", a1[] = "--nvme_path", a2[4096],
-	     a3[] = "--io_size", a4[] = "64M", a5[] = "--loops", a6[] = "5",
+	char a0[] = "nvswap-tune", a1[] = "--nvme-path", a2[4096],
+	     a3[] = "--io-size", a4[] = "64M", a5[] = "--loops", a6[] = "5",
 	     a7[] = "--json";
 	char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, NULL};
 

@@ -42,7 +42,7 @@ Test(nvswap_tune_ranks, two_ranks_report_aggregate_fairness_and_node_depth)
 	const char *line;
 
 	o = tt_tune(NULL,
-		    "--nvme_path %s --sweep_config %s --io_size 2M --ranks 2 "
+		    "--nvme-path %s --sweep-config %s --io-size 2M --ranks 2 "
 		    "--quick",
 		    tu_dir(), tt_small_sweep());
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -76,7 +76,7 @@ Test(nvswap_tune_ranks, the_json_and_the_written_config_hold_the_node_depth)
 	size_t i;
 	unsigned fair = 0;
 
-	r = tt_tune_json("--nvme_path %s --sweep_config %s --io_size 2M "
+	r = tt_tune_json("--nvme-path %s --sweep-config %s --io-size 2M "
 			 "--ranks 3 --quick --json --write-config %s",
 			 tu_dir(), tt_small_sweep(), out);
 	cr_assert_eq(tt_int(r, "ranks"), 3);
@@ -110,12 +110,12 @@ Test(nvswap_tune_ranks, the_json_and_the_written_config_hold_the_node_depth)
 
 Test(nvswap_tune_ranks, a_bad_rank_count_is_refused_naming_the_option)
 {
-	tt_refused(tt_tune(NULL, "--nvme_path %s --ranks 0", tu_dir()), 2,
+	tt_refused(tt_tune(NULL, "--nvme-path %s --ranks 0", tu_dir()), 2,
 		   "--ranks: '0' is not a number of ranks from 1 to 64");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --ranks 65", tu_dir()), 2,
+	tt_refused(tt_tune(NULL, "--nvme-path %s --ranks 65", tu_dir()), 2,
 		   "--ranks: '65' is not a number of ranks from 1 to 64");
 	tt_refused(tt_tune(NULL,
-			   "--nvme_path %s --workload swap --layers 2 "
+			   "--nvme-path %s --workload swap --layers 2 "
 			   "--tensor-size 1M --ranks 2",
 			   tu_dir()),
 		   2, "--ranks 2: only the sequential sweep");
@@ -124,8 +124,8 @@ Test(nvswap_tune_ranks, a_bad_rank_count_is_refused_naming_the_option)
 
 Test(nvswap_tune_ranks, ctrl_c_stops_every_rank_and_removes_their_files)
 {
-	char a0[] = "nvswap-tune", a1[] = "--nvme_path", a2[4096],
-	     a3[] = "--io_size", a4[] = "32M", a5[] = "--loops", a6[] = "5",
+	char a0[] = "nvswap-tune", a1[] = "--nvme-path", a2[4096],
+	     a3[] = "--io-size", a4[] = "32M", a5[] = "--loops", a6[] = "5",
 	     a7[] = "--json", a8[] = "--ranks", a9[] = "3";
 	char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, NULL};
 
@@ -141,7 +141,7 @@ Test(nvswap_tune_ranks, a_killed_parent_leaves_no_rank_running)
 {
 	const char *bin = getenv("NVSWAP_TUNE");
 	char dir[4096],
-		*argv[] = {"nvswap-tune", "--nvme_path", dir, "--io_size",
+		*argv[] = {"nvswap-tune", "--nvme-path", dir, "--io-size",
 			   "32M",	  "--loops",	 "5", "--json",
 			   "--ranks",	  "3",		 NULL};
 	struct timespec ms = {0, 10 * 1000 * 1000};
@@ -192,7 +192,7 @@ Test(nvswap_tune_ranks, a_killed_rank_is_named_and_the_others_end)
 {
 	const char *bin = getenv("NVSWAP_TUNE"), *err = tt_keep("tune.err");
 	char dir[4096], path[64], kids[256] = "", want[96], *said;
-	char *argv[] = {"nvswap-tune", "--nvme_path", dir, "--io_size",
+	char *argv[] = {"nvswap-tune", "--nvme-path", dir, "--io-size",
 			"32M",	       "--loops",     "5", "--json",
 			"--ranks",     "3",	      NULL};
 	struct timespec ms = {0, 10 * 1000 * 1000};

@@ -94,7 +94,7 @@ Test(nvswap_tune_swap, every_chosen_key_is_written_where_the_loader_reads_it)
 	unsigned pool = 0, aio = 0, fin = 0, base = 0;
 
 	r = tt_tune_json("--config %s --layers 4 --tensor-size 1M "
-			 "--sweep_config %s --loops 2 --json --write-config %s",
+			 "--sweep-config %s --loops 2 --json --write-config %s",
 			 cfg, tt_small_sweep(), out);
 	cr_assert_str_eq(json_string_value(obj(r, "workload", NULL)), "swap");
 	cr_assert_eq(tt_int(r, "layers"), 4);
@@ -182,7 +182,7 @@ Test(nvswap_tune_swap, swap_is_the_default_with_a_config_and_seq_without)
 	 * 3:1,2 4:1,2 (lookahead at most 2), so 5 points timed once, the
 	 * best 3 of them twice. */
 	r = tt_tune_json("--config %s --layers 3 --tensor-size 512K "
-			 "--sweep_config %s --loops 3 --quick --json",
+			 "--sweep-config %s --loops 3 --quick --json",
 			 cfg, tt_small_sweep());
 	cr_assert_str_eq(json_string_value(obj(r, "workload", NULL)), "swap");
 	cr_assert(json_is_true(obj(r, "quick", NULL)));
@@ -200,8 +200,8 @@ Test(nvswap_tune_swap, swap_is_the_default_with_a_config_and_seq_without)
 
 	/* --workload seq with the config: only the aio keys change in what
 	 * it writes; the pool stays as the config had it. */
-	r = tt_tune_json("--config %s --workload seq --sweep_config %s "
-			 "--io_size 1M --loops 1 --json --write-config %s",
+	r = tt_tune_json("--config %s --workload seq --sweep-config %s "
+			 "--io-size 1M --loops 1 --json --write-config %s",
 			 cfg, tt_small_sweep(), out);
 	cr_assert_str_eq(json_string_value(obj(r, "workload", NULL)), "seq");
 	tt_config_is(out, obj(r, "best", "combined"));
@@ -216,8 +216,8 @@ Test(nvswap_tune_swap, swap_is_the_default_with_a_config_and_seq_without)
 
 	/* No config: DeepSpeed's budget, and a whole offload_param section
 	 * (device, path) in a new file. */
-	r = tt_tune_json("--nvme_path %s --workload swap --layers 2 "
-			 "--tensor-size 256K --sweep_config %s --loops 1 "
+	r = tt_tune_json("--nvme-path %s --workload swap --layers 2 "
+			 "--tensor-size 256K --sweep-config %s --loops 1 "
 			 "--quick --json --write-config %s",
 			 tu_dir(), tt_small_sweep(), fresh);
 	cr_assert_eq(tt_int(r, "max_pinned"), 5 * 100000000ll * 2);
@@ -235,7 +235,7 @@ Test(nvswap_tune_swap, swap_is_the_default_with_a_config_and_seq_without)
 
 	/* And the human form says where it went. */
 	o = tt_tune(NULL,
-		    "--config %s --layers 2 --tensor-size 256K --sweep_config "
+		    "--config %s --layers 2 --tensor-size 256K --sweep-config "
 		    "%s --loops 1 --quick --write-config %s",
 		    cfg, tt_small_sweep(), out);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
@@ -255,13 +255,13 @@ Test(nvswap_tune_swap, bad_input_is_refused_with_the_reason)
 	char want[8192];
 	struct tu_out o;
 
-	tt_refused(tt_tune(NULL, "--nvme_path %s --workload fast", tu_dir()), 2,
+	tt_refused(tt_tune(NULL, "--nvme-path %s --workload fast", tu_dir()), 2,
 		   "--workload: 'fast' is not one of seq, swap");
 	tt_refused(tt_tune(NULL, "--config %s", cfg), 2,
 		   "the swap workload (the default with --config) needs the "
 		   "model's layers, which a DeepSpeed config does not hold: "
 		   "give --layers N and --tensor-size SIZE");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --workload swap --layers 4",
+	tt_refused(tt_tune(NULL, "--nvme-path %s --workload swap --layers 4",
 			   tu_dir()),
 		   2,
 		   "the swap workload needs the model's layers, which were "
@@ -281,16 +281,16 @@ Test(nvswap_tune_swap, bad_input_is_refused_with_the_reason)
 		tt_tune(NULL, "--config %s --layers 4 --tensor-size 8M", cfg),
 		2, want);
 	tt_refused(tt_tune(NULL,
-			   "--nvme_path %s --workload swap --layers 4 "
+			   "--nvme-path %s --workload swap --layers 4 "
 			   "--tensor-size 1M --max-pinned 1M",
 			   tu_dir()),
 		   2, "is 1.0 MiB (--max-pinned 1M)");
 	tt_refused(tt_tune(NULL,
-			   "--config %s --layers 4 --tensor-size 1M --io_size "
+			   "--config %s --layers 4 --tensor-size 1M --io-size "
 			   "1M",
 			   cfg),
 		   2, "belong to the sequential sweep (--workload seq)");
-	tt_refused(tt_tune(NULL, "--nvme_path %s --layers 4", tu_dir()), 2,
+	tt_refused(tt_tune(NULL, "--nvme-path %s --layers 4", tu_dir()), 2,
 		   "--layers, --tensor-size and --max-pinned describe the "
 		   "swap workload");
 	tt_write_text(cpu, "{\"zero_optimization\": {\"offload_param\": "
@@ -298,10 +298,10 @@ Test(nvswap_tune_swap, bad_input_is_refused_with_the_reason)
 	tt_refused(
 		tt_tune(NULL, "--config %s --layers 2 --tensor-size 1M", cpu),
 		2,
-		"--nvme_path is required: a directory on the disk to "
+		"--nvme-path is required: a directory on the disk to "
 		"tune (the --config names none)");
 	tt_refused(tt_tune(NULL,
-			   "--config %s --nvme_path %s --layers 2 "
+			   "--config %s --nvme-path %s --layers 2 "
 			   "--tensor-size 1M",
 			   cpu, tu_dir()),
 		   2,
@@ -311,7 +311,7 @@ Test(nvswap_tune_swap, bad_input_is_refused_with_the_reason)
 		   "--config: nvs_config_load: /nonexistent.json: No such "
 		   "file");
 	tt_write_text(cpu, "{\"aio\": {\"blocksize\": 4096}}\n");
-	tt_refused(tt_tune(NULL, "--config %s --nvme_path %s", cpu, tu_dir()),
+	tt_refused(tt_tune(NULL, "--config %s --nvme-path %s", cpu, tu_dir()),
 		   2, "cpu.json:1:10: aio.blocksize: unknown key");
 	/* An unwritable --write-config: refused before any walk. */
 	o = tt_tune(NULL,
@@ -328,7 +328,7 @@ Test(nvswap_tune_swap, bad_input_is_refused_with_the_reason)
 
 Test(nvswap_tune_swap, ctrl_c_removes_the_swap_files)
 {
-	char a0[] = "nvswap-tune", a1[] = "--nvme_path", a2[4096],
+	char a0[] = "nvswap-tune", a1[] = "--nvme-path", a2[4096],
 	     a3[] = "--workload", a4[] = "swap", a5[] = "--layers", a6[] = "8",
 	     a7[] = "--tensor-size", a8[] = "8M", a9[] = "--loops",
 	     a10[] = "20", a11[] = "--json";

@@ -107,6 +107,8 @@ ROW(nvs_swapper_set_tag, nvs_swapper_set_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_get_tag, nvs_swapper_get_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
 ROW(nvs_swapset_check, nvs_swapset_check(NULL, 0, NULL, NULL))
+ROW(nvs_swapset_list, nvs_swapset_list(NULL, NULL, NULL))
+ROW(nvs_swapset_relocate, nvs_swapset_relocate(NULL, "/a", "/b"))
 ROW(nvs_ckpt_writer_open, nvs_ckpt_writer_open(NULL, NULL, NULL))
 ROW(nvs_ckpt_write, nvs_ckpt_write(NULL, NULL, 1))
 ROW(nvs_ckpt_close, nvs_ckpt_close(NULL))
@@ -227,6 +229,8 @@ static const struct row rows[] = {
 	R(nvs_swapper_get_tag),
 	R(nvs_swapper_list),
 	R(nvs_swapset_check),
+	R(nvs_swapset_list),
+	R(nvs_swapset_relocate),
 	R(nvs_ckpt_writer_open),
 	R(nvs_ckpt_write),
 	R(nvs_ckpt_close),
