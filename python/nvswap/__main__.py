@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """python -m nvswap: what works on this machine, on one screen.
 
-    python -m nvswap [--nvme_path DIR] [--json]   nvswap-report
+    python -m nvswap [--nvme-path DIR] [--json]   nvswap-report
     python -m nvswap TOOL [ARGS...]               run a tool: io, report,
                                                   tune or fsck (or its
                                                   full name, nvswap-io...)

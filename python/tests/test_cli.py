@@ -40,7 +40,7 @@ def test_console_script_execs_its_tool(tool, diskdir):
 
 
 def test_python_m_nvswap_is_the_report(diskdir):
-    r = run([sys.executable, "-m", "nvswap", "--nvme_path", diskdir], diskdir)
+    r = run([sys.executable, "-m", "nvswap", "--nvme-path", diskdir], diskdir)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == f"nvswap {nvswap.__version__}"
@@ -63,7 +63,7 @@ def test_python_m_nvswap_refuses_an_unknown_tool(diskdir):
     assert r.stdout == ""
     assert r.stderr.startswith(
         "python -m nvswap: no tool 'fsk' (one of io, report, tune, fsck)\n"
-        "usage:\n    python -m nvswap [--nvme_path DIR] [--json]")
+        "usage:\n    python -m nvswap [--nvme-path DIR] [--json]")
 
 
 def test_a_missing_tool_says_so(monkeypatch, capsys, diskdir):
