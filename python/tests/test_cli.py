@@ -29,9 +29,14 @@ def test_the_package_carries_each_tool():
 @pytest.mark.parametrize("tool", TOOLS)
 def test_console_script_execs_its_tool(tool, diskdir):
     script = os.path.join(os.path.dirname(sys.executable), tool)
-    if not os.path.exists(script):
-        pytest.skip(f"{script} is not there: the package was not installed "
-                    "by pip (PYTHONPATH=build/python has no console scripts)")
+    try:
+        with open(script, "rb") as f:
+            ours = b"nvswap._cli" in f.read(4096)
+    except OSError:
+        ours = False
+    if not ours:
+        pytest.skip(f"no console script {script} (pip writes one; "
+                    "PYTHONPATH=build/python has none)")
     got = run([script, "--help"], diskdir)
     want = run([_cli.tool_path(tool), "--help"], diskdir)
     assert (got.returncode, got.stdout, got.stderr) == (0, want.stdout,
