@@ -260,9 +260,12 @@ rm -rf "$pysite"
 	"$PY" -c 'import numpy' 2>/dev/null || whl+=("$B"/wheels/numpy-*.whl)
 	[ -d "$pytools" ] || "${pip[@]}" install -q --no-index --no-deps \
 		--target "$pytools" "${whl[@]}"
+	# -Dtools=false: the package's tools (and bench/) are not what the
+	# device checks, and their build would eat its time limit
 	PYTHONPATH=$pytools timeout "$(limit 200 100)" "${pip[@]}" install \
 		--no-index --no-build-isolation --no-deps --target "$pysite" \
 		-Csetup-args=-Djemalloc_pic="$jemalloc" \
+		-Csetup-args=-Dtools=false \
 		-Cbuild-dir="$bdir/py" -v .
 } >"$OUT/pybuild.tmp" 2>&1
 prc=$?
