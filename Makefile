@@ -13,6 +13,8 @@
 #                  Trainer with clipping and checkpointing, bit for bit
 #   make install   the C library (headers, libnvswap, nvswap.pc) and the
 #                  tools into PREFIX (default /usr/local)
+#   make wheel     the Python package as a manylinux wheel (build/wheel/),
+#                  libaio, liburing and jansson inside
 # Everything else is for developers: build, stress, bench (bench-full),
 # format, clean.
 
