@@ -46,10 +46,12 @@ def _ours(swapper):
 
 def common_generation(pswap, gswap):
     """(seq, parameter generation, optimizer generation) of the newest
-    checkpoint both sets hold, or None when neither holds one. Raises
+    checkpoint both sets hold, or None when one holds none: a run killed
+    in its first checkpoint (the two commit separately) or while its sets
+    were being removed saved nothing it can resume. Raises
     nvswap.Error(EBADMSG) when both hold some but none in common."""
     p, g = _ours(pswap), _ours(gswap)
-    if not p and not g:
+    if not p or not g:
         return None
     both = sorted(set(p) & set(g))
     if not both:
