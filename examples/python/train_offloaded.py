@@ -191,10 +191,14 @@ def train(args, persist):
         return 1
     st = nvt.stats(model)
     done = st["resumed"]["steps"] if st["resumed"] else 0
-    if args.stop_after and done:
+    if args.stop_after and done and not args.resume:
         print(f"train_offloaded: {args.dir} holds a saved run (step {done})"
               ": --resume it, or remove its nvswap/ to start again")
         return 1
+    if args.stop_after and done >= args.stop_after:
+        print(f"train_offloaded: resumed after step {done}: --stop-after "
+              f"{args.stop_after} is behind it")
+        return 2
     if done > args.steps:
         print(f"train_offloaded: saved at step {done}, beyond --steps "
               f"{args.steps}")

@@ -112,6 +112,36 @@ def test_train_offloaded_over_one_set_without_checkpoints_starts_afresh(
     assert list(pathlib.Path(diskdir).iterdir()) == [], r.stdout
 
 
+def lose_newest_optimizer_manifest(diskdir):
+    """What a kill between the parameters' commit and the optimizer's
+    leaves: the optimizer set without its newest manifest."""
+    opt = pathlib.Path(diskdir) / "nvswap" / "optimizer" / "rank0"
+    max(opt.glob("manifest.*")).unlink()
+
+
+def test_train_offloaded_killed_between_the_commits_twice_resumes(diskdir):
+    pytest.importorskip("torch")
+    size = ["--dir", diskdir, "--steps", "4", "--width", "64", "--layers",
+            "2", "--context", "16", "--checkpoint-every", "1"]
+    r = run("train_offloaded.py", *size, "--stop-after", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lose_newest_optimizer_manifest(diskdir)
+    r = run("train_offloaded.py", *size, "--stop-after", "2", "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # step 1 (checkpoint 2) both hold; the parameters commit it again
+    assert "resumed after step 1 ('step 1', generations (4, 2))" in \
+        r.stdout, r.stdout
+    assert "bit for bit: equal" in r.stdout, r.stdout
+    # the same kill again: the parameters still hold checkpoint 2
+    lose_newest_optimizer_manifest(diskdir)
+    r = run("train_offloaded.py", *size, "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed after step 1 ('step 1', generations (6, 2))" in \
+        r.stdout, r.stdout
+    assert "bit for bit: equal" in r.stdout, r.stdout
+    assert list(pathlib.Path(diskdir).iterdir()) == [], r.stdout
+
+
 def test_train_offloaded_resume_needs_a_saved_run(diskdir):
     pytest.importorskip("torch")
     r = run("train_offloaded.py", "--dir", diskdir, "--steps", "2",

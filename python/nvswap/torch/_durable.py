@@ -10,7 +10,9 @@ dirty resident tensors are written: everything else is already on NVMe.
 
 The two sets commit separately, so a crash can leave one a generation
 ahead. Resuming therefore reopens both at the newest generation they
-share (the same <seq>), which both keep (keep_generations >= 2).
+share (the same <seq>), which both keep (keep_generations >= 2); the set
+that was ahead commits it again (_pools.open_pools), so that its next
+checkpoint drops the generation ahead rather than the shared one.
 """
 import errno
 import json
