@@ -396,10 +396,11 @@ static int remove_set(char *dir)
 			break; /* not empty: another set's, or the user's */
 	}
 	return 0;
-fail:
-	fprintf(stderr, "offload_train: removing %s: %s\n", dir,
-		strerror(errno));
-	return -errno;
+fail:;
+	int err = errno;
+
+	fprintf(stderr, "offload_train: removing %s: %s\n", dir, strerror(err));
+	return -err;
 }
 
 /* A complete run's sets go (unless --keep): the next run starts
