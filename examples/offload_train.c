@@ -7,18 +7,26 @@
  * beside it, and at the end the offloaded weights must equal the
  * in-memory ones bit for bit.
  *
- * --stop-after N stops after step N with the offloaded state saved as a
- * persistent swap set (a checkpoint tagged "step N" of each role's set);
- * --resume reopens it and trains on from there, the in-memory run
- * replaying the saved steps for its reference, and the final weights
- * must still equal an uninterrupted run's bit for bit. A persistent run
- * (these flags, or "nvswap": {"persist": "persistent"} in the config)
- * saves its last step too; a saved run is only ever resumed, never
- * trained over (remove its nvswap/ directories to start again).
+ * --checkpoint-every N saves the offloaded state as persistent swap sets
+ * (a checkpoint tagged "step N" of each role's set) before step 1 and
+ * after every N-th step; --stop-after N saves it after step N and stops.
+ * --resume reopens both sets at the newest step they share (a run killed
+ * at any moment, even between the two sets' commits, has one) and trains
+ * on from there, the in-memory run replaying the saved steps for its
+ * reference: the step number is the whole of the rest of the state, as
+ * a step's data comes from its number. The final weights must still
+ * equal an uninterrupted run's bit for bit. A persistent run (these
+ * flags, or "nvswap": {"persist": "persistent"} in the config) saves its
+ * last step too, and a run that completes its last step removes its sets
+ * unless --keep is given. A saved run is only ever resumed, never
+ * trained over; a scratch run (make demo) that finds one says how to
+ * finish or remove it.
  *
  *   offload_train [--config F] [--layers N] [--hidden N] [--steps N]
- *                 [--micro-batches N] [--stop-after N | --resume]
+ *                 [--micro-batches N] [--checkpoint-every N]
+ *                 [--stop-after N] [--resume] [--keep] [--help]
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -34,8 +42,8 @@
 
 #include "train_model.h"
 
-static unsigned STEPS = 8, MB = 2, STOP_AFTER;
-static bool RESUME, PERSISTENT;
+static unsigned STEPS = 8, MB = 2, STOP_AFTER, EVERY;
+static bool RESUME, PERSISTENT, KEEP;
 
 /* One step in memory: the reference. */
 static float mem_step(struct mem *r, struct work *w, unsigned step)
@@ -46,10 +54,14 @@ static float mem_step(struct mem *r, struct work *w, unsigned step)
 	return loss;
 }
 
+static int open_left(struct nvs_config *cfg);
+static int remove_set(char *dir);
+
 /* A role's swapper. With @persist (an enum nvs_persist, 0: as the config
- * says) over the config; a saved run is refused unless resuming. */
+ * says) over the config, at generation @gen (0: the newest); a saved run
+ * is refused unless resuming. */
 static int open_core(struct nvs_config *cfg, enum nvs_offload_kind kind,
-		     int persist, struct nvs_swapper **out)
+		     int persist, uint64_t gen, struct nvs_swapper **out)
 {
 	struct nvs_swapper_opts so;
 	int n;
@@ -59,11 +71,38 @@ static int open_core(struct nvs_config *cfg, enum nvs_offload_kind kind,
 	TRY(nvs_config_swapper_opts(cfg, kind, 0, &so));
 	if (persist)
 		so.persist = (uint8_t)persist;
-	TRY(nvs_swapper_create(&so, out));
+	so.generation = gen;
+	n = nvs_swapper_create(&so, out);
+	if (n == -EEXIST && so.persist == NVS_PERSIST_SCRATCH)
+		return open_left(cfg);
+	TRY(n);
 	PERSISTENT = so.persist != NVS_PERSIST_SCRATCH;
 	if (!PERSISTENT || RESUME)
 		return 0;
 	n = nvs_swapper_generations(*out, NULL, 0);
+	if (n > 0 && kind == NVS_OFFLOAD_OPTIMIZER) {
+		/* The parameter set holds none (it was checked first): a run
+		 * stopped in its first checkpoint, or while removing its
+		 * sets, left these. They belong to no run. */
+		static char dir[NVS_SWAPPER_MAX_PATHS][4096];
+		unsigned nd = 0;
+
+		while (nvs_swapper_dir(*out, nd)) {
+			snprintf(dir[nd], sizeof(dir[0]), "%s",
+				 nvs_swapper_dir(*out, nd));
+			nd++;
+		}
+		printf("%s: %d generation(s) without a parameter set, left "
+		       "by a stopped run: removed\n",
+		       dir[0], n);
+		nvs_swapper_destroy(*out);
+		*out = NULL;
+		for (unsigned i = 0; i < nd; i++)
+			if (remove_set(dir[i]) < 0)
+				return -1;
+		TRY(nvs_swapper_create(&so, out));
+		return 0;
+	}
 	if (n > 0) {
 		fprintf(stderr,
 			"offload_train: %s holds a saved run (%d generation(s))"
@@ -75,96 +114,231 @@ static int open_core(struct nvs_config *cfg, enum nvs_offload_kind kind,
 	return n;
 }
 
-/* The step the newest generation of @s was saved at ("step N"). */
-static int saved_step(struct nvs_swapper *s, unsigned *step)
+/* The steps of @s's generations tagged "step N" (this example's
+ * checkpoints; a "destroy" one is not), newest first, and their
+ * numbers: how many, or -EINVAL. */
+static int saved_steps(struct nvs_swapper *s, unsigned *step, uint64_t *gen)
+{
+	static struct nvs_generation_info g[NVS_KEEP_GENERATIONS_MAX];
+	int n = nvs_swapper_generations(s, g, NVS_KEEP_GENERATIONS_MAX), k = 0;
+
+	for (int i = 0; i < n && i < (int)NVS_KEEP_GENERATIONS_MAX; i++) {
+		int used = 0;
+		if (sscanf(g[i].tag, "step %u%n", &step[k], &used) == 1 &&
+		    !g[i].tag[used])
+			gen[k++] = g[i].generation;
+	}
+	if (k == 0)
+		fprintf(stderr,
+			"offload_train: %s holds no step this example saved "
+			"(%d generation(s), the newest tagged \"%s\")\n",
+			nvs_swapper_dir(s, 0), n, n > 0 ? g[0].tag : "");
+	return k ? k : -EINVAL;
+}
+
+/* The newest generation of @s. */
+static uint64_t newest(struct nvs_swapper *s)
 {
 	struct nvs_generation_info g;
-	int n = nvs_swapper_generations(s, &g, 1), used = 0;
 
-	if (n < 1) {
-		fprintf(stderr, "offload_train: %s holds no generation\n",
-			nvs_swapper_dir(s, 0));
-		return -EINVAL;
-	}
-	if (sscanf(g.tag, "step %u%n", step, &used) != 1 || g.tag[used]) {
-		fprintf(stderr,
-			"offload_train: %s: its newest generation is tagged "
-			"\"%s\", not a step this example saved\n",
-			nvs_swapper_dir(s, 0), g.tag);
-		return -EINVAL;
-	}
-	return 0;
+	return nvs_swapper_generations(s, &g, 1) > 0 ? g.generation : 0;
 }
 
-/* The step both sets were saved at (one message when they cannot be
- * resumed together). */
-static int resume_step(struct off *o, unsigned *step)
+/* The newest step both sets hold (*step) and its generation in each
+ * (gen[0] parameters, gen[1] optimizer). The two commit one after the
+ * other, so a kill between them leaves one set a checkpoint ahead; both
+ * keep the one before (keep_generations >= 2, and see recommit()). */
+static int resume_step(struct off *o, unsigned *step, uint64_t gen[2])
 {
-	unsigned sp, so;
+	unsigned sp[NVS_KEEP_GENERATIONS_MAX], so[NVS_KEEP_GENERATIONS_MAX];
+	uint64_t gp[NVS_KEEP_GENERATIONS_MAX], go[NVS_KEEP_GENERATIONS_MAX];
+	int np = saved_steps(o->pcore, sp, gp), no;
 
-	if (saved_step(o->pcore, &sp) < 0 || saved_step(o->ocore, &so) < 0)
+	if (np < 0 || (no = saved_steps(o->ocore, so, go)) < 0)
 		return -EINVAL;
-	if (sp != so) {
-		fprintf(stderr,
-			"offload_train: the parameters were saved at step %u, "
-			"the optimizer state at step %u: not one run\n",
-			sp, so);
-		return -EINVAL;
-	}
-	if (sp > STEPS) {
-		fprintf(stderr,
-			"offload_train: saved at step %u, beyond --steps %u\n",
-			sp, STEPS);
-		return -EINVAL;
-	}
-	*step = sp;
-	return 0;
+	for (int i = 0; i < np; i++)
+		for (int k = 0; k < no; k++) {
+			if (sp[i] != so[k])
+				continue;
+			if (sp[i] > STEPS) {
+				fprintf(stderr,
+					"offload_train: saved at step %u, "
+					"beyond --steps %u\n",
+					sp[i], STEPS);
+				return -EINVAL;
+			}
+			*step = sp[i];
+			gen[0] = gp[i];
+			gen[1] = go[k];
+			return 0;
+		}
+	fprintf(stderr,
+		"offload_train: the parameters were saved at step %u, the "
+		"optimizer state at step %u, and no step in common: not one "
+		"run\n",
+		sp[0], so[0]);
+	return -EINVAL;
 }
 
-/* Save both sets at @step, as one checkpoint each tagged "step N". */
+/* Save both sets at @step, as one checkpoint each tagged "step N": the
+ * optimizer's first, so a step the parameter set holds is one the
+ * optimizer set holds too (or held, before a newer commit of its own). A
+ * run therefore exists exactly when its parameter set holds a
+ * generation: remove_sets() unlinks those manifests first, and a new run
+ * clears what an optimizer set holds without them (open_core()). */
 static int save(struct off *o, unsigned step)
 {
 	char tag[32];
 	int gp, go;
 
 	snprintf(tag, sizeof(tag), "step %u", step);
-	TRY(nvs_swapper_checkpoint(o->pcore, tag));
 	TRY(nvs_swapper_checkpoint(o->ocore, tag));
-	TRY(gp = nvs_swapper_checkpoint_wait(o->pcore));
 	TRY(go = nvs_swapper_checkpoint_wait(o->ocore));
+	TRY(nvs_swapper_checkpoint(o->pcore, tag));
+	TRY(gp = nvs_swapper_checkpoint_wait(o->pcore));
 	printf("saved step %u: generation %d of %s, %d of %s\n", step, gp,
 	       nvs_swapper_dir(o->pcore, 0), go, nvs_swapper_dir(o->ocore, 0));
+	fflush(stdout);
 	return 0;
 }
 
-static int setup(const char *config, struct off *o, float *init, int persist)
+/* A set reopened behind its newest generation (the one a kill between
+ * the two commits left ahead) commits the step it resumed at again at
+ * once: the generation ahead then counts as the older of the two kept,
+ * and the next checkpoint drops it, never the step both sets share. */
+static int recommit(struct nvs_swapper *s, unsigned step)
 {
+	char tag[32];
+	int g;
+
+	snprintf(tag, sizeof(tag), "step %u", step);
+	TRY(nvs_swapper_checkpoint(s, tag));
+	TRY(g = nvs_swapper_checkpoint_wait(s));
+	printf("%s was a checkpoint ahead (a run stopped between the two "
+	       "commits): step %u saved again as its generation %d\n",
+	       nvs_swapper_dir(s, 0), step, g);
+	return 0;
+}
+
+/* A persistent set where a scratch run wants its swap space: what an
+ * interrupted --stop-after, --checkpoint-every or persistent run left.
+ * Say what to do with it. Returns -EEXIST. */
+static int open_left(struct nvs_config *cfg)
+{
+	static const enum nvs_offload_kind kinds[2] = {NVS_OFFLOAD_PARAM,
+						       NVS_OFFLOAD_OPTIMIZER};
+	char dirs[2 * 4096 + 2] = "";
+	unsigned step = 0;
+	bool stepped = false;
+
+	for (unsigned i = 0; i < 2; i++) {
+		struct nvs_swapper_opts so;
+		struct nvs_swapper *s;
+		unsigned st[NVS_KEEP_GENERATIONS_MAX];
+		uint64_t g[NVS_KEEP_GENERATIONS_MAX];
+
+		nvs_swapper_opts_init(&so);
+		so.elem_size = sizeof(float);
+		if (nvs_config_swapper_opts(cfg, kinds[i], 0, &so) < 0)
+			continue;
+		so.persist = NVS_PERSIST_RESUME;
+		if (nvs_swapper_create(&so, &s) < 0)
+			continue;
+		snprintf(dirs + strlen(dirs), sizeof(dirs) - strlen(dirs),
+			 " %.4000s", nvs_swapper_dir(s, 0));
+		for (unsigned p = 1; nvs_swapper_dir(s, p); p++)
+			snprintf(dirs + strlen(dirs),
+				 sizeof(dirs) - strlen(dirs), " %.4000s",
+				 nvs_swapper_dir(s, p));
+		if (i == 0 && saved_steps(s, st, g) > 0) {
+			step = st[0];
+			stepped = true;
+		}
+		nvs_swapper_destroy(s); /* unchanged: its files stay as
+					 * they are */
+	}
+	fprintf(stderr, "offload_train: the persistent swap set of an "
+			"interrupted run is in the way (");
+	if (stepped)
+		fprintf(stderr, "saved at step %u", step);
+	else
+		fprintf(stderr, "no step saved");
+	fprintf(stderr,
+		"). Finish that run: offload_train --resume, with the "
+		"options it ran with; or remove it: rm -r%s\n",
+		*dirs ? dirs
+		      : " <nvme_path>/nvswap/param/rank0 "
+			"<nvme_path>/nvswap/optimizer/rank0");
+	return -EEXIST;
+}
+
+/* Open both sets (resuming: at the newest step both hold, *first the
+ * step after it) and the role swappers over them. */
+static int setup(const char *config, struct off *o, float *init, int persist,
+		 unsigned *first)
+{
+	struct nvs_swapper **core[2] = {&o->pcore, &o->ocore};
+	static const enum nvs_offload_kind kinds[2] = {NVS_OFFLOAD_PARAM,
+						       NVS_OFFLOAD_OPTIMIZER};
+	bool behind[2] = {false, false};
+	uint64_t gen[2] = {0, 0};
 	struct nvs_config *cfg;
+	unsigned sp = 0;
+	int ret = -1;
 
 	TRY(nvs_config_load(config, &cfg));
 	for (unsigned i = 0; nvs_config_warning(cfg, i); i++)
 		fprintf(stderr, "note: %s\n", nvs_config_warning(cfg, i));
-	if (open_core(cfg, NVS_OFFLOAD_PARAM, persist, &o->pcore) < 0 ||
-	    open_core(cfg, NVS_OFFLOAD_OPTIMIZER, persist, &o->ocore) < 0) {
-		nvs_config_free(cfg);
-		return -1;
+	for (unsigned i = 0; i < 2; i++)
+		if (open_core(cfg, kinds[i], persist, 0, core[i]) < 0)
+			goto out;
+	if (RESUME) {
+		if (resume_step(o, &sp, gen) < 0)
+			goto out;
+		for (unsigned i = 0; i < 2; i++) {
+			if (gen[i] == newest(*core[i]))
+				continue;
+			behind[i] = true;
+			if (nvs_swapper_destroy(*core[i]) < 0 ||
+			    open_core(cfg, kinds[i], persist, gen[i],
+				      (*core[i] = NULL, core[i])) < 0)
+				goto out;
+		}
+		*first = sp + 1;
 	}
-	if (off_setup(cfg, o, init) < 0) {
-		nvs_config_free(cfg);
-		return -1;
-	}
+	if (off_setup(cfg, o, init) < 0)
+		goto out;
+	for (unsigned i = 0; i < 2; i++)
+		if (behind[i] && recommit(*core[i], sp) < 0)
+			goto out;
+	ret = 0;
+out:
 	nvs_config_free(cfg);
-	return 0;
+	return ret;
 }
 
 static bool made_sample_dir;
+/* The persistent sets' directories (rank<R>/, one per nvme_path), kept
+ * by teardown for remove_sets(). */
+static char set_dir[2 * NVS_SWAPPER_MAX_PATHS][4096];
+static unsigned set_dirs;
+
+static int remove_sets(void);
 
 /* Destroy whatever setup made, first error kept: every exit path runs
- * this, so a run stopped by a full disk leaves no swap files behind. */
-static int teardown(struct off *o)
+ * this, so a run stopped by a full disk leaves no swap files behind.
+ * @remove: a complete run's persistent sets go too. */
+static int teardown(struct off *o, bool remove)
 {
 	int r[5], ret = 0;
 
+	set_dirs = 0;
+	for (unsigned c = 0; PERSISTENT && c < 2; c++) {
+		struct nvs_swapper *s = c ? o->ocore : o->pcore;
+		for (unsigned i = 0; s && nvs_swapper_dir(s, i); i++)
+			snprintf(set_dir[set_dirs++], sizeof(set_dir[0]), "%s",
+				 nvs_swapper_dir(s, i));
+	}
 	r[0] = nvs_param_swapper_destroy(o->params);
 	r[1] = nvs_optim_swapper_destroy(o->optim);
 	r[2] = nvs_grad_swapper_destroy(o->grads);
@@ -177,17 +351,114 @@ static int teardown(struct off *o)
 				nvs_last_error());
 		}
 	*o = (struct off){0};
+	if (remove && !ret && set_dirs && remove_sets() < 0)
+		ret = -1;
 	if (made_sample_dir)
 		rmdir("nvme_swap"); /* only when empty: never the user's */
 	made_sample_dir = false;
 	return ret;
 }
 
-static void usage(void)
+/* Unlink the entries of @dir, the manifests first (a kill part-way
+ * leaves either a set that still opens at a kept generation, or data
+ * without a manifest: no set), then @dir and its two parents
+ * (nvswap/<name>/, nvswap/) when empty. Returns 0 or -errno. */
+static int remove_set(char *dir)
 {
-	fprintf(stderr, "usage: offload_train [--config F] [--layers N] "
-			"[--hidden N] [--steps N] [--micro-batches N] "
-			"[--stop-after N | --resume]\n");
+	for (int pass = 0; pass < 2; pass++) {
+		DIR *d = opendir(dir);
+		struct dirent *e;
+
+		if (!d)
+			goto fail;
+		while ((e = readdir(d))) {
+			bool mf = !strncmp(e->d_name, "manifest.", 9);
+			if (!strcmp(e->d_name, ".") ||
+			    !strcmp(e->d_name, "..") || mf != !pass)
+				continue;
+			if (unlinkat(dirfd(d), e->d_name, 0) < 0) {
+				int err = errno;
+				closedir(d);
+				errno = err;
+				goto fail;
+			}
+		}
+		closedir(d);
+	}
+	if (rmdir(dir) < 0)
+		goto fail;
+	for (int up = 0; up < 2; up++) {
+		char *slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			break;
+		*slash = 0;
+		if (rmdir(dir) < 0)
+			break; /* not empty: another set's, or the user's */
+	}
+	return 0;
+fail:;
+	int err = errno;
+
+	fprintf(stderr, "offload_train: removing %s: %s\n", dir, strerror(err));
+	return -err;
+}
+
+/* A complete run's sets go (unless --keep): the next run starts
+ * afresh and nothing is left behind. */
+static int remove_sets(void)
+{
+	char said[2 * NVS_SWAPPER_MAX_PATHS * 64] = "";
+
+	for (unsigned i = 0; i < set_dirs; i++) {
+		snprintf(said + strlen(said), sizeof(said) - strlen(said),
+			 "%s%s", i ? ", " : "", set_dir[i]);
+		if (remove_set(set_dir[i]) < 0)
+			return -1;
+	}
+	/* The sample config's nvme_path, when a run of this example made
+	 * it and nothing else is in it. */
+	if (!strncmp(set_dir[0], "nvme_swap/", 10))
+		rmdir("nvme_swap");
+	printf("removed the persistent swap sets (%s): the run is complete "
+	       "(--keep keeps them)\n",
+	       said);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: offload_train [--config F] [--layers N] "
+		   "[--hidden N] [--steps N] [--micro-batches N]\n"
+		   "                     [--checkpoint-every N] "
+		   "[--stop-after N] [--resume] [--keep]\n");
+}
+
+static void help(void)
+{
+	usage(stdout);
+	printf("\nTrains an MLP with its parameters, gradients and Adam state "
+	       "on NVMe\n(the config's nvme_path) beside the same run in "
+	       "memory; the verdict\nsays whether the final weights are "
+	       "equal bit for bit.\n\n"
+	       "  --config F            DeepSpeed JSON config "
+	       "(examples/ds_config.json)\n"
+	       "  --layers N, --hidden N, --steps N, --micro-batches N\n"
+	       "                        the model and the run (16, 768, 8, "
+	       "2)\n"
+	       "  --checkpoint-every N  save the state every N steps (and "
+	       "before step 1)\n"
+	       "                        as persistent swap sets: a run killed "
+	       "at any moment\n"
+	       "                        goes on with --resume from its last "
+	       "checkpoint\n"
+	       "  --stop-after N        save the state after step N and "
+	       "stop\n"
+	       "  --resume              train on from the last step both sets "
+	       "saved\n"
+	       "  --keep                keep the persistent sets when the last "
+	       "step is done\n"
+	       "                        (by default a complete run removes "
+	       "them)\n");
 }
 
 int main(int argc, char **argv)
@@ -200,6 +471,9 @@ int main(int argc, char **argv)
 		{"micro-batches", required_argument, NULL, 'm'},
 		{"stop-after", required_argument, NULL, 'a'},
 		{"resume", no_argument, NULL, 'r'},
+		{"checkpoint-every", required_argument, NULL, 'e'},
+		{"keep", no_argument, NULL, 'k'},
+		{"help", no_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *config = "examples/ds_config.json";
@@ -217,24 +491,34 @@ int main(int argc, char **argv)
 				: c == 'h' ? &H
 				: c == 's' ? &STEPS
 				: c == 'a' ? &STOP_AFTER
+				: c == 'e' ? &EVERY
 					   : &MB;
-		if (c == 'c' || c == 'r') {
+		if (c == 'H') {
+			help();
+			return 0;
+		}
+		if (c == 'c' || c == 'r' || c == 'k') {
 			config = c == 'c' ? optarg : config;
 			RESUME |= c == 'r';
+			KEEP |= c == 'k';
 			continue;
 		}
 		if (c == '?' || !(*dst = arg_uint(optarg, 1, 1u << 16))) {
-			usage();
+			usage(stderr);
 			return 2;
 		}
 	}
-	if (STOP_AFTER && (RESUME || STOP_AFTER >= STEPS)) {
-		fprintf(stderr, "offload_train: --stop-after takes a step "
-				"before the last (--steps) and no --resume\n");
-		usage();
+	if (optind < argc || (STOP_AFTER && STOP_AFTER >= STEPS)) {
+		if (optind < argc)
+			fprintf(stderr, "offload_train: %s: not an option\n",
+				argv[optind]);
+		else
+			fprintf(stderr, "offload_train: --stop-after takes a "
+					"step before the last (--steps)\n");
+		usage(stderr);
 		return 2;
 	}
-	if (STOP_AFTER || RESUME)
+	if (STOP_AFTER || EVERY || RESUME)
 		persist = RESUME ? NVS_PERSIST_RESUME : NVS_PERSIST_PERSISTENT;
 	last = STOP_AFTER ? STOP_AFTER : STEPS;
 	model_prog = "offload_train";
@@ -244,21 +528,21 @@ int main(int argc, char **argv)
 	/* The sample config's nvme_path; removed again, when empty, by
 	 * teardown if this run made it. */
 	made_sample_dir = mkdir("nvme_swap", 0700) == 0;
-	if (setup(config, &o, w.g, persist) < 0) {
-		teardown(&o);
+	if (setup(config, &o, w.g, persist, &first) < 0) {
+		teardown(&o, false);
 		return 1;
 	}
-	if (RESUME) {
-		unsigned sp;
-		if (resume_step(&o, &sp) < 0) {
-			teardown(&o);
-			return 1;
-		}
-		/* The reference replays the saved steps in memory. */
-		for (unsigned step = 1; step <= sp; step++)
-			mem_step(&r, &w, step);
-		first = sp + 1;
+	if (STOP_AFTER && first > STOP_AFTER) {
+		fprintf(stderr,
+			"offload_train: resumed after step %u: --stop-after "
+			"%u is behind it\n",
+			first - 1, STOP_AFTER);
+		teardown(&o, false);
+		return 2;
 	}
+	/* The reference replays the saved steps in memory. */
+	for (unsigned step = 1; step < first; step++)
+		mem_step(&r, &w, step);
 
 	double model = (double)L * PN * sizeof(float);
 	nvs_swapper_stats(o.pcore, &a);
@@ -277,6 +561,12 @@ int main(int argc, char **argv)
 		       "in-memory run replayed steps 1-%u\n",
 		       first - 1, nvs_swapper_dir(o.pcore, 0),
 		       nvs_swapper_dir(o.ocore, 0), first - 1);
+	/* --checkpoint-every: the initial state is the first checkpoint, so
+	 * a kill in step 1 resumes too. */
+	if (EVERY && !RESUME && save(&o, 0) < 0) {
+		teardown(&o, false);
+		return 1;
+	}
 	uint64_t rd0 = a.bytes_read + b.bytes_read;
 	uint64_t wr0 = a.bytes_written + b.bytes_written;
 	uint64_t wait0 = a.acquire_wait_ns + b.acquire_wait_ns;
@@ -287,7 +577,7 @@ int main(int argc, char **argv)
 		double t0 = now();
 		if (off_grads(&o, &w, step, 0, MB, &loss) < 0 ||
 		    off_update(&o, &w, step, NULL, NULL) < 0) {
-			teardown(&o);
+			teardown(&o, false);
 			return 1;
 		}
 		double t1 = now();
@@ -310,9 +600,14 @@ int main(int argc, char **argv)
 		rd0 = rd;
 		wr0 = wr;
 		wait0 = wt;
+		if (EVERY && step % EVERY == 0 && step < last &&
+		    save(&o, step) < 0) {
+			teardown(&o, false);
+			return 1;
+		}
 	}
 	if (PERSISTENT && first <= last && save(&o, last) < 0) {
-		teardown(&o);
+		teardown(&o, false);
 		return 1;
 	}
 
@@ -338,7 +633,7 @@ int main(int argc, char **argv)
 		if (nvs_param_acquire_layer(o.params, l, pp) < 0) {
 			fprintf(stderr, "offload_train: %s\n",
 				nvs_last_error());
-			teardown(&o);
+			teardown(&o, false);
 			return 1;
 		}
 		if (memcmp(pp[0], r.p[l], WN * sizeof(float)) ||
@@ -347,7 +642,7 @@ int main(int argc, char **argv)
 		nvs_param_release_layer(o.params, l, false);
 		nvs_param_evict_layer(o.params, l);
 	}
-	if (teardown(&o) < 0)
+	if (teardown(&o, PERSISTENT && !STOP_AFTER && !KEEP) < 0)
 		return 1;
 	if (differ) {
 		printf("verdict: FAIL, %zu of %u layers differ from the "

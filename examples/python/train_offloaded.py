@@ -10,16 +10,24 @@ bit (they must be: nvswap.torch runs torch's own AdamW on the swapped
 buffers).
 
     python3 examples/python/train_offloaded.py [--dir DIR] [--steps N]
-        [--step-in-backward] [--stop-after N | --resume]
+        [--step-in-backward] [--checkpoint-every N] [--stop-after N]
+        [--resume] [--keep]
 
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp).
---stop-after N stops after step N with the training state saved where it
-lies (nvswap.torch.checkpoint over persistent swap sets); --resume picks
-it up (the in-memory run replays the saved steps for its reference) and
-the verdict is still bit for bit. Remove DIR/nvswap to start again.
+--checkpoint-every N saves the training state where it lies
+(nvswap.torch.checkpoint over persistent swap sets) before the first step
+and after every N-th, as training does; --stop-after N saves it after
+step N and stops. --resume picks up the last checkpoint (the in-memory
+run replays the saved steps for its reference, drawing the same batches
+from the same generator) and the verdict is still bit for bit: a run
+killed at any moment, even mid-checkpoint, goes on from there. A run that
+completes its last step removes its persistent sets unless --keep is
+given; a run without them leaves DIR as it found it.
 """
 import argparse
 import copy
+import errno
+import glob
 import os
 import time
 
@@ -97,6 +105,31 @@ def equal_state(a, b):
     return True
 
 
+def set_dirs(folder):
+    """The rank directories of the model's two persistent sets."""
+    return [os.path.join(folder, "nvswap", kind, "rank0")
+            for kind in ("param", "optimizer")]
+
+
+def remove_sets(folder):
+    """Remove the two sets, the parameters' manifests first (a kill
+    part-way leaves a set that still resumes, or none), then their
+    directories and the nvswap/ levels above them when empty."""
+    dirs = set_dirs(folder)
+    for d in dirs:
+        for f in sorted(glob.glob(os.path.join(d, "manifest.*"))):
+            os.unlink(f)
+    for d in dirs:
+        for f in os.listdir(d) if os.path.isdir(d) else ():
+            os.unlink(os.path.join(d, f))
+        for level in (d, os.path.dirname(d), os.path.dirname(
+                os.path.dirname(d))):
+            try:
+                os.rmdir(level)
+            except OSError:
+                break  # not empty: another set's, or the user's
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default="nvme_swap")
@@ -107,17 +140,36 @@ def main():
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--step-in-backward", action="store_true",
                     help="step each layer in backward (no gradient I/O)")
-    how = ap.add_mutually_exclusive_group()
-    how.add_argument("--stop-after", type=int, metavar="N",
-                     help="save the state after step N and stop")
-    how.add_argument("--resume", action="store_true",
-                     help="train on from the saved state")
+    ap.add_argument("--checkpoint-every", type=int, metavar="N",
+                    help="save the state before the first step and every "
+                    "N steps")
+    ap.add_argument("--stop-after", type=int, metavar="N",
+                    help="save the state after step N and stop")
+    ap.add_argument("--resume", action="store_true",
+                    help="train on from the last checkpoint")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the persistent sets when the last step is "
+                    "done (a complete run removes them)")
     args = ap.parse_args()
     if args.stop_after is not None and not 0 < args.stop_after < args.steps:
         ap.error("--stop-after takes a step before the last (--steps)")
-    persist = ("resume" if args.resume else
-               "persistent" if args.stop_after else None)
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        ap.error("--checkpoint-every takes a number of steps, 1 or more")
+    persist = ("resume" if args.resume else "persistent"
+               if args.stop_after or args.checkpoint_every else None)
+    made = not os.path.exists(args.dir)
     os.makedirs(args.dir, exist_ok=True)
+    try:
+        return train(args, persist)
+    finally:
+        if made:
+            try:
+                os.rmdir(args.dir)  # only when empty: as it was found
+            except OSError:
+                pass
+
+
+def train(args, persist):
     vocab, heads = 2048, 4
     torch.manual_seed(0)
     ref = Decoder(vocab, args.width, heads, args.layers, args.context)
@@ -130,13 +182,23 @@ def main():
                     persist=persist)
     except nvswap.Error as e:
         print(f"train_offloaded: {e}")
+        if e.errno == errno.EEXIST and persist is None:
+            print(f"train_offloaded: {args.dir} holds the persistent swap "
+                  "sets of an interrupted run: finish it with --resume "
+                  "(and the options it ran with), or remove them: rm -r "
+                  + " ".join(d for d in set_dirs(args.dir)
+                             if os.path.isdir(d)))
         return 1
     st = nvt.stats(model)
     done = st["resumed"]["steps"] if st["resumed"] else 0
-    if args.stop_after and done:
+    if args.stop_after and done and not args.resume:
         print(f"train_offloaded: {args.dir} holds a saved run (step {done})"
               ": --resume it, or remove its nvswap/ to start again")
         return 1
+    if args.stop_after and done >= args.stop_after:
+        print(f"train_offloaded: resumed after step {done}: --stop-after "
+              f"{args.stop_after} is behind it")
+        return 2
     if done > args.steps:
         print(f"train_offloaded: saved at step {done}, beyond --steps "
               f"{args.steps}")
@@ -152,11 +214,23 @@ def main():
         step(ref, ref_opt, torch.randint(0, vocab, (args.batch,
                                                     args.context + 1),
                                          generator=gen))
-    if done:
+    if st["resumed"]:
         print(f"resumed after step {done} ({st['resumed']['tag']!r}, "
               f"generations {st['resumed']['generations']}); the "
-              f"in-memory run replayed steps 0-{done - 1}")
+              + (f"in-memory run replayed steps 0-{done - 1}" if done
+                 else "in-memory run starts from the initial state"))
     last = args.stop_after or args.steps
+    every = args.checkpoint_every
+
+    def save(what):
+        print(f"checkpointing {what} ...", flush=True)
+        ck = nvt.checkpoint(model)  # "step <n>": the optimizer's steps
+        ck.wait()
+        print(f"saved {ck.tag!r} as generations {ck.generations} under "
+              f"{args.dir}/nvswap", flush=True)
+
+    if every and not st["resumed"]:
+        save("the initial state")
     print("step  loss(memory)  loss(nvme)  time(memory)  time(nvme)  "
           "read MiB  written MiB  I/O exposed")
     prev = nvt.stats(model)
@@ -169,21 +243,30 @@ def main():
         print(f"{i:4d}  {l_ref:12.6f}  {l_off:10.6f}  {t_ref:11.3f}s  "
               f"{t_off:9.3f}s  {(cur['bytes_read'] - prev['bytes_read']) / 2**20:8.1f}"
               f"  {(cur['bytes_written'] - prev['bytes_written']) / 2**20:11.1f}"
-              f"  {cur['io_exposed_s'] - prev['io_exposed_s']:10.3f}s")
+              f"  {cur['io_exposed_s'] - prev['io_exposed_s']:10.3f}s",
+              flush=True)
         prev = cur
+        if every and (i + 1) % every == 0 and i + 1 < last:
+            save(f"step {i + 1}")
     same_w = equal_state(ref.state_dict(), model.state_dict())
     same_o = equal_state(ref_opt.state_dict(), opt.state_dict())
     if persist and done < last:
-        ck = nvt.checkpoint(model)  # "step <last>": the optimizer's steps
-        ck.wait()
-        print(f"saved {ck.tag!r} as generations {ck.generations} under "
-              f"{args.dir}/nvswap")
+        save(f"step {last}")
     verdict = "equal" if same_w and same_o else "DIFFERENT"
     print(f"verdict: after {last} steps the offloaded model's weights "
           f"are {'equal' if same_w else 'DIFFERENT'} and its AdamW state "
           f"{'equal' if same_o else 'DIFFERENT'} to the in-memory run, bit "
           f"for bit: {verdict}")
     nvt.restore(model)
+    if persist and not args.stop_after and not args.keep:
+        remove_sets(args.dir)
+        if args.dir == "nvme_swap":  # the default, made by this example
+            try:
+                os.rmdir(args.dir)
+            except OSError:
+                pass
+        print(f"removed the persistent swap sets under {args.dir}/nvswap: "
+              "the run is complete (--keep keeps them)")
     if args.stop_after:
         print(f"stopped after step {last} of {args.steps}: run again with "
               "--resume to finish")

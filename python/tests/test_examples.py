@@ -64,6 +64,14 @@ def test_train_offloaded_stops_and_resumes_bit_identical(diskdir, mode):
     r = run("train_offloaded.py", *size, "--stop-after", "2")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "holds a saved run (step 2)" in r.stdout
+    # a run without persistence (make demo-python) says what to do
+    r = run("train_offloaded.py", *size)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == (
+        f"train_offloaded: {diskdir} holds the persistent swap sets of an "
+        "interrupted run: finish it with --resume (and the options it ran "
+        f"with), or remove them: rm -r {diskdir}/nvswap/param/rank0 "
+        f"{diskdir}/nvswap/optimizer/rank0"), r.stdout
 
     r = run("train_offloaded.py", *size, "--resume")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -71,9 +79,67 @@ def test_train_offloaded_stops_and_resumes_bit_identical(diskdir, mode):
     steps = [ln.split()[0] for ln in r.stdout.splitlines()
              if ln[:4].strip().isdigit()]
     assert steps == ["2", "3"], r.stdout
-    last = r.stdout.splitlines()[-1]
+    last = r.stdout.splitlines()[-2]
     assert last.startswith("verdict: after 4 steps") and last.endswith(
         "bit for bit: equal"), r.stdout
+    # complete: its sets are removed (--keep would keep them), and the
+    # directory is as the first run found it
+    assert r.stdout.splitlines()[-1].startswith(
+        "removed the persistent swap sets under "), r.stdout
+    assert list(pathlib.Path(diskdir).iterdir()) == []
+
+
+def test_train_offloaded_over_one_set_without_checkpoints_starts_afresh(
+        diskdir):
+    """A kill in the first checkpoint can leave one set committed and the
+    other not: nothing to resume, and a new run starts afresh over it
+    (it once failed: 'none in common, so they cannot resume together')."""
+    pytest.importorskip("torch")
+    size = ["--dir", diskdir, "--steps", "2", "--width", "64", "--layers",
+            "2", "--context", "16", "--checkpoint-every", "1"]
+    r = run("train_offloaded.py", *size, "--stop-after", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    param = pathlib.Path(diskdir) / "nvswap" / "param" / "rank0"
+    for m in param.glob("manifest.*"):
+        m.unlink()
+    r = run("train_offloaded.py", *size, "--resume")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "no persistent swap set to resume in" in r.stdout, r.stdout
+    r = run("train_offloaded.py", *size)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "saved 'nvswap.torch:3:step 0' as generations" in r.stdout
+    assert "bit for bit: equal" in r.stdout, r.stdout
+    assert list(pathlib.Path(diskdir).iterdir()) == [], r.stdout
+
+
+def lose_newest_optimizer_manifest(diskdir):
+    """What a kill between the parameters' commit and the optimizer's
+    leaves: the optimizer set without its newest manifest."""
+    opt = pathlib.Path(diskdir) / "nvswap" / "optimizer" / "rank0"
+    max(opt.glob("manifest.*")).unlink()
+
+
+def test_train_offloaded_killed_between_the_commits_twice_resumes(diskdir):
+    pytest.importorskip("torch")
+    size = ["--dir", diskdir, "--steps", "4", "--width", "64", "--layers",
+            "2", "--context", "16", "--checkpoint-every", "1"]
+    r = run("train_offloaded.py", *size, "--stop-after", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lose_newest_optimizer_manifest(diskdir)
+    r = run("train_offloaded.py", *size, "--stop-after", "2", "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # step 1 (checkpoint 2) both hold; the parameters commit it again
+    assert "resumed after step 1 ('step 1', generations (4, 2))" in \
+        r.stdout, r.stdout
+    assert "bit for bit: equal" in r.stdout, r.stdout
+    # the same kill again: the parameters still hold checkpoint 2
+    lose_newest_optimizer_manifest(diskdir)
+    r = run("train_offloaded.py", *size, "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed after step 1 ('step 1', generations (6, 2))" in \
+        r.stdout, r.stdout
+    assert "bit for bit: equal" in r.stdout, r.stdout
+    assert list(pathlib.Path(diskdir).iterdir()) == [], r.stdout
 
 
 def test_train_offloaded_resume_needs_a_saved_run(diskdir):

@@ -153,3 +153,76 @@ def test_killed_mid_swap_the_next_swapper_starts_and_cleans_up(swapdir):
     # process did not create it (swapper.h, docs/internals/swapper.md)
     assert os.listdir(swapdir) == ["nvswap"]
     assert os.listdir(os.path.join(swapdir, "nvswap")) == []
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "examples", "python", "train_offloaded.py")
+
+
+def example(d, *more):
+    return [sys.executable, EXAMPLE, "--dir", d, "--steps", "4", "--width",
+            "64", "--layers", "2", "--context", "16", "--checkpoint-every",
+            "1", *more]
+
+
+@pytest.mark.parametrize("moment", ["random", "mid-checkpoint"])
+def test_train_offloaded_killed_anywhere_resumes_bit_identical(diskdir,
+                                                               moment):
+    """examples/python/train_offloaded.py --checkpoint-every 1, killed with
+    SIGKILL at a random moment of its training or just as a checkpoint
+    starts, goes on with --resume from its last checkpoint to the
+    in-memory run's weights and AdamW state, bit for bit, and the run
+    that completes removes its sets."""
+    import random
+    import time
+    pytest.importorskip("torch")
+    seed = int(os.environ.get("NVSWAP_CRASH_SEED", time.time()))
+    rng = random.Random(seed)
+    print(f"NVSWAP_CRASH_SEED={seed}")
+    p = subprocess.Popen(example(diskdir), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=child_env(), text=True)
+    seen = []
+    try:
+        if moment == "random":  # within the steps (after the imports)
+            while not (seen and seen[-1].startswith("step ")):
+                seen.append(p.stdout.readline())
+                assert seen[-1], "".join(seen)
+            time.sleep(rng.uniform(0, 1.0))
+        else:  # the k-th checkpoint of 5 (the initial state, steps 1-4)
+            k = rng.randint(1, 5)
+            while sum(ln.startswith("checkpointing") for ln in seen) < k:
+                seen.append(p.stdout.readline())
+                assert seen[-1], "".join(seen)
+            time.sleep(rng.uniform(0, 0.02))
+        p.kill()
+    finally:
+        rc = p.wait(timeout=120)
+        out = "".join(seen) + p.stdout.read()
+        err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
+    print(f"killed (rc {rc}) after:\n{out}")
+    if rc == 0:  # it finished first: then it ended as it must
+        assert "bit for bit: equal" in out, (seed, out)
+    else:
+        assert rc == -signal.SIGKILL, (seed, rc, err)
+        r = subprocess.run(example(diskdir, "--resume"), capture_output=True,
+                           text=True, env=child_env(), timeout=300)
+        out = r.stdout
+        if r.returncode == 1 and "no persistent swap set to resume" in out:
+            # only before the first commit, or while removing the sets
+            # of a complete run
+            assert "saved 'nvswap.torch:" not in out or \
+                "saved 'nvswap.torch:5:step 4'" in out, (seed, out)
+            r = subprocess.run(example(diskdir), capture_output=True,
+                               text=True, env=child_env(), timeout=300)
+            out = r.stdout
+        assert r.returncode == 0, (seed, r.stdout + r.stderr)
+        assert "resumed after step" in out or "nvswap.torch:1:" in out, out
+    last = [ln for ln in out.splitlines() if ln.startswith("verdict")]
+    assert last == ["verdict: after 4 steps the offloaded model's weights "
+                    "are equal and its AdamW state equal to the in-memory "
+                    "run, bit for bit: equal"], (seed, out)
+    assert "removed the persistent swap sets" in out, (seed, out)
+    assert [str(q) for q in __import__("pathlib").Path(diskdir).rglob("*")
+            if q.is_file()] == [], seed

@@ -7,8 +7,14 @@
  * empty directories may remain after it. While one run lives, a second in
  * the same path is refused (-EBUSY), naming the holder's pid.
  *
- * NVSWAP_CRASH_RUNS sets the number of kills (10 here; make stress: 50),
- * NVSWAP_CRASH_SEED the random seed (printed, to replay a failure).
+ * With --checkpoint-every, a run killed at any moment (at random, or
+ * just as one of its sets commits a checkpoint) goes on with --resume
+ * from its last checkpoint and ends with the uninterrupted run's weights
+ * and losses, bit for bit; the run that completes removes its sets.
+ *
+ * NVSWAP_CRASH_RUNS sets the number of kills of each test (10 here; make
+ * stress: 50), NVSWAP_CRASH_SEED the random seed (printed, to replay a
+ * failure).
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -17,9 +23,11 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -61,9 +69,11 @@ static const char *config(void)
 	return file;
 }
 
-/* Start offload_train with @steps steps; its output goes to files named
- * after @tag in tu_dir. */
-static pid_t start(const char *tag, unsigned steps)
+/* Start offload_train with @steps steps and options @a1, @a2 (each may
+ * be NULL, and then the ones after it too); its output goes to files
+ * named after @tag in tu_dir. */
+static pid_t start_with(const char *tag, unsigned steps, const char *a1,
+			const char *a2)
 {
 	const char *bin = getenv("NVSWAP_OFFLOAD_TRAIN");
 	char out[4096], err[4096], st[16];
@@ -84,10 +94,15 @@ static pid_t start(const char *tag, unsigned steps)
 		    chdir(tu_dir()) < 0)
 			_exit(126);
 		execl(bin, bin, "--config", cfg, "--layers", "4", "--hidden",
-		      "256", "--steps", st, (char *)NULL);
+		      "256", "--steps", st, a1, a2, (char *)NULL);
 		_exit(127);
 	}
 	return pid;
+}
+
+static pid_t start(const char *tag, unsigned steps)
+{
+	return start_with(tag, steps, NULL, NULL);
 }
 
 static int finish(pid_t pid)
@@ -250,4 +265,172 @@ Test(crash, a_second_run_in_a_live_swap_set_is_refused_naming_the_holder)
 	/* The holder's stale set is reclaimed by the next run. */
 	complete_run("after");
 	cr_assert_eq(files_below(swap_dir()), 0);
+}
+
+/* The text of "step @step: loss X" in @out (X), or "". */
+static const char *loss_of(const char *out, unsigned step)
+{
+	static char v[64];
+	char key[32];
+	const char *p;
+
+	snprintf(key, sizeof(key), "\nstep %u: loss ", step);
+	v[0] = 0;
+	p = strstr(out, key);
+	if (p)
+		sscanf(p + strlen(key), "%63s", v);
+	return v;
+}
+
+/* Kill @pid just after its @n-th manifest commit (a rename into @dir,
+ * watched by inotify) or when it ends; false if it ended first. */
+static bool kill_at_commit(pid_t pid, const char *dir, unsigned n)
+{
+	int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC), seen = 0;
+	char buf[4096] __attribute__((aligned(8)));
+
+	cr_assert_geq(fd, 0);
+	cr_assert_geq(inotify_add_watch(fd, dir, IN_MOVED_TO), 0, "%s", dir);
+	while ((unsigned)seen < n) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		ssize_t len;
+
+		siginfo_t si = {0};
+
+		if (waitid(P_PID, (id_t)pid, &si,
+			   WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == pid) {
+			close(fd);
+			return false;
+		}
+		if (poll(&pf, 1, 20) < 1)
+			continue;
+		len = read(fd, buf, sizeof(buf));
+		for (char *p = buf; len > 0 && p < buf + len;) {
+			struct inotify_event *ev = (struct inotify_event *)p;
+			if (ev->len && !strncmp(ev->name, "manifest.0", 10))
+				seen++;
+			p += sizeof(*ev) + ev->len;
+		}
+	}
+	kill(pid, SIGKILL);
+	close(fd);
+	return true;
+}
+
+/* The sets' rank directories, @dirs[0] the parameters', made (0700, as
+ * the library makes them) to be watched before a run starts. */
+static void rank_dirs(char dirs[2][1024])
+{
+	snprintf(dirs[0], sizeof(dirs[0]), "%.900s/nvswap", swap_dir());
+	mkdir(dirs[0], 0700);
+	for (unsigned i = 0; i < 2; i++) {
+		snprintf(dirs[i], sizeof(dirs[i]), "%.900s/nvswap/%s",
+			 swap_dir(), i ? "optimizer" : "param");
+		mkdir(dirs[i], 0700);
+		strcat(dirs[i], "/rank0");
+		mkdir(dirs[i], 0700);
+	}
+}
+
+Test(crash, killed_anywhere_with_checkpoints_it_resumes_bit_exact)
+{
+	const char *e = getenv("NVSWAP_CRASH_RUNS");
+	const char *es = getenv("NVSWAP_CRASH_SEED");
+	unsigned runs = e ? (unsigned)atoi(e) : 10;
+	unsigned seed = es ? (unsigned)atoi(es) : (unsigned)time(NULL);
+	unsigned resumed = 0, restarted = 0, at_commit = 0;
+	char dirs[2][1024], want[64], *out, *err;
+	bool pending = false; /* a killed run's sets wait to be resumed */
+	char killed_out[8192] = "";
+	double t0, span;
+	int status;
+
+	alarm(300); /* a hang fails the test (no .timeout: its runner
+		    * leaks under LeakSanitizer when it fires) */
+	cr_log_info("crash: %u kills with checkpoints, NVSWAP_CRASH_SEED=%u",
+		    runs, seed);
+	srand(seed);
+	/* The uninterrupted run, scratch: its losses are the reference. */
+	t0 = now();
+	status = finish(start_with("whole6", 6, NULL, NULL));
+	span = now() - t0;
+	out = output("whole6", "out");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+			  strstr(out, "bit for bit"),
+		  "status %#x: %s", status, out);
+	snprintf(want, sizeof(want), "%s", loss_of(out, 6));
+	cr_assert(*want, "%s", out);
+	free(out);
+	for (unsigned i = 0; i <= runs; i++) {
+		char tag[32];
+		pid_t pid;
+		bool killed = i < runs;
+
+		snprintf(tag, sizeof(tag), "ck%u", i);
+		rank_dirs(dirs);
+		pid = start_with(tag, 6, "--checkpoint-every=1",
+				 pending ? "--resume" : NULL);
+		if (killed && rand() % 2) {
+			/* Just after the k-th commit of either set (the
+			 * optimizer's: before the parameters' of the same
+			 * step). A resumed run commits fewer than 3 times
+			 * when it resumes after step 4 or later. */
+			unsigned k = 1 + (unsigned)rand() % 3;
+			killed = kill_at_commit(pid, dirs[rand() % 2], k);
+			at_commit += killed;
+		} else if (killed) {
+			usleep((useconds_t)(span * 1.5e6 * rand() /
+					    ((double)RAND_MAX + 1)));
+			kill(pid, SIGKILL);
+		}
+		status = finish(pid);
+		out = output(tag, "out");
+		err = output(tag, "err");
+		if (WIFSIGNALED(status)) {
+			snprintf(killed_out, sizeof(killed_out), "%s", out);
+			pending = true;
+			free(out);
+			free(err);
+			continue;
+		}
+		if (pending && WIFEXITED(status) && WEXITSTATUS(status) == 1 &&
+		    strstr(err, "no persistent swap set to resume")) {
+			/* Only a run killed before its first commit, or
+			 * while removing its complete sets, leaves nothing
+			 * to resume. */
+			cr_assert(!strstr(killed_out, "saved step") ||
+					  strstr(killed_out, "saved step 6:"),
+				  "%s: nothing to resume after: %s", tag,
+				  killed_out);
+			cr_assert_lt(restarted++, runs, "seed %u", seed);
+			pending = false;
+			i--; /* the same kill again, from scratch */
+			free(out);
+			free(err);
+			continue;
+		}
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "%s (seed %u): status %#x: %s%s", tag, seed, status,
+			  out, err);
+		cr_assert(strstr(out, "bit for bit"), "%s (seed %u): %s", tag,
+			  seed, out);
+		/* A run that trained step 6 had the same loss there. */
+		if (*loss_of(out, 6))
+			cr_assert_str_eq(loss_of(out, 6), want,
+					 "%s (seed %u): %s", tag, seed, out);
+		/* Complete: its sets are gone, and the next run starts
+		 * afresh. */
+		cr_assert(strstr(out, "removed the persistent swap sets"),
+			  "%s: %s", tag, out);
+		cr_assert_eq(files_below(swap_dir()), 0,
+			     "%s (seed %u) left files", tag, seed);
+		resumed += pending;
+		pending = false;
+		free(out);
+		free(err);
+	}
+	cr_log_info("crash: %u kills (%u just after a commit), %u resumed, "
+		    "%u before any commit (started again)",
+		    runs, at_commit, resumed, restarted);
 }

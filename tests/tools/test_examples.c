@@ -207,7 +207,7 @@ Test(examples, stop_and_resume_equal_an_uninterrupted_run)
 		  o.err);
 	tu_out_free(&o);
 
-	snprintf(cmd, sizeof(cmd), "%s --resume", size);
+	snprintf(cmd, sizeof(cmd), "%s --resume --keep", size);
 	o = train(cfg, cmd);
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.out, "resumed after step 3"), "%s", o.out);
@@ -227,19 +227,122 @@ Test(examples, stop_and_resume_equal_an_uninterrupted_run)
 		sscanf(pb + strlen(key), "%63s", b);
 		cr_assert_str_eq(a, b, "step %u", step);
 	}
+	cr_assert_null(strstr(o.out, "removed the persistent"), "%s", o.out);
 	tu_out_free(&o);
 
 	/* A crash between the two commits: the optimizer set lacks its
-	 * newest manifest. The sets are not one run: refused, named. */
+	 * newest manifest. Both resume at the step they share, bit for
+	 * bit, and the complete run removes both sets. */
 	cr_assert_eq(unlink(tu_path("nvswap/optimizer/rank0/"
 				    "manifest.00000000000000000002")),
 		     0);
+	snprintf(cmd, sizeof(cmd), "%s --resume", size);
 	o = train(cfg, cmd);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "param/rank0 was a checkpoint ahead (a run "
+				"stopped between the two commits): step 3 "
+				"saved again as its generation 3"),
+		  "%s", o.out);
+	cr_assert(strstr(o.out, "resumed after step 3"), "%s", o.out);
+	cr_assert(strstr(o.out, "bit for bit (4 layers, 0.1 MiB, resumed)"),
+		  "%s", o.out);
+	loss_lines(o.out, 4, resumed, sizeof(resumed));
+	cr_assert(strstr(resumed, "step 6: loss"), "%s", o.out);
+	cr_assert(strstr(o.out, "removed the persistent swap sets"), "%s",
+		  o.out);
+	cr_assert_neq(access(tu_path("nvswap"), F_OK), 0,
+		      "a complete run left its sets: %s", o.out);
+	tu_out_free(&o);
+}
+
+/* Moves the optimizer set's newest manifest away: what a kill between
+ * the parameters' commit and the optimizer's leaves. */
+static void lose_newest_optimizer_manifest(void)
+{
+	struct dirent *e;
+	char newest[256] = "", path[4096];
+	DIR *d = opendir(tu_path("nvswap/optimizer/rank0"));
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, "manifest.", 9) &&
+		    strcmp(e->d_name, newest) > 0)
+			snprintf(newest, sizeof(newest), "%s", e->d_name);
+	closedir(d);
+	cr_assert(*newest);
+	snprintf(path, sizeof(path), "%s/nvswap/optimizer/rank0/%s", tu_dir(),
+		 newest);
+	cr_assert_eq(unlink(path), 0, "%s", path);
+}
+
+Test(examples, killed_between_the_two_commits_twice_it_still_resumes)
+{
+	const char *size = "--layers 4 --hidden 64 --steps 6 "
+			   "--checkpoint-every 2";
+	char cfg[4096], cmd[256];
+	struct tu_out o;
+
+	snprintf(cfg, sizeof(cfg), "%s", config("nvme", tu_dir()));
+	snprintf(cmd, sizeof(cmd), "%s --stop-after 4", size);
+	o = train(cfg, cmd);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "saved step 0: generation 1 of "), "%s", o.out);
+	cr_assert(strstr(o.out, "saved step 4: generation 3 of "), "%s", o.out);
+	tu_out_free(&o);
+	/* The parameters at step 4, the optimizer at 2: resumed at 2, the
+	 * parameters' step 2 committed again, stopped at 4 again. */
+	lose_newest_optimizer_manifest();
+	snprintf(cmd, sizeof(cmd), "%s --stop-after 4 --resume", size);
+	o = train(cfg, cmd);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "step 2 saved again as its generation 4"), "%s",
+		  o.out);
+	cr_assert(strstr(o.out, "resumed after step 2"), "%s", o.out);
+	cr_assert(strstr(o.out, "saved step 4: generation 5 of "), "%s", o.out);
+	cr_assert(strstr(o.out, "bit for bit (4 layers, 0.1 MiB, resumed)"),
+		  "%s", o.out);
+	tu_out_free(&o);
+	/* The same kill again: the parameters still hold step 2 (without
+	 * the second commit they would hold step 4 twice, and nothing in
+	 * common with the optimizer). */
+	lose_newest_optimizer_manifest();
+	snprintf(cmd, sizeof(cmd), "%s --resume", size);
+	o = train(cfg, cmd);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, "resumed after step 2"), "%s", o.out);
+	cr_assert(strstr(o.out, "saved step 6: "), "%s", o.out);
+	cr_assert(strstr(o.out, "bit for bit (4 layers, 0.1 MiB, resumed)"),
+		  "%s", o.out);
+	tu_out_free(&o);
+	cr_assert_neq(access(tu_path("nvswap"), F_OK), 0);
+}
+
+Test(examples, a_scratch_run_over_an_interrupted_one_says_what_to_do)
+{
+	char cfg[4096], want[8192];
+	struct tu_out o;
+
+	snprintf(cfg, sizeof(cfg), "%s", config("nvme", tu_dir()));
+	o = train(cfg, "--layers 2 --hidden 64 --steps 4 --stop-after 2");
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+	o = train(cfg, "--layers 2 --hidden 64 --steps 4");
 	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
-	cr_assert(strstr(o.err, "the parameters were saved at step 6, the "
-				"optimizer state at step 3: not one run"),
-		  "%s", o.err);
-	cr_assert_null(strstr(o.out, "verdict"), "%s", o.out);
+	snprintf(want, sizeof(want),
+		 "offload_train: the persistent swap set of an interrupted "
+		 "run is in the way (saved at step 2). Finish that run: "
+		 "offload_train --resume, with the options it ran with; or "
+		 "remove it: rm -r %s/nvswap/param/rank0 "
+		 "%s/nvswap/optimizer/rank0\n",
+		 tu_dir(), tu_dir());
+	cr_assert(strstr(o.err, want), "%s", o.err);
+	tu_out_free(&o);
+	/* --keep: a complete run keeps its sets (and says nothing of
+	 * removing them). */
+	o = train(cfg, "--layers 2 --hidden 64 --steps 4 --resume --keep");
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert_null(strstr(o.out, "removed"), "%s", o.out);
+	cr_assert_eq(access(tu_path("nvswap/param/rank0/set.data"), F_OK), 0);
 	tu_out_free(&o);
 }
 

@@ -10,7 +10,9 @@ dirty resident tensors are written: everything else is already on NVMe.
 
 The two sets commit separately, so a crash can leave one a generation
 ahead. Resuming therefore reopens both at the newest generation they
-share (the same <seq>), which both keep (keep_generations >= 2).
+share (the same <seq>), which both keep (keep_generations >= 2); the set
+that was ahead commits it again (_pools.open_pools), so that its next
+checkpoint drops the generation ahead rather than the shared one.
 """
 import errno
 import json
@@ -46,10 +48,12 @@ def _ours(swapper):
 
 def common_generation(pswap, gswap):
     """(seq, parameter generation, optimizer generation) of the newest
-    checkpoint both sets hold, or None when neither holds one. Raises
+    checkpoint both sets hold, or None when one holds none: a run killed
+    in its first checkpoint (the two commit separately) or while its sets
+    were being removed saved nothing it can resume. Raises
     nvswap.Error(EBADMSG) when both hold some but none in common."""
     p, g = _ours(pswap), _ours(gswap)
-    if not p and not g:
+    if not p or not g:
         return None
     both = sorted(set(p) & set(g))
     if not both:

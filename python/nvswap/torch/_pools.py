@@ -120,13 +120,26 @@ def open_pools(cfg, raw, rank, kw):
                                "nvswap.torch checkpoint was saved there")
         if common is not None:
             seq, gp, go = common
-            if (pswap.generations()[0]["generation"] != gp or
-                    gswap.generations()[0]["generation"] != go):
+            ahead = (pswap.generations()[0]["generation"] != gp,
+                     gswap.generations()[0]["generation"] != go)
+            if any(ahead):
                 # One set is ahead (a crash between the two commits).
+                tag = next(g["tag"] for g in pswap.generations()
+                           if g["generation"] == gp)
                 gswap.close()
                 pswap.close()
                 pswap = gswap = None
                 pswap, gswap = swappers(cfg, raw, rank, kw, (gp, go))
+                # The set ahead commits the shared checkpoint again: its
+                # next checkpoint then drops the generation ahead, not
+                # this one (a second crash between the commits would
+                # leave none in common).
+                gens = [gp, go]
+                for k, s in enumerate((pswap, gswap)):
+                    if ahead[k]:
+                        s.checkpoint(tag)
+                        gens[k] = s.checkpoint_wait()
+                gp, go = gens
             rec = _durable.read_record(gswap)
             rec["generations"] = (gp, go)
             return pswap, gswap, rec
