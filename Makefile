@@ -123,7 +123,6 @@ demo-hf: deps
 	@echo "demo-hf: pip install . into build/venv-pypi"
 	@PATH="$(CURDIR)/build/venv-pypi/bin:$$PATH" build/venv-pypi/bin/pip \
 		install -q --no-build-isolation --force-reinstall --no-deps .
-	mkdir -p nvme_swap
 	build/venv-pypi/bin/python examples/python/hf_trainer.py --dir nvme_swap
 
 # Data-parallel over MPI (examples/mpi_offload_train.c): 4 ranks, each

@@ -62,6 +62,19 @@ static void *alloc_buf(size_t n)
 }
 
 /* Anonymous memory on transparent huge pages, from the kernel (KiB). */
+/* Leave the directory as it was found: the file goes unless --keep (or
+ * always after a failure), and @dir when this run made it and it is
+ * empty. Returns @rc. */
+static int finish(int rc, const char *path, const char *dir, bool made,
+		  bool keep)
+{
+	if (!keep || rc != 0)
+		unlink(path);
+	if (made)
+		rmdir(dir); /* only when empty */
+	return rc;
+}
+
 static unsigned long long huge_kib(void)
 {
 	FILE *f = fopen("/proc/self/smaps_rollup", "re");
@@ -93,7 +106,7 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *dir = "nvme_swap", *file = "demo.swp";
-	bool keep = false;
+	bool keep = false, made;
 	size_t size = 1ull << 30, bs = 0;
 	struct nvs_aio_opts o;
 	struct nvs_aio *h;
@@ -160,7 +173,8 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+	made = mkdir(dir, 0700) == 0;
+	if (!made && errno != EEXIST) {
 		fprintf(stderr, "mkdir %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
@@ -170,7 +184,7 @@ int main(int argc, char **argv)
 	if (!wbuf || !rbuf) {
 		fprintf(stderr, "cannot allocate 2 x %zu bytes: %s\n", size,
 			nvs_last_error());
-		return 1;
+		return finish(1, path, dir, made, keep);
 	}
 	for (size_t i = 0; i < size; i += 8) {
 		uint64_t v = (i * 0x9E3779B97F4A7C15ull) ^ 0xA5A5A5A5u;
@@ -181,7 +195,7 @@ int main(int argc, char **argv)
 	ret = nvs_aio_create(&o, &h);
 	if (ret < 0) {
 		fprintf(stderr, "nvs_aio_create: %s\n", nvs_last_error());
-		return 1;
+		return finish(1, path, dir, made, keep);
 	}
 	struct nvs_pinned_stats ps;
 	nvs_pinned_stats(&ps);
@@ -205,7 +219,7 @@ int main(int argc, char **argv)
 	if (ret < 0) {
 		fprintf(stderr, "write failed: %s\n", nvs_last_error());
 		nvs_aio_destroy(h);
-		return 1;
+		return finish(1, path, dir, made, keep);
 	}
 	t0 = now_s();
 	ret = nvs_aio_sync_pread(h, rbuf, size, path, 0);
@@ -213,18 +227,18 @@ int main(int argc, char **argv)
 	if (ret < 0) {
 		fprintf(stderr, "read failed: %s\n", nvs_last_error());
 		nvs_aio_destroy(h);
-		return 1;
+		return finish(1, path, dir, made, keep);
 	}
 	struct nvs_aio_stats st;
 	nvs_aio_get_stats(h, &st);
 	ret = nvs_aio_destroy(h);
 	if (ret < 0) {
 		fprintf(stderr, "destroy: %s\n", nvs_last_error());
-		return 1;
+		return finish(1, path, dir, made, keep);
 	}
 	if (memcmp(wbuf, rbuf, size) != 0) {
 		fprintf(stderr, "VERIFY FAILED: data read back differs\n");
-		return 1;
+		return finish(1, path, dir, made, keep);
 	}
 	printf("write: %.2f GB/s (%.3f s)\n", (double)size / tw / 1e9, tw);
 	printf("read:  %.2f GB/s (%.3f s)\n", (double)size / tr / 1e9, tr);
@@ -233,9 +247,7 @@ int main(int argc, char **argv)
 	       size, (unsigned long long)st.requests,
 	       (unsigned long long)st.bounced_requests,
 	       (unsigned long long)st.direct_fallbacks);
-	if (!keep)
-		unlink(path);
 	nvs_pinned_free(wbuf);
 	nvs_pinned_free(rbuf);
-	return 0;
+	return finish(0, path, dir, made, keep);
 }

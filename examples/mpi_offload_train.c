@@ -39,6 +39,7 @@
  * (removed at the end), whatever the config's persist says.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <mpi.h>
@@ -174,6 +175,81 @@ static void fail(struct off *o)
 	exit(1);
 }
 
+static int rmdir_one(const char *path, const struct stat *st, int type,
+		     struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (type == FTW_DP)
+		rmdir(path); /* only when empty: files are never touched */
+	return 0;
+}
+
+/* @top and the directories below it, bottom up, each where empty. */
+static void remove_empty(const char *top)
+{
+	nftw(top, rmdir_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* What the run will make for nvme_path @path: its highest missing level,
+ * else its nvswap/ level when missing; "" when nothing. */
+static void to_make(const char *path, char *out, size_t len)
+{
+	char up[4096];
+
+	snprintf(out, len, "%s/nvswap", path);
+	if (access(path, F_OK) == 0) {
+		if (access(out, F_OK) == 0)
+			*out = '\0';
+		return;
+	}
+	snprintf(out, len, "%s", path);
+	for (;;) {
+		snprintf(up, sizeof(up), "%s", out);
+		char *slash = strrchr(up, '/');
+		if (!slash || slash == up)
+			return;
+		*slash = '\0';
+		if (access(up, F_OK) == 0)
+			return;
+		snprintf(out, len, "%s", up);
+	}
+}
+
+/*
+ * The levels this run makes for the config's nvme_paths (rank 0, before
+ * any rank's swappers): each process's library removes what it made
+ * itself, but the nvswap/ level the ranks share, or a missing nvme_path,
+ * is made by one rank and left by another, so rank 0 removes them at the
+ * end, where empty.
+ */
+static unsigned plan_removal(const char *config, char made[][4096],
+			     unsigned max)
+{
+	struct nvs_swapper_opts so;
+	struct nvs_config *cfg;
+	unsigned n = 0;
+
+	if (nvs_config_load(config, &cfg) < 0)
+		return 0; /* setup() says why */
+	for (int k = 0; k < 2; k++) {
+		nvs_swapper_opts_init(&so);
+		if (nvs_config_swapper_opts(
+			    cfg, k ? NVS_OFFLOAD_OPTIMIZER : NVS_OFFLOAD_PARAM,
+			    0, &so) < 0)
+			continue;
+		for (unsigned i = 0; i < so.npaths && n < max; i++) {
+			to_make(so.nvme_paths[i], made[n], sizeof(made[n]));
+			bool dup = !*made[n];
+			for (unsigned j = 0; j < n && !dup; j++)
+				dup = !strcmp(made[j], made[n]);
+			n += !dup;
+		}
+	}
+	nvs_config_free(cfg);
+	return n;
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
 	const unsigned char *b = p;
@@ -209,7 +285,8 @@ int main(int argc, char **argv)
 	struct mem ref = {0};
 	struct work w = {0};
 	float **acc = NULL, *all;
-	bool made_sample_dir = false;
+	static char made[32][4096];
+	unsigned nmade = 0;
 	int c;
 
 	MPI_Init(&argc, &argv);
@@ -265,9 +342,7 @@ int main(int argc, char **argv)
 		for (unsigned l = 0; l < L; l++)
 			if (!(acc[l] = malloc(PN * sizeof(float))))
 				MPI_Abort(MPI_COMM_WORLD, 1);
-		/* The sample config's nvme_path, removed at the end when
-		 * this run made it and it is empty. */
-		made_sample_dir = mkdir("nvme_swap", 0700) == 0;
+		nmade = plan_removal(config, made, 32);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (setup(config, &o, w.g) < 0)
@@ -358,8 +433,8 @@ int main(int argc, char **argv)
 		unsigned same = 0;
 		for (int r = 0; r < NRANKS; r++)
 			same += sums[r] == sums[0];
-		if (made_sample_dir)
-			rmdir("nvme_swap"); /* only when empty */
+		for (unsigned i = 0; i < nmade; i++)
+			remove_empty(made[i]);
 		printf("checksums (FNV-1a of the weights): %u of %d ranks "
 		       "%016" PRIx64 "\n",
 		       same, NRANKS, sums[0]);

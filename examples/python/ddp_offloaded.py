@@ -12,7 +12,8 @@ Each rank builds the same decoder as examples/python/train_offloaded.py
 (rank 0's weights broadcast to all), offloads it with
 nvswap.torch.offload(model, rank=<rank>) (its own swap directory,
 DIR/nvswap/{param,optimizer}/rank<rank>; DIR defaults to ./nvme_swap, on
-the NVMe disk, not /tmp) and trains it with nvswap.torch.AdamW on its
+the NVMe disk, not /tmp; what the run makes of it is removed at the end)
+and trains it with nvswap.torch.AdamW on its
 shard of each global batch. The gloo backend, CPU. (Debian 12's
 python3-torch 1.13 on Python 3.11: add --redirects 0:1 --tee 0:1 to the
 launcher, whose defaults fail there; docs/torch.md.)
@@ -109,6 +110,18 @@ def reference_step(ref, opt, tokens, world, average):
     return losses
 
 
+def to_make(path):
+    """The outermost directory a run makes for nvme_path path: its
+    highest missing level, else its nvswap/ level when missing; None."""
+    p = os.path.abspath(path)
+    if os.path.exists(p):
+        p = os.path.join(p, "nvswap")
+        return None if os.path.exists(p) else p
+    while not os.path.exists(os.path.dirname(p)):
+        p = os.path.dirname(p)
+    return p
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default="nvme_swap")
@@ -131,7 +144,13 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     say = print if rank == 0 else (lambda *a, **k: None)
-    os.makedirs(args.dir, exist_ok=True)
+    # The swappers make --dir when missing and remove what their own
+    # process made; the nvswap/ level the ranks share (and a missing
+    # --dir) is made by one rank and left by another: rank 0 notes what
+    # the run will make, before any rank makes it, and removes it at the
+    # end where empty.
+    made = to_make(args.dir) if rank == 0 else None
+    dist.barrier()
 
     vocab, heads = 2048, 4
     torch.manual_seed(0)
@@ -192,6 +211,13 @@ def main():
     every = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)
     nvt.restore(model)
+    dist.barrier()  # every rank's swap files gone
+    if made is not None:
+        for d, _, _ in os.walk(made, topdown=False):
+            try:
+                os.rmdir(d)  # only when empty: files are never touched
+            except OSError:
+                pass
     dist.destroy_process_group()
     bad_w = [r for r, m in enumerate(every) if not m[0]]
     bad_o = [r for r, m in enumerate(every) if not m[1]]

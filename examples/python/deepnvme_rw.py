@@ -9,7 +9,8 @@ raise nvswap.Error instead of returning -1.
     python3 examples/python/deepnvme_rw.py [DIR] [MiB]
 
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp, which
-may be a tmpfs without O_DIRECT).
+may be a tmpfs without O_DIRECT); what the run makes of it is removed at
+the end.
 """
 import os
 import sys
@@ -20,10 +21,20 @@ import torch
 import nvswap
 
 
+def make_dirs(path):
+    """os.makedirs(path); the levels it made, outermost first."""
+    made, p = [], os.path.abspath(path)
+    while not os.path.exists(p):
+        made.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    return made[::-1]
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "nvme_swap"
     mib = int(sys.argv[2]) if len(sys.argv) > 2 else 256
-    os.makedirs(folder, exist_ok=True)
+    made = make_dirs(folder)
     path = os.path.join(folder, "deepnvme_rw.bin")
     numel = mib * 2**20 // 4
 
@@ -57,6 +68,8 @@ def main():
     h.free_cpu_locked_tensor(dst)
     h.close()
     os.remove(path)
+    for d in reversed(made):  # the directory as it was found
+        os.rmdir(d)
 
 
 if __name__ == "__main__":

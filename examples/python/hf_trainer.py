@@ -23,7 +23,8 @@ bit against the same recipe in memory.
         --dir nvme_swap [--steps 6] [--layers 4] [--hidden 256] [--bf16]
 
 (make demo-hf runs it.) --dir must be on the disk (not /tmp, which may be
-a tmpfs); the run's files are removed at the end.
+a tmpfs); the run's files, and the levels of --dir it made, are removed
+at the end.
 """
 import argparse
 import copy
@@ -108,12 +109,21 @@ def main():
     ap.add_argument("--bf16", action="store_true",
                     help="bf16 weights with fp32 master weights")
     a = ap.parse_args()
+    made, p = [], os.path.abspath(a.dir)
+    while not os.path.exists(p):  # the levels of --dir this run makes
+        made.append(p)
+        p = os.path.dirname(p)
     os.makedirs(a.dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="hf_trainer.", dir=a.dir)
     try:
         return run(a, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        for d in made:  # innermost first, each only when empty
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
 
 
 def run(a, work):

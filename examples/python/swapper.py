@@ -10,9 +10,10 @@ layer equals the same updates done in memory, bit for bit.
 
     python3 examples/python/swapper.py [DIR]
 
-DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp).
+DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp). The
+Swapper makes it when missing and, closing, removes its files and what it
+made.
 """
-import os
 import sys
 
 import torch
@@ -24,7 +25,6 @@ LAYERS, ROWS, COLS, STEPS = 8, 512, 512, 3
 
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "nvme_swap"
-    os.makedirs(folder, exist_ok=True)
     gen = torch.Generator().manual_seed(0)
     reference = [torch.randn(ROWS, COLS, generator=gen) for _ in range(LAYERS)]
     nbytes = ROWS * COLS * 4

@@ -150,11 +150,14 @@ struct nvs_config;
  *             says "FILE:LINE:COLUMN: KEY: what"; or the file is not
  *             a regular file of at most 16 MiB (a FIFO or device is
  *             refused at once, never waited on);
- *   -ENOENT   the file, or an nvme_path of a section with device "nvme"
- *             (or one of nvswap.nvme_paths), does not exist;
- *   -EACCES   the file is not readable, or an nvme_path not writable;
+ *   -ENOENT   the file does not exist;
+ *   -EACCES   the file is not readable, or an nvme_path (of a section
+ *             with device "nvme", or one of nvswap.nvme_paths) not
+ *             writable; a missing nvme_path is fine when it can be made
+ *             (the swapper makes it), else this names the level that
+ *             cannot;
  *   -EROFS    an nvme_path is on a read-only filesystem;
- *   -ENOTDIR  an nvme_path is not a directory;
+ *   -ENOTDIR  an nvme_path, or a level of it, is not a directory;
  *   -ENAMETOOLONG, -ELOOP  an nvme_path too long or looping, as stat(2)
  *             says;
  *   -ENOMEM.

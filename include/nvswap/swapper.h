@@ -65,10 +65,11 @@ enum nvs_tensor_state {
 struct nvs_swapper_opts {
 	size_t size;	 /* set by nvs_swapper_opts_init */
 	unsigned npaths; /* entries of nvme_paths, 1..NVS_SWAPPER_MAX_PATHS */
-	const char *nvme_paths[NVS_SWAPPER_MAX_PATHS]; /* existing, writable
-							  directories, one per
-							  device; borrowed for
-							  create */
+	const char *nvme_paths[NVS_SWAPPER_MAX_PATHS]; /* directories, one
+							  per device, made
+							  (0700) when
+							  missing; borrowed
+							  for create */
 	const char *name;   /* NULL: swap files in <path>/nvswap/rank<R>/; else
 			     <path>/nvswap/<name>/rank<R>/ (one component),
 			     so several swappers can share a path */
@@ -220,8 +221,11 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  * @opts: borrowed for the call.
  * @out:  receives the swapper; NULL on failure.
  *
+ * A missing nvme_path is made first, as mkdir -p does, each level it
+ * makes 0700 (an existing one is left as it is); a scratch swapper's
+ * destroy, or a failed create, removes those levels again when empty.
  * Swap files of a process that died without cleaning up (its lock is
- * free) are removed first. Nothing outside the rank directories is
+ * free) are removed first. Nothing else outside the rank directories is
  * touched.
  * Return: 0, or
  *   -EINVAL  NULL argument, opts not from nvs_swapper_opts_init(), no
@@ -231,7 +235,9 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *            directory; the message has its pid. A lock whose recorded
  *            holder has died is waited for up to 1 s (the kernel may
  *            release it a little after the process is reaped);
- *   -ENOENT/-EACCES/-EROFS/-ENOTDIR  an nvme_path;
+ *   -ENOTDIR/-EACCES/-EROFS  an nvme_path, or a level of it to be made,
+ *            that is not a directory or cannot be made: the message
+ *            names that level;
  *   -ENOMEM/-EPERM  the pool (memlock limit) or memory;
  *   persistent sets (opts.persist, see "Persistent swap sets" below):
  *   -EEXIST  scratch space asked where a persistent set lives;

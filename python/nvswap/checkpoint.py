@@ -12,8 +12,12 @@ of the CPU tensors found in dicts, lists and tuples of the object, so
 torch.save computes the next record's CRC32 meanwhile.
 """
 
+import errno
+import os
+import stat
 import threading
 
+from . import _nvswap
 from ._nvswap import CkptWriter
 
 __all__ = ["SaveHandle", "save"]
@@ -99,6 +103,101 @@ def _storages(obj, seen, out, depth=0):
             _storages(v, seen, out, depth + 1)
 
 
+_ERRORS = {errno.EISDIR: "IsADirectoryError",
+           errno.ENOTDIR: "NotADirectoryError",
+           errno.ENOENT: "FileNotFoundError",
+           errno.EEXIST: "FileExistsError",
+           errno.EACCES: "PermissionError", errno.EPERM: "PermissionError"}
+
+
+def _error(code, text):
+    """An nvswap.Error, the errno's subclass where nvswap has one."""
+    return getattr(_nvswap, _ERRORS.get(code, "Error"))(code, text)
+
+
+def _make_parents(path):
+    """The missing directories above path, made 0700 (as the swapper
+    makes its own), in the order made; or nvswap.Error naming the level
+    that is not a directory or cannot be made (the ones made for this
+    call removed again)."""
+    made = []
+    parent = os.path.dirname(path)
+    levels = []
+    while parent and not os.path.isdir(parent):
+        levels.append(parent)
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    try:
+        for d in reversed(levels):
+            if os.path.lexists(d) and not os.path.isdir(d):
+                raise _error(errno.ENOTDIR, f"nvswap.save: {path}: {d} is "
+                             "not a directory")
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:  # made meanwhile
+                if not os.path.isdir(d):
+                    raise _error(errno.ENOTDIR, f"nvswap.save: {path}: {d} "
+                                 "is not a directory") from None
+                continue
+            except OSError as e:
+                raise _error(e.errno, f"nvswap.save: {path}: cannot "
+                             f"create directory {d}: {e.strerror}") from None
+            made.append(d)
+    except BaseException:
+        _unmake(made)
+        raise
+    return made
+
+
+def _unmake(made):
+    """Remove the directories _make_parents made, while empty."""
+    for d in reversed(made):
+        try:
+            os.rmdir(d)
+        except OSError:
+            return
+
+
+def _check_target(path):
+    """The file at path, whose mode (and owner) a new one keeps; None
+    when there is none. A directory there is refused before anything is
+    written: the rename at the end would fail only after the whole
+    file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _error(e.errno, f"nvswap.save: {path}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _error(errno.EISDIR, f"nvswap.save: {path} is a directory: "
+                     "give a file name in it")
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(path)  # the file it names
+        except OSError:
+            return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _keep_mode(w, old):
+    """The new file (still under its temp name) takes the mode of the
+    one it replaces, umask or not, and its owner and group where this
+    process may give them."""
+    tmp = w.temp_path
+    if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.chown(tmp, old.st_uid, old.st_gid)
+        except OSError:
+            try:  # at least the group, where this user is in it
+                os.chown(tmp, -1, old.st_gid)
+            except OSError:
+                pass
+    os.chmod(tmp, stat.S_IMODE(old.st_mode))
+
+
 class _Sink:
     """What torch.save writes into: the writer, until a write fails. The
     error is then kept and every later write swallowed, so torch.save runs
@@ -136,6 +235,15 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
     fsynced (``fsync=False`` skips the fsyncs); on failure it never
     appears, a file already at ``path`` is untouched, and wait() raises.
 
+    What can be checked is checked before save() returns, and raised
+    from it (nvswap.Error with .errno, naming the path): the missing
+    directories above ``path`` are made (0700, as ``mkdir -p``; a file
+    in the way is ENOTDIR, naming it), ``path`` must not be a directory
+    (EISDIR), and the file is opened (under a temp name beside it:
+    EACCES, EROFS, ENOSPC for size_hint...). A file replaced keeps its
+    mode (and owner and group where permitted); a new one has mode 0666
+    less the umask, as open() gives.
+
     buffer_size, buffer_count: the writer's staging (default 16 MiB x 4).
     size_hint: bytes to preallocate; None = the sum of the tensors'
     storages found in dicts, lists and tuples of ``obj``.
@@ -163,11 +271,29 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
     if size_hint is None:
         size_hint = sum(f[2] for f in found)
     handle = SaveHandle(path)
-
-    def work():
+    name = os.fsdecode(os.fspath(path))
+    if not os.path.basename(name):
+        raise _error(errno.EISDIR, f"nvswap.save: {name}: a file name is "
+                     "needed, not a directory")
+    made = _make_parents(name)
+    try:
+        old = _check_target(name)
         w = CkptWriter(path, buffer_size=buffer_size,
                        buffer_count=buffer_count, fsync=fsync,
-                       size_hint=size_hint, defer=defer)
+                       size_hint=size_hint, defer=defer,
+                       mode=stat.S_IMODE(old.st_mode) if old else 0o666)
+    except BaseException:
+        _unmake(made)
+        raise
+    if old is not None:
+        try:
+            _keep_mode(w, old)
+        except BaseException:
+            w.abort()
+            _unmake(made)
+            raise
+
+    def work():
         crc_was = None
         sink = _Sink(w)
         try:
@@ -183,11 +309,16 @@ def save(obj, path, *, buffer_size=None, buffer_count=None, fsync=True,
                 raise sink.error
         except BaseException:
             w.abort()
+            _unmake(made)
             raise
         finally:
             if crc_was is not None:
                 ser.set_crc32_options(crc_was)
-        w.close()
+        try:
+            w.close()
+        except BaseException:
+            _unmake(made)
+            raise
 
     if not background:
         handle._run(work)

@@ -91,20 +91,6 @@ def test_save_of_a_plain_object_and_options(diskdir):
     assert_same(obj, load(path))
 
 
-def test_save_to_a_missing_directory_raises_with_errno(diskdir):
-    path = os.path.join(diskdir, "no", "such", "ckpt.pt")
-    h = nvswap.save({"x": torch.ones(3)}, path)
-    with pytest.raises(nvswap.Error) as ei:
-        h.wait()
-    assert ei.value.errno == errno.ENOENT
-    assert isinstance(ei.value, FileNotFoundError)
-    assert "nvs_ckpt_writer_open" in ei.value.strerror
-    assert "ckpt.pt" in ei.value.strerror
-    assert h.done()
-    with pytest.raises(nvswap.Error):  # again: the same error
-        h.wait()
-
-
 def test_failed_pickling_leaves_the_previous_file_and_no_temp(diskdir):
     path = os.path.join(diskdir, "prev.pt")
     with open(path, "wb") as f:

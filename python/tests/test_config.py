@@ -207,13 +207,19 @@ def test_an_nvme_section_without_a_path_is_refused():
     assert "needs an nvme_path" in ei.value.strerror
 
 
-def test_a_missing_nvme_path_directory_is_enoent(swapdir):
-    missing = os.path.join(swapdir, "nope")
+def test_a_missing_nvme_path_is_made_by_the_swapper_not_the_load(swapdir):
+    missing = os.path.join(swapdir, "nope", "swap")
+    nvswap.Config.from_str(json.dumps(nvme_config(missing)))  # loads
+    assert os.listdir(swapdir) == []  # and makes nothing
+    with open(os.path.join(swapdir, "f"), "wb"):
+        pass
+    blocked = os.path.join(swapdir, "f", "swap")
     with pytest.raises(nvswap.ConfigError) as ei:
-        nvswap.Config.from_str(json.dumps(nvme_config(missing)))
-    assert ei.value.errno == errno.ENOENT
+        nvswap.Config.from_str(json.dumps(nvme_config(blocked)))
+    assert ei.value.errno == errno.ENOTDIR
     assert ei.value.key == "zero_optimization.offload_param.nvme_path"
-    assert missing in ei.value.strerror
+    assert f"'{os.path.join(swapdir, 'f')}' is not a directory" in \
+        ei.value.strerror
 
 
 def test_a_missing_file_is_a_config_error_without_position(swapdir):

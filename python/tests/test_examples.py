@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""The examples in examples/python run and say they succeeded."""
+"""The examples in examples/python run, say they succeeded, and leave
+the directory as they found it (what they made of a missing one
+removed)."""
+import os
 import pathlib
 import subprocess
 import sys
@@ -9,9 +12,10 @@ import pytest
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
 
 
-def run(name, *args):
+def run(name, *args, cwd=None):
     return subprocess.run([sys.executable, str(EXAMPLES / name), *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
 
 
 def test_deepnvme_rw_round_trips(diskdir):
@@ -22,14 +26,23 @@ def test_deepnvme_rw_round_trips(diskdir):
     assert list(pathlib.Path(diskdir).iterdir()) == []
 
 
-def test_swapper_example_matches_memory(diskdir):
+def test_deepnvme_rw_default_dir_is_made_and_removed(diskdir):
     pytest.importorskip("torch")
-    r = run("swapper.py", diskdir)
+    r = run("deepnvme_rw.py", cwd=diskdir)  # ./nvme_swap, 256 MiB
+    assert r.returncode == 0, r.stderr
+    assert "bit-exact" in r.stdout
+    assert list(pathlib.Path(diskdir).iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["given", "default"])
+def test_swapper_example_matches_memory(diskdir, where):
+    pytest.importorskip("torch")
+    r = (run("swapper.py", diskdir) if where == "given"
+         else run("swapper.py", cwd=diskdir))  # ./nvme_swap, made
     assert r.returncode == 0, r.stderr
     assert "bit for bit" in r.stdout
-    # the swapper removed its files and directories on close
-    assert sorted(p.name for p in pathlib.Path(diskdir).rglob("*")
-                  if p.is_file()) == []
+    # the swapper removed its files and the directories it made on close
+    assert list(pathlib.Path(diskdir).iterdir()) == []
 
 
 @pytest.mark.parametrize("mode", [[], ["--step-in-backward"]])
@@ -194,8 +207,19 @@ def test_ddp_offloaded_ranks_equal_the_reference(diskdir, nproc, mode):
         f"verdict: after 2 steps on {nproc} ranks every rank's weights and "
         "AdamW state are equal to the single-process reference, bit for "
         "bit: equal")
-    # restore() at the end removed every rank's swap files
-    assert [p for p in pathlib.Path(diskdir).rglob("*") if p.is_file()] == []
+    # restore() at the end removed every rank's swap files, and rank 0
+    # the nvswap/ level the ranks shared
+    assert list(pathlib.Path(diskdir).iterdir()) == []
+
+
+def test_ddp_offloaded_removes_the_dir_it_made(diskdir):
+    pytest.importorskip("torch")
+    r = torchrun(2, "--dir", os.path.join(diskdir, "run", "swap"),
+                 "--steps", "1", "--width", "64", "--layers", "2",
+                 "--context", "16")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert verdict(r.stdout).endswith("bit for bit: equal")
+    assert list(pathlib.Path(diskdir).iterdir()) == []
 
 
 def test_ddp_offloaded_without_averaging_says_different(diskdir):
@@ -217,9 +241,9 @@ def test_hf_trainer_example_is_bit_for_bit(diskdir, mode):
     pytest.importorskip("transformers", reason="transformers is not "
                         "installed for this interpreter (Debian packages "
                         "no transformers)")
-    r = run("hf_trainer.py", "--dir", diskdir, "--steps", "3", "--layers",
-            "2", "--hidden", "128", "--vocab", "512", "--context", "32",
-            *mode)
+    r = run("hf_trainer.py", "--dir", os.path.join(diskdir, "nvme_swap"),
+            "--steps", "3", "--layers", "2", "--hidden", "128", "--vocab",
+            "512", "--context", "32", *mode)
     assert r.returncode == 0, r.stdout + r.stderr
     last = r.stdout.splitlines()[-1]
     assert last.startswith("verdict: the offloaded Trainer's losses") and \

@@ -66,8 +66,12 @@ def test_several_paths_are_listed_per_path(swapdir):
 
 
 def test_creation_errors(swapdir):
-    raises_errno(errno.ENOENT, nvswap.Swapper, nvme_path=os.path.join(swapdir, "x"),
-                 buffer_size=MiB, buffer_count=1)
+    with open(os.path.join(swapdir, "f"), "wb"):
+        pass
+    e = raises_errno(errno.ENOTDIR, nvswap.Swapper,
+                     nvme_path=os.path.join(swapdir, "f", "x"),
+                     buffer_size=MiB, buffer_count=1)
+    assert os.path.join(swapdir, "f") + " is not a directory" in str(e)
     raises_errno(errno.EINVAL, nvswap.Swapper, buffer_size=MiB, buffer_count=1)
     raises_errno(errno.EINVAL, nvswap.Swapper, nvme_path=swapdir, buffer_size=0,
                  buffer_count=1)

@@ -9,6 +9,7 @@
 #include "config/positions.h"
 #include "internal/errors.h"
 #include "nvswap/swapper.h"
+#include "swapper/swapdir.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -196,15 +197,30 @@ static int get_count(const struct nvs_config *c, const char *path,
 	return 0;
 }
 
-/* A directory nvswap may create swap files in. */
+/* A directory nvswap may create swap files in, or make (mkdir -p) when
+ * the swapper is created. */
 static int check_dir(const struct nvs_config *c, const char *path,
 		     const char *dir)
 {
+	char level[4096];
 	struct stat st;
+	int ret;
 
-	if (stat(dir, &st) < 0)
-		return nvs__config_bad(c, -errno, path, "'%s': %s", dir,
-				       nvs_strerror(errno));
+	if (stat(dir, &st) < 0) {
+		ret = nvs__swapdir_mkpath(dir, true, level, sizeof(level));
+		if (ret == -ENOTDIR)
+			return nvs__config_bad(c, ret, path,
+					       "'%s': '%s' is not a directory",
+					       dir, level);
+		if (ret < 0 && stat(level, &st) < 0 && errno == ENOENT)
+			return nvs__config_bad(c, ret, path,
+					       "'%s': cannot create '%s': %s",
+					       dir, level, nvs_strerror(-ret));
+		if (ret < 0)
+			return nvs__config_bad(c, ret, path, "'%s': %s", dir,
+					       nvs_strerror(-ret));
+		return 0; /* missing: the swapper makes it */
+	}
 	if (!S_ISDIR(st.st_mode))
 		return nvs__config_bad(c, -ENOTDIR, path,
 				       "'%s' is not a directory", dir);

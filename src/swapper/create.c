@@ -50,7 +50,7 @@ static int open_path(struct nvs_swapper *s, unsigned i, const char *nvme_path,
 	struct nvs_dio_align a;
 	int ret;
 
-	ret = nvs__swapdir_open(nvme_path, o->name, o->rank, &p->dir);
+	ret = nvs__swapdir_make(nvme_path, o->name, o->rank, &p->dir);
 	if (ret < 0)
 		return ret;
 	if (o->persist) {
@@ -73,6 +73,34 @@ static int open_path(struct nvs_swapper *s, unsigned i, const char *nvme_path,
 		s->align =
 			NVS_MAX(s->align, NVS_MAX(a.offset_align, a.mem_align));
 	return 0;
+}
+
+/* The levels of a missing nvme_path, made before anything else (so that
+ * two spellings of one new directory are found to be one), or the level
+ * that cannot be made named in the error. */
+static int make_paths(const struct nvs_swapper_opts *o)
+{
+	char level[4096];
+	int ret;
+
+	for (unsigned i = 0; i < o->npaths; i++) {
+		ret = nvs__swapdir_mkpath(o->nvme_paths[i], false, level,
+					  sizeof(level));
+		if (ret < 0) {
+			nvs__swapdir_mkpath_err(ret, o->nvme_paths[i], level);
+			for (unsigned j = 0; j < i; j++)
+				nvs__swapdir_rmpath(o->nvme_paths[j]);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* A failed create takes back the levels it made (those still empty). */
+static void unmake_paths(const struct nvs_swapper_opts *o)
+{
+	for (unsigned i = o->npaths; i--;)
+		nvs__swapdir_rmpath(o->nvme_paths[i]);
 }
 
 void nvs__swapper_free(struct nvs_swapper *s)
@@ -128,8 +156,6 @@ static int create(const struct nvs_swapper_opts *o,
 					"nvs_swapper_create: nvme_paths[%u] "
 					"is empty",
 					i);
-	if ((ret = nvs__paths_distinct(o->nvme_paths, o->npaths)) < 0)
-		return ret;
 	if (!o->buffer_size || !o->buffer_count)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: buffer_size %zu x "
@@ -140,9 +166,17 @@ static int create(const struct nvs_swapper_opts *o,
 				"nvs_swapper_create: stripe_size %" PRIu64
 				" is not a positive multiple of 4096",
 				o->stripe_size);
+	if ((ret = make_paths(o)) < 0)
+		return ret;
+	if ((ret = nvs__paths_distinct(o->nvme_paths, o->npaths)) < 0) {
+		unmake_paths(o);
+		return ret;
+	}
 	s = nvs__calloc(1, sizeof(*s));
-	if (!s)
+	if (!s) {
+		unmake_paths(o);
 		return nvs__err(-ENOMEM, "nvs_swapper_create: out of memory");
+	}
 	pthread_mutex_init(&s->lock, NULL);
 	/* Timed waits for room run on the monotonic clock: a step of the
 	 * wall clock neither lengthens nor cuts them. */
@@ -227,6 +261,7 @@ fail : {
 	snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 	nvs_aio_destroy(s->aio);
 	nvs__swapper_free(s);
+	unmake_paths(o);
 	nvs__err_set(ret, msg);
 	return ret;
 }

@@ -106,14 +106,16 @@ static bool plain_file(int fd)
 }
 
 /*
- * The <nvme_path>/nvswap directories this process created, so that the
- * last of its swappers there removes it when empty (rmdir refuses a
- * non-empty one), and one the user made is left alone.
+ * The directories this process created (<nvme_path>/nvswap, and the
+ * levels of a missing nvme_path itself), so that the last of its
+ * swappers there removes them when empty (rmdir refuses a non-empty
+ * one), and one the user made is left alone.
  */
+#define MADE_MAX 256
 static struct {
 	pthread_mutex_t lock; /* protects everything below */
-	dev_t dev[64];
-	ino_t ino[64];
+	dev_t dev[MADE_MAX];
+	ino_t ino[MADE_MAX];
 	unsigned n;
 	/* The swap directories open in this process: a forked child closes
 	 * their descriptors (made_child), so that it holds no parent's lock
@@ -181,6 +183,21 @@ static int made_find(dev_t dev, ino_t ino)
 	return -1;
 }
 
+/* Note a directory this process made; made.lock held. */
+static void made_add(const struct stat *st)
+{
+	if (made_find(st->st_dev, st->st_ino) < 0 && made.n < MADE_MAX) {
+		made.dev[made.n] = st->st_dev;
+		made.ino[made.n++] = st->st_ino;
+	}
+}
+
+static void made_del(unsigned i)
+{
+	made.dev[i] = made.dev[made.n - 1];
+	made.ino[i] = made.ino[--made.n];
+}
+
 static void note_top(struct nvs_swapdir *d, int top, bool created)
 {
 	struct stat st;
@@ -191,10 +208,8 @@ static void note_top(struct nvs_swapdir *d, int top, bool created)
 	d->top_dev = st.st_dev;
 	d->top_ino = st.st_ino;
 	pthread_mutex_lock(&made.lock);
-	if (created && made_find(st.st_dev, st.st_ino) < 0 && made.n < 64) {
-		made.dev[made.n] = st.st_dev;
-		made.ino[made.n++] = st.st_ino;
-	}
+	if (created)
+		made_add(&st);
 	pthread_mutex_unlock(&made.lock);
 }
 
@@ -208,12 +223,117 @@ static void drop_top(struct nvs_swapdir *d)
 	pthread_mutex_lock(&made.lock);
 	i = made_find(d->top_dev, d->top_ino);
 	if (i >= 0 && lstat(d->path, &st) == 0 && st.st_dev == d->top_dev &&
-	    st.st_ino == d->top_ino && rmdir(d->path) == 0) {
-		made.dev[i] = made.dev[made.n - 1];
-		made.ino[i] = made.ino[--made.n];
-	}
+	    st.st_ino == d->top_ino && rmdir(d->path) == 0)
+		made_del((unsigned)i);
 	pthread_mutex_unlock(&made.lock);
 	d->path[d->top_len] = c;
+}
+
+/* The directory that holds @path's last component ("/" or "."). */
+static void parent_of(const char *path, size_t end, char *out, size_t len)
+{
+	while (end > 1 && path[end - 1] == '/')
+		end--;
+	while (end > 0 && path[end - 1] != '/')
+		end--;
+	while (end > 1 && path[end - 1] == '/')
+		end--;
+	if (end == 0)
+		snprintf(out, len, ".");
+	else
+		snprintf(out, len, "%.*s", (int)end, path);
+}
+
+int nvs__swapdir_mkpath(const char *path, bool check, char *level, size_t len)
+{
+	char buf[sizeof(((struct nvs_swapdir *)0)->path)];
+	size_t n = strlen(path), i = 0;
+	struct stat st;
+	int ret = 0;
+
+	snprintf(level, len, "%s", path);
+	if (n == 0)
+		return -ENOENT;
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	pthread_once(&made_once, made_atfork);
+	pthread_mutex_lock(&made.lock);
+	while (i < n) {
+		/* The next level: up to the end of the next component. */
+		while (i < n && buf[i] == '/')
+			i++;
+		while (i < n && buf[i] != '/')
+			i++;
+		char c = buf[i];
+		buf[i] = '\0';
+		snprintf(level, len, "%s", buf);
+		if (stat(buf, &st) == 0) {
+			if (!S_ISDIR(st.st_mode)) {
+				ret = -ENOTDIR;
+				break;
+			}
+		} else if (errno != ENOENT) {
+			ret = -errno;
+			break;
+		} else if (check) {
+			/* The rest would be made here: can it be? */
+			char up[sizeof(buf)];
+			parent_of(buf, i, up, sizeof(up));
+			ret = access(up, W_OK | X_OK) < 0 ? -errno : 0;
+			break;
+		} else {
+			/* EEXIST: made meanwhile by someone else. */
+			bool ours = mkdir(buf, 0700) == 0;
+			if (!ours && errno != EEXIST) {
+				ret = -errno;
+				break;
+			}
+			if (stat(buf, &st) < 0) {
+				ret = -errno;
+				break;
+			}
+			if (!S_ISDIR(st.st_mode)) {
+				ret = -ENOTDIR;
+				break;
+			}
+			if (ours)
+				made_add(&st);
+		}
+		buf[i] = c;
+	}
+	pthread_mutex_unlock(&made.lock);
+	return ret;
+}
+
+void nvs__swapdir_rmpath(const char *path)
+{
+	char buf[sizeof(((struct nvs_swapdir *)0)->path)];
+	size_t n = strlen(path);
+	struct stat st;
+	int i;
+
+	if (n == 0 || n >= sizeof(buf))
+		return;
+	memcpy(buf, path, n + 1);
+	pthread_once(&made_once, made_atfork);
+	pthread_mutex_lock(&made.lock);
+	for (;;) {
+		while (n > 1 && buf[n - 1] == '/')
+			buf[--n] = '\0';
+		if (lstat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+			break;
+		i = made_find(st.st_dev, st.st_ino);
+		if (i < 0 || rmdir(buf) < 0)
+			break;
+		made_del((unsigned)i);
+		char *slash = strrchr(buf, '/');
+		if (!slash || slash == buf)
+			break;
+		*slash = '\0';
+		n = (size_t)(slash - buf);
+	}
+	pthread_mutex_unlock(&made.lock);
 }
 
 static long holder_pid(int lockfd)
@@ -370,6 +490,42 @@ int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 	return ret;
 }
 
+int nvs__swapdir_make(const char *nvme_path, const char *name, int rank,
+		      struct nvs_swapdir *d)
+{
+	char level[sizeof(d->path)];
+	int ret = 0;
+
+	/* As in nvs__swapdir_open, and a level of nvme_path this process
+	 * made may go with its last scratch swapper meanwhile. */
+	for (int tries = 0; tries < 8; tries++) {
+		ret = nvs__swapdir_mkpath(nvme_path, false, level,
+					  sizeof(level));
+		if (ret < 0) {
+			memset(d, 0, sizeof(*d));
+			d->dirfd = d->lockfd = -1;
+			return nvs__swapdir_mkpath_err(ret, nvme_path, level);
+		}
+		ret = open_once(nvme_path, name, rank, d);
+		if (ret != -ENOENT)
+			break;
+	}
+	return ret;
+}
+
+int nvs__swapdir_mkpath_err(int err, const char *nvme_path, const char *level)
+{
+	if (err == -ENOTDIR)
+		return nvs__err(err,
+				"nvswap: nvme_path %s: %s is not a directory",
+				nvme_path, level);
+	if (!strcmp(level, nvme_path))
+		return nvs__err(err, "nvswap: nvme_path %s: %s", nvme_path,
+				nvs_strerror(-err));
+	return nvs__err(err, "nvswap: nvme_path %s: cannot create %s: %s",
+			nvme_path, level, nvs_strerror(-err));
+}
+
 int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags)
 {
 	char file[256];
@@ -415,6 +571,12 @@ void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 			*slash = '/';
 		}
 		drop_top(d);
+		/* And the levels of nvme_path made for it. */
+		size_t n = d->top_len - strlen("/nvswap");
+		char c = d->path[n];
+		d->path[n] = '\0';
+		nvs__swapdir_rmpath(d->path);
+		d->path[n] = c;
 	}
 	d->dirfd = d->lockfd = -1;
 }

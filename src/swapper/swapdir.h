@@ -43,13 +43,36 @@ struct nvs_swapdir {
  */
 int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 		      struct nvs_swapdir *d);
+/*
+ * mkdir -p @nvme_path: each missing level made 0700 (an existing one is
+ * left as it is) and noted as made by this process, so that
+ * nvs__swapdir_rmpath() removes it again. With @check, nothing is made:
+ * only whether it could be (the first missing level's parent lets this
+ * process create in it). Returns 0, or -errno with @level (@len bytes)
+ * naming the level at fault: -ENOTDIR (not a directory), -EACCES,
+ * -EROFS, -ELOOP..., -ENAMETOOLONG (@level is then @nvme_path); sets no
+ * message (nvs__swapdir_mkpath_err() does). Threading: any thread.
+ */
+int nvs__swapdir_mkpath(const char *nvme_path, bool check, char *level,
+			size_t len);
+/* Set nvs_last_error() for nvs__swapdir_mkpath()'s @err and @level;
+ * returns @err. */
+int nvs__swapdir_mkpath_err(int err, const char *nvme_path, const char *level);
+/* Remove @nvme_path, then its parents, each while it is empty and was
+ * made by this process (nvs__swapdir_mkpath()). */
+void nvs__swapdir_rmpath(const char *nvme_path);
+/* nvs__swapdir_mkpath() then nvs__swapdir_open(): what a swapper uses.
+ * Errors as both. */
+int nvs__swapdir_make(const char *nvme_path, const char *name, int rank,
+		      struct nvs_swapdir *d);
 /* Create swap file "swap.<@name>" (O_EXCL, 0600, O_NOFOLLOW) with @flags
  * added (e.g. O_DIRECT; dropped when the filesystem refuses it: check
  * the descriptor's flags); returns the descriptor or -errno. */
 int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags);
 /* Unlock and close; with @remove, delete the swap files, the lock and the
  * rank directory first (scratch mode), the <name> level when empty, and
- * <nvme_path>/nvswap when empty and made by this process. */
+ * <nvme_path>/nvswap and the levels of nvme_path when empty and made by
+ * this process. */
 void nvs__swapdir_close(struct nvs_swapdir *d, bool remove);
 
 #endif

@@ -3,7 +3,9 @@
  * The swapper's rank directory: created 0700 under <nvme_path>/nvswap/,
  * locked against a second owner, swap files 0600 and never through a
  * symlink, scratch files removed on close, and the files of a process
- * killed with SIGKILL found stale and removed at the next open.
+ * killed with SIGKILL found stale and removed at the next open. A missing
+ * nvme_path is made (mkdir -p, 0700) by the swapper, or refused at create
+ * naming the level at fault, and what was made goes with a scratch set.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,8 +18,10 @@
 #include <unistd.h>
 
 #include "nvswap/common.h"
+#include "nvswap/swapper.h"
 #include "swapper/swapdir.h"
 #include "testutil.h"
+#include "tu_swapper.h"
 
 static void fini(void)
 {
@@ -170,4 +174,212 @@ Test(swapdir, a_name_must_be_one_path_component)
 		cr_assert_eq(d.dirfd, -1);
 	}
 	cr_assert_eq(nvs__swapdir_open(tu_dir(), NULL, -1, &d), -EINVAL);
+}
+
+static mode_t mode_of(const char *p)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(p, &st), 0, "%s: %s", p, strerror(errno));
+	return st.st_mode & 07777;
+}
+
+static bool gone(const char *p)
+{
+	struct stat st;
+
+	return lstat(p, &st) < 0 && errno == ENOENT;
+}
+
+static struct nvs_swapper *swapper_on(const char *path, const char *name,
+				      uint8_t persist)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s;
+
+	tu_swapper_opts(&o, 1 << 16, 2);
+	o.nvme_paths[0] = path;
+	o.name = name;
+	o.persist = persist;
+	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
+	return s;
+}
+
+Test(swapdir, a_missing_nvme_path_is_made_0700_and_removed_with_the_set)
+{
+	char path[4200], swap[4300];
+	struct nvs_swapper *s;
+
+	cr_assert_eq(chmod(tu_dir(), 0755), 0);
+	snprintf(path, sizeof(path), "%s/a/b/c", tu_dir());
+	s = swapper_on(path, NULL, NVS_PERSIST_SCRATCH);
+	cr_assert_eq(mode_of(tu_path("a")), 0700);
+	cr_assert_eq(mode_of(tu_path("a/b")), 0700);
+	cr_assert_eq(mode_of(path), 0700);
+	cr_assert_eq(mode_of(tu_dir()), 0755, "an existing level is kept");
+	snprintf(swap, sizeof(swap), "%s/nvswap/rank0/swap.0", path);
+	cr_assert_eq(access(swap, F_OK), 0, "%s", swap);
+	nvs_swapper_destroy(s);
+	cr_assert(gone(tu_path("a")), "every level it made is removed");
+	cr_assert_eq(mode_of(tu_dir()), 0755);
+}
+
+Test(swapdir, an_existing_nvme_path_is_left_as_it_is)
+{
+	const char *path = tu_path("mine");
+	struct nvs_swapper *s;
+
+	cr_assert_eq(mkdir(path, 0750), 0);
+	s = swapper_on(path, NULL, NVS_PERSIST_SCRATCH);
+	cr_assert_eq(mode_of(path), 0750);
+	nvs_swapper_destroy(s);
+	cr_assert_eq(mode_of(path), 0750, "the user's directory stays");
+	cr_assert(gone(tu_path("mine/nvswap")));
+}
+
+Test(swapdir, a_made_path_stays_until_the_last_swapper_there_leaves)
+{
+	char path[4200];
+	struct nvs_swapper *p, *o;
+
+	snprintf(path, sizeof(path), "%s/x/y", tu_dir());
+	p = swapper_on(path, "param", NVS_PERSIST_SCRATCH);
+	o = swapper_on(path, "optimizer", NVS_PERSIST_SCRATCH);
+	nvs_swapper_destroy(p);
+	cr_assert_eq(mode_of(path), 0700, "the other swapper is still in");
+	cr_assert(gone(tu_path("x/y/nvswap/param")));
+	nvs_swapper_destroy(o);
+	cr_assert(gone(tu_path("x")), "the last one removes what was made");
+}
+
+Test(swapdir, a_persistent_set_keeps_the_path_it_made)
+{
+	char path[4200], lock[4300];
+	struct nvs_swapper *s;
+
+	snprintf(path, sizeof(path), "%s/p/q", tu_dir());
+	s = swapper_on(path, "set", NVS_PERSIST_PERSISTENT);
+	nvs_swapper_destroy(s);
+	snprintf(lock, sizeof(lock), "%s/nvswap/set/rank0/lock", path);
+	cr_assert_eq(access(lock, F_OK), 0, "the set stays where it was made");
+	cr_assert_eq(mode_of(path), 0700);
+	s = swapper_on(path, "set", NVS_PERSIST_RESUME);
+	nvs_swapper_destroy(s);
+}
+
+Test(swapdir, a_file_in_the_way_is_refused_at_create_naming_it)
+{
+	char path[4200], want[8500];
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = (struct nvs_swapper *)&o;
+
+	tu_write_file(tu_path("f"), "x", 1);
+	snprintf(path, sizeof(path), "%s/f/swap/here", tu_dir());
+	tu_swapper_opts(&o, 1 << 16, 2);
+	o.nvme_paths[0] = path;
+	cr_assert_eq(nvs_swapper_create(&o, &s), -ENOTDIR);
+	cr_assert_null(s);
+	snprintf(want, sizeof(want),
+		 "nvswap: nvme_path %s: %s is not a directory", path,
+		 tu_path("f"));
+	cr_assert_str_eq(nvs_last_error(), want);
+	/* The file itself as nvme_path. */
+	o.nvme_paths[0] = tu_path("f");
+	cr_assert_eq(nvs_swapper_create(&o, &s), -ENOTDIR);
+	cr_assert(strstr(nvs_last_error(), tu_path("f")), "%s",
+		  nvs_last_error());
+}
+
+Test(swapdir, a_failed_create_takes_back_the_levels_it_made)
+{
+	char ok[4200], bad[4200];
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s;
+
+	tu_write_file(tu_path("f"), "x", 1);
+	snprintf(ok, sizeof(ok), "%s/new/d0", tu_dir());
+	snprintf(bad, sizeof(bad), "%s/f/d1", tu_dir());
+	tu_swapper_opts(&o, 1 << 16, 2);
+	o.npaths = 2;
+	o.nvme_paths[0] = ok;
+	o.nvme_paths[1] = bad;
+	cr_assert_eq(nvs_swapper_create(&o, &s), -ENOTDIR);
+	cr_assert(strstr(nvs_last_error(), bad), "%s", nvs_last_error());
+	cr_assert(gone(tu_path("new")), "made for path 0, then removed");
+	/* Two spellings of one new directory: found to be one, refused,
+	 * and taken back. */
+	snprintf(bad, sizeof(bad), "%s/new/d0/", tu_dir());
+	o.nvme_paths[1] = bad;
+	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "are the same directory"), "%s",
+		  nvs_last_error());
+	cr_assert(gone(tu_path("new")));
+	/* A create failing later (a zero stripe size is checked first, so:
+	 * a set to resume that is not there) takes them back too. */
+	o.npaths = 1;
+	o.persist = NVS_PERSIST_RESUME;
+	o.name = "none";
+	cr_assert_eq(nvs_swapper_create(&o, &s), -ENOENT);
+	cr_assert(gone(tu_path("new/d0/nvswap/none/rank0/swap.0")));
+}
+
+/* nvs__swapdir_mkpath(@path, @check) as user nobody (when root): its
+ * return, and the level it names in @level. */
+static int mkpath_unprivileged(const char *path, bool check, char *level,
+			       size_t len)
+{
+	int fds[2], status, ret = 0;
+	pid_t pid;
+
+	cr_assert_eq(pipe(fds), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char buf[4200] = "";
+		int r = tu_drop_root()
+				? nvs__swapdir_mkpath(path, check, buf + 8,
+						      sizeof(buf) - 8)
+				: 1;
+		memcpy(buf, &r, sizeof(r));
+		(void)!write(fds[1], buf, sizeof(buf));
+		_exit(0);
+	}
+	close(fds[1]);
+	char buf[4200];
+	cr_assert_eq(read(fds[0], buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	close(fds[0]);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	memcpy(&ret, buf, sizeof(ret));
+	snprintf(level, len, "%s", buf + 8);
+	return ret;
+}
+
+Test(swapdir, a_level_that_cannot_be_made_is_named_checked_or_made)
+{
+	char path[4200], level[4200];
+	const char *ro = tu_path("ro");
+
+	cr_assert_eq(mkdir(ro, 0755), 0);
+	cr_assert_eq(chmod(tu_dir(), 0755), 0);
+	snprintf(path, sizeof(path), "%s/a/b", ro);
+	for (int check = 0; check < 2; check++) {
+		int ret =
+			mkpath_unprivileged(path, check, level, sizeof(level));
+		if (ret == 1)
+			cr_skip_test("cannot drop root to user nobody here");
+		cr_assert_eq(ret, -EACCES, "check %d: %d %s", check, ret,
+			     level);
+		cr_assert_str_eq(level, tu_path("ro/a"));
+	}
+	cr_assert(gone(tu_path("ro/a")), "nothing made");
+	/* The check makes nothing; the real one makes both levels. */
+	cr_assert_eq(nvs__swapdir_mkpath(path, true, level, sizeof(level)), 0);
+	cr_assert(gone(tu_path("ro/a")));
+	cr_assert_eq(nvs__swapdir_mkpath(path, false, level, sizeof(level)), 0);
+	cr_assert_eq(mode_of(path), 0700);
+	nvs__swapdir_rmpath(path);
+	cr_assert(gone(tu_path("ro/a")), "rmpath takes back what was made");
+	cr_assert_eq(mode_of(ro), 0755, "and only that");
+	cr_assert_eq(mkpath_unprivileged(ro, false, level, sizeof(level)), 0,
+		     "an existing level needs no write permission");
 }

@@ -243,9 +243,10 @@ Test(swapper, bad_options_are_refused_and_leave_out_null)
 	o.name = "../x";
 	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);
 	opts(&o, 2);
-	o.nvme_paths[0] = "/nonexistent/nvme";
-	cr_assert_eq(nvs_swapper_create(&o, &s), -ENOENT);
-	cr_assert(strstr(nvs_last_error(), "/nonexistent/nvme"));
+	tu_write_file(tu_path("file"), "x", 1);
+	o.nvme_paths[0] = tu_path("file/nvme");
+	cr_assert_eq(nvs_swapper_create(&o, &s), -ENOTDIR);
+	cr_assert(strstr(nvs_last_error(), tu_path("file")));
 	opts(&o, 2);
 	o.size = 0;
 	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);

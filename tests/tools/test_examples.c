@@ -5,7 +5,8 @@
  * model (a real 1 MiB tmpfs). Each stops with a clear message and a
  * non-zero status. (The bit-exact run itself is the example-offload-train
  * test; here, stopped after step 3 and resumed, it still matches an
- * uninterrupted run.)
+ * uninterrupted run.) The demo and the swap loop, run from a fresh
+ * directory as their defaults expect, leave it as they found it.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -356,4 +357,73 @@ Test(examples, stop_after_must_come_before_the_last_step)
 	cr_assert(strstr(o.err, "--stop-after takes a step before the last"),
 		  "%s", o.err);
 	tu_out_free(&o);
+}
+
+/* Names in @dir (not . and ..), sorted, joined by spaces: "" when empty. */
+static const char *listing(const char *dir)
+{
+	static char buf[4096];
+	struct dirent **e;
+	int n = scandir(dir, &e, NULL, alphasort);
+
+	cr_assert_geq(n, 0, "%s: %s", dir, strerror(errno));
+	buf[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		if (strcmp(e[i]->d_name, ".") && strcmp(e[i]->d_name, "..")) {
+			if (buf[0])
+				strncat(buf, " ",
+					sizeof(buf) - strlen(buf) - 1);
+			strncat(buf, e[i]->d_name,
+				sizeof(buf) - strlen(buf) - 1);
+		}
+		free(e[i]);
+	}
+	free(e);
+	return buf;
+}
+
+/* Run @env's program with @args in <tu_dir>/<name> (made when missing);
+ * it must say @ok, and the listing there afterwards must be @after. */
+static void run_in(const char *name, const char *env, const char *args,
+		   const char *after, const char *ok)
+{
+	const char *bin = getenv(env);
+	char dir[4200], cmd[8192];
+	struct tu_out o;
+
+	cr_assert_not_null(bin, "%s is set by tests/meson.build", env);
+	snprintf(dir, sizeof(dir), "%s", tu_path(name));
+	cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	snprintf(cmd, sizeof(cmd), "cd %s && %s %s", dir, bin, args);
+	o = tu_run(cmd);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.out, ok), "%s", o.out);
+	cr_assert_str_eq(listing(dir), after, "%s: %s", cmd, o.out);
+	tu_out_free(&o);
+}
+
+Test(examples, the_demo_leaves_the_directory_as_it_found_it)
+{
+	/* ./nvme_swap, its default, made and removed */
+	run_in("demo", "NVSWAP_DEMO", "--size 4M", "", "verify: OK");
+	/* a --dir that exists stays, emptied of the demo's file */
+	cr_assert_eq(mkdir(tu_path("demo2"), 0700), 0);
+	cr_assert_eq(mkdir(tu_path("demo2/mine"), 0700), 0);
+	run_in("demo2", "NVSWAP_DEMO", "--dir mine --size 4M", "mine",
+	       "verify: OK");
+	cr_assert_str_eq(listing(tu_path("demo2/mine")), "");
+	/* --keep keeps the file, so its directory too */
+	run_in("demo3", "NVSWAP_DEMO", "--size 4M --keep", "nvme_swap",
+	       "verify: OK");
+	cr_assert_str_eq(listing(tu_path("demo3/nvme_swap")), "demo.swp");
+}
+
+Test(examples, the_swap_loop_leaves_the_directory_as_it_found_it)
+{
+	char args[4200];
+
+	/* the sample config's nvme_path, ./nvme_swap: made by the
+	 * swapper, removed at its destroy */
+	snprintf(args, sizeof(args), "%s 4 2", getenv("NVSWAP_SWAP_CONFIG"));
+	run_in("loop", "NVSWAP_SWAP_LOOP", args, "", "all 4 layers correct");
 }

@@ -3,7 +3,8 @@
  * examples/mpi_offload_train under mpirun, as make demo-mpi runs it:
  * 4 and 2 ranks end with weights equal to each other and to the
  * single-process reference bit for bit, and a rank whose weights are
- * flipped by one bit fails the verdict with a non-zero exit status.
+ * flipped by one bit fails the verdict with a non-zero exit status; the
+ * run leaves no directory behind.
  * Skips (saying why) only when the example was not built (no MPI for C
  * at configure time, or -Dmpi=disabled) or mpirun is not on PATH.
  */
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -70,6 +72,9 @@ static void assert_bit_exact(int np)
 	cr_assert(strstr(o.out, want), "%s%s", o.out, o.err);
 	snprintf(want, sizeof(want), "%d of %d ranks", np, np);
 	cr_assert(strstr(o.out, want), "%s", o.out);
+	/* the nvswap/ level the ranks shared goes too (made by one rank,
+	 * left last by another) */
+	cr_assert_eq(access(tu_path("nvswap"), F_OK), -1, "left behind");
 	tu_out_free(&o);
 }
 

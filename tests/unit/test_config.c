@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal/alloc.h"
 #include "nvswap/config.h"
@@ -305,16 +306,29 @@ Test(config, malformed_json_and_duplicate_keys_give_line_and_column)
 
 Test(config, an_nvme_device_needs_a_directory_it_can_write)
 {
-	char json[4096];
+	char json[4096], want[4096];
 
 	fails("{\"zero_optimization\": {\"offload_param\": {\"device\": "
 	      "\"nvme\"}}}",
 	      -EINVAL, "device \"nvme\" needs an nvme_path");
-	fails("{\"zero_optimization\": {\"offload_param\": {\"device\": "
-	      "\"nvme\", \"nvme_path\": \"/nonexistent/nvswap\"}}}",
-	      -ENOENT,
-	      "offload_param.nvme_path: '/nonexistent/nvswap': No such file");
 	tu_write_file(tu_path("f"), "x", 1);
+	/* A missing one is fine when it can be made (the swapper makes
+	 * it); a file in the way is named. */
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s\"}}}",
+		 tu_path("new/swap"));
+	nvs_config_free(load(json));
+	cr_assert_eq(access(tu_path("new"), F_OK), -1, "a load makes nothing");
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s/new/swap\"}}}",
+		 tu_path("f"));
+	snprintf(want, sizeof(want),
+		 "offload_param.nvme_path: '%s/new/swap': "
+		 "'%s' is not a directory",
+		 tu_path("f"), tu_path("f"));
+	fails(json, -ENOTDIR, want);
 	snprintf(json, sizeof(json),
 		 "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": "
 		 "\"nvme\", \"nvme_path\": \"%s\"}}}",
@@ -329,7 +343,7 @@ Test(config, an_nvme_device_needs_a_directory_it_can_write)
 
 Test(config, a_read_only_nvme_path_is_refused)
 {
-	char json[4096];
+	char json[4096], want[4096];
 	const char *d = tu_path("ro");
 
 	if (!tu_mount_private(d, "tmpfs", MS_RDONLY, "size=1m"))
@@ -341,6 +355,14 @@ Test(config, a_read_only_nvme_path_is_refused)
 		 "\"nvme\", \"nvme_path\": \"%s\"}}}",
 		 d);
 	fails(json, -EROFS, "cannot create files there: Read-only file system");
+	/* A level to be made there: named, refused at load. */
+	snprintf(json, sizeof(json),
+		 "{\"zero_optimization\": {\"offload_param\": {\"device\": "
+		 "\"nvme\", \"nvme_path\": \"%s/a/b\"}}}",
+		 d);
+	snprintf(want, sizeof(want),
+		 "'%s/a/b': cannot create '%s/a': Read-only file system", d, d);
+	fails(json, -EROFS, want);
 	umount2(d, MNT_DETACH);
 }
 

@@ -1,15 +1,19 @@
 # SPDX-License-Identifier: MIT
 """offload() and restore(): a model's parameters moved to NVMe and back,
 and the hooks that make its forward, backward and state dicts work."""
+import atexit
 import ctypes
 import inspect
+import os
+import re
+import weakref
 
 import torch
 
 import nvswap
 
 from . import _clip, _durable, _load, _mixed, _pools, _statedict
-from ._engine import Engine, ParamDict, engine_of
+from ._engine import ALIGN, Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors)
 
@@ -34,6 +38,68 @@ def _fix_mmap_threshold(nbytes):
     mallopt(-3, int(nbytes))  # M_MMAP_THRESHOLD
 
 
+# The scratch engines of this process not closed yet: closed at exit, so
+# that their swap files (and the directories made for them) go with the
+# process also without restore() (the Swappers are in reference cycles
+# with the model, which the interpreter need not collect at exit).
+_SCRATCH = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    for eng in list(_SCRATCH):
+        if eng.pid != os.getpid():
+            continue  # a forked child's copy: the parent's files
+        try:
+            eng.close(save=False)
+        except Exception:  # nothing to report to at exit
+            pass
+
+
+_SIZE = re.compile(r"([0-9]+)(?:([KMGT])(?:I?B)?)?\Z", re.I)
+
+
+def _pool_arg(name, value, size):
+    """A pool keyword as given (None: unset), refused naming the keyword
+    when it is not a positive count (size: bytes, an int or a str such
+    as '64M'; else a whole number of buffers)."""
+    if value is None:
+        return None
+    what = ("a byte count > 0 (an int, or a str such as '64M')" if size
+            else "a whole number > 0")
+    if isinstance(value, str) and size:
+        m = _SIZE.match(value)
+        n = None
+        if m:
+            unit = (m.group(2) or " ").upper()
+            n = int(m.group(1)) << (10 * " KMGT".index(unit))
+    elif isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        raise TypeError(f"nvswap.torch.offload: {name} must be {what}, "
+                        f"not {type(value).__name__}")
+    if n is None or n <= 0:
+        raise ValueError(f"nvswap.torch.offload: {name}={value!r}: must be "
+                         f"{what}")
+    return value
+
+
+def _default_buffer_size(model, dtype):
+    """Bytes of the largest module's own parameters in the pool, each
+    rounded up as a layer places it: every module then fits one buffer,
+    whole."""
+    seen, most = set(), 0
+    for m in model.modules():
+        n = 0
+        for p in m._parameters.values():
+            if p is None or id(p) in seen:
+                continue
+            seen.add(id(p))
+            n += (_mixed.cast_size(p, dtype) + ALIGN - 1) // ALIGN * ALIGN
+        most = max(most, n)
+    return max(most, ALIGN)
+
+
 def offload(model, config=None, rank=None, *, nvme_path=None,
             buffer_size=None, buffer_count=None, lookahead=None,
             max_in_cpu=None,
@@ -47,8 +113,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     zero_optimization.offload_param section (nvme_path, buffer_count,
     buffer_size) makes the parameter pool, offload_optimizer the pool for
     gradients and optimizer state, nvswap.lookahead the read-ahead. Or no
-    config and nvme_path=, buffer_size=, buffer_count=. Keywords override
-    the config. rank: the swap directory is <nvme_path>/nvswap/<kind>/
+    config and nvme_path=, buffer_size= (bytes; default: the largest
+    module's parameters, so that each module is one layer),
+    buffer_count= (default 4). Keywords override the config; a bad one
+    raises ValueError or TypeError naming it. A missing nvme_path is
+    made (0700 for each level made). rank: the swap directory is
+    <nvme_path>/nvswap/<kind>/
     rank<rank>; None (the default) takes the config's nvswap.rank, else
     the launcher's (nvswap.launch(): torchrun's RANK, mpirun's...).
     max_in_cpu: bytes of whole layers kept in CPU memory (default 0; also
@@ -132,8 +202,15 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     (examples/python/ddp_offloaded.py). What it raises propagates out of
     backward() and that gradient is dropped.
 
+    A scratch offload (not persist=) removes its swap files, and the
+    directories made for them, at restore(), or when the process exits
+    without it (normally or by an exception; a SIGKILL leaves them, and
+    the next offload() on that path removes them).
+
     Raises ValueError (already offloaded, no path, another model than the
-    one saved, parameters on several devices), nvswap.Error(EFBIG) naming
+    one saved, parameters on several devices, a pool keyword <= 0),
+    nvswap.Error(ENOTDIR, EACCES...) naming a level of nvme_path that is
+    not a directory or cannot be made, nvswap.Error(EFBIG) naming
     a parameter larger than a pool buffer (nothing written then), and the
     Swapper's errors.
     """
@@ -154,7 +231,15 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     binding = (_load.prepare(model, weights, dtype) if weights is not None
                else None)
     check_meta(model, init, binding.supplied if binding else ())
+    buffer_size = _pool_arg("buffer_size", buffer_size, True)
+    buffer_count = _pool_arg("buffer_count", buffer_count, False)
+    optimizer_buffer_size = _pool_arg("optimizer_buffer_size",
+                                      optimizer_buffer_size, True)
+    optimizer_buffer_count = _pool_arg("optimizer_buffer_count",
+                                       optimizer_buffer_count, False)
     cfg, raw = _pools.load_config(config)
+    if cfg is None and buffer_size is None:
+        buffer_size = _default_buffer_size(model, dtype)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
@@ -240,6 +325,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     _install(model, eng)
     _clip.route_torch()
+    if not eng.persistent:
+        eng.pid = os.getpid()
+        _SCRATCH.add(eng)
     return model
 
 
