@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,8 +115,7 @@ static bool plain_file(int fd)
 #define MADE_MAX 256
 static struct {
 	pthread_mutex_t lock; /* protects everything below */
-	dev_t dev[MADE_MAX];
-	ino_t ino[MADE_MAX];
+	struct nvs__dirid id[MADE_MAX];
 	unsigned n;
 	/* The swap directories open in this process: a forked child closes
 	 * their descriptors (made_child), so that it holds no parent's lock
@@ -175,55 +175,80 @@ static void track(struct nvs_swapdir *d, bool open)
 	pthread_mutex_unlock(&made.lock);
 }
 
-static int made_find(dev_t dev, ino_t ino)
+/* @path under @at (AT_FDCWD; "" for @at itself), not followed: 0 and
+ * its identity when it is a directory, -ENOTDIR when it is something
+ * else, or statx's -errno. */
+static int dirid_at(int at, const char *path, struct nvs__dirid *id)
+{
+	struct statx sx;
+
+	if (statx(at, path, AT_SYMLINK_NOFOLLOW | (*path ? 0 : AT_EMPTY_PATH),
+		  STATX_TYPE | STATX_INO | STATX_BTIME, &sx) < 0)
+		return -errno;
+	id->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+	id->ino = sx.stx_ino;
+	id->born_sec = 0;
+	id->born_nsec = 0;
+	if (sx.stx_mask & STATX_BTIME) {
+		id->born_sec = sx.stx_btime.tv_sec;
+		id->born_nsec = sx.stx_btime.tv_nsec;
+	}
+	return S_ISDIR(sx.stx_mode) ? 0 : -ENOTDIR;
+}
+
+static bool dirid_eq(const struct nvs__dirid *a, const struct nvs__dirid *b)
+{
+	return a->dev == b->dev && a->ino == b->ino &&
+	       a->born_sec == b->born_sec && a->born_nsec == b->born_nsec;
+}
+
+static int made_find(const struct nvs__dirid *id)
 {
 	for (unsigned i = 0; i < made.n; i++)
-		if (made.dev[i] == dev && made.ino[i] == ino)
+		if (dirid_eq(&made.id[i], id))
 			return (int)i;
 	return -1;
 }
 
 /* Note a directory this process made; made.lock held. */
-static void made_add(const struct stat *st)
+static void made_add(const struct nvs__dirid *id)
 {
-	if (made_find(st->st_dev, st->st_ino) < 0 && made.n < MADE_MAX) {
-		made.dev[made.n] = st->st_dev;
-		made.ino[made.n++] = st->st_ino;
-	}
+	if (made_find(id) < 0 && made.n < MADE_MAX)
+		made.id[made.n++] = *id;
 }
 
 static void made_del(unsigned i)
 {
-	made.dev[i] = made.dev[made.n - 1];
-	made.ino[i] = made.ino[--made.n];
+	made.id[i] = made.id[--made.n];
 }
 
 static void note_top(struct nvs_swapdir *d, int top, bool created)
 {
-	struct stat st;
-
 	pthread_once(&made_once, made_atfork);
-	if (fstat(top, &st) < 0)
+	if (dirid_at(top, "", &d->top) < 0)
 		return;
-	d->top_dev = st.st_dev;
-	d->top_ino = st.st_ino;
 	pthread_mutex_lock(&made.lock);
 	if (created)
-		made_add(&st);
+		made_add(&d->top);
 	pthread_mutex_unlock(&made.lock);
 }
 
-static void drop_top(struct nvs_swapdir *d)
+/* The top directory (<nvme_path>/nvswap) removed when this process made
+ * it and it is empty (@remove), or forgotten (a persistent set's stays
+ * for good: its entry would only wait for the inode to be reused). */
+static void drop_top(struct nvs_swapdir *d, bool remove)
 {
-	struct stat st;
+	struct nvs__dirid now;
 	char c = d->path[d->top_len];
 	int i;
 
 	d->path[d->top_len] = '\0';
 	pthread_mutex_lock(&made.lock);
-	i = made_find(d->top_dev, d->top_ino);
-	if (i >= 0 && lstat(d->path, &st) == 0 && st.st_dev == d->top_dev &&
-	    st.st_ino == d->top_ino && rmdir(d->path) == 0)
+	i = made_find(&d->top);
+	if (i >= 0 && !remove)
+		made_del((unsigned)i);
+	else if (i >= 0 && dirid_at(AT_FDCWD, d->path, &now) == 0 &&
+		 dirid_eq(&now, &d->top) && rmdir(d->path) == 0)
 		made_del((unsigned)i);
 	pthread_mutex_unlock(&made.lock);
 	d->path[d->top_len] = c;
@@ -248,6 +273,7 @@ int nvs__swapdir_mkpath(const char *path, bool check, char *level, size_t len)
 {
 	char buf[sizeof(((struct nvs_swapdir *)0)->path)];
 	size_t n = strlen(path), i = 0;
+	struct nvs__dirid id;
 	struct stat st;
 	int ret = 0;
 
@@ -289,16 +315,10 @@ int nvs__swapdir_mkpath(const char *path, bool check, char *level, size_t len)
 				ret = -errno;
 				break;
 			}
-			if (stat(buf, &st) < 0) {
-				ret = -errno;
+			if ((ret = dirid_at(AT_FDCWD, buf, &id)) < 0)
 				break;
-			}
-			if (!S_ISDIR(st.st_mode)) {
-				ret = -ENOTDIR;
-				break;
-			}
 			if (ours)
-				made_add(&st);
+				made_add(&id);
 		}
 		buf[i] = c;
 	}
@@ -306,11 +326,13 @@ int nvs__swapdir_mkpath(const char *path, bool check, char *level, size_t len)
 	return ret;
 }
 
-void nvs__swapdir_rmpath(const char *path)
+/* The levels of @path this process made, from the last up: removed
+ * while empty (@remove), or forgotten (a persistent set stays there). */
+static void unmake(const char *path, bool remove)
 {
 	char buf[sizeof(((struct nvs_swapdir *)0)->path)];
 	size_t n = strlen(path);
-	struct stat st;
+	struct nvs__dirid id;
 	int i;
 
 	if (n == 0 || n >= sizeof(buf))
@@ -321,10 +343,10 @@ void nvs__swapdir_rmpath(const char *path)
 	for (;;) {
 		while (n > 1 && buf[n - 1] == '/')
 			buf[--n] = '\0';
-		if (lstat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+		if (dirid_at(AT_FDCWD, buf, &id) < 0)
 			break;
-		i = made_find(st.st_dev, st.st_ino);
-		if (i < 0 || rmdir(buf) < 0)
+		i = made_find(&id);
+		if (i < 0 || (remove && rmdir(buf) < 0))
 			break;
 		made_del((unsigned)i);
 		char *slash = strrchr(buf, '/');
@@ -334,6 +356,11 @@ void nvs__swapdir_rmpath(const char *path)
 		n = (size_t)(slash - buf);
 	}
 	pthread_mutex_unlock(&made.lock);
+}
+
+void nvs__swapdir_rmpath(const char *path)
+{
+	unmake(path, true);
 }
 
 static long holder_pid(int lockfd)
@@ -424,7 +451,7 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 		top = sub;
 	}
 	if (top < 0) {
-		drop_top(d);
+		drop_top(d, true);
 		return top;
 	}
 	snprintf(rname, sizeof(rname), "rank%d", rank);
@@ -433,7 +460,7 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 	if (d->dirfd < 0) {
 		ret = d->dirfd;
 		d->dirfd = -1;
-		drop_top(d);
+		drop_top(d, true);
 		return ret;
 	}
 	/* O_NONBLOCK: a FIFO or device planted at "lock" must not block
@@ -570,12 +597,15 @@ void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 			rmdir(d->path);
 			*slash = '/';
 		}
-		drop_top(d);
-		/* And the levels of nvme_path made for it. */
+	}
+	if (owned) {
+		/* nvswap/ and the levels of nvme_path made for it: removed
+		 * when empty with a scratch set, forgotten with a kept one. */
+		drop_top(d, remove);
 		size_t n = d->top_len - strlen("/nvswap");
 		char c = d->path[n];
 		d->path[n] = '\0';
-		nvs__swapdir_rmpath(d->path);
+		unmake(d->path, remove);
 		d->path[n] = c;
 	}
 	d->dirfd = d->lockfd = -1;

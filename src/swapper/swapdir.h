@@ -13,16 +13,27 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
+/* A directory's identity: device, inode and, where the filesystem keeps
+ * one, birth time, so that an inode number reused by a directory made
+ * later (the first removed by someone else) is not taken for it. */
+struct nvs__dirid {
+	dev_t dev;
+	ino_t ino;
+	int64_t born_sec; /* 0 and 0: no birth time here */
+	uint32_t born_nsec;
+};
+
 struct nvs_swapdir {
-	int dirfd;	/* the rank directory */
-	int lockfd;	/* its lock file, flocked */
-	unsigned stale; /* swap files of a dead owner removed at open */
-	bool named;	/* path has a <name> level */
-	size_t top_len; /* of "<nvme_path>/nvswap" in path */
-	dev_t top_dev;	/* that directory, to remove it when empty and */
-	ino_t top_ino;	/* made by this process */
+	int dirfd;	       /* the rank directory */
+	int lockfd;	       /* its lock file, flocked */
+	unsigned stale;	       /* swap files of a dead owner removed at open */
+	bool named;	       /* path has a <name> level */
+	size_t top_len;	       /* of "<nvme_path>/nvswap" in path */
+	struct nvs__dirid top; /* that directory, to remove it when empty
+				* and made by this process */
 	char path[4096];
 };
 

@@ -267,6 +267,28 @@ Test(swapdir, a_persistent_set_keeps_the_path_it_made)
 	nvs_swapper_destroy(s);
 }
 
+/* A level made for a kept set is forgotten: once the user has removed
+ * it and made a directory of their own at its place (ext4 and tmpfs
+ * hand the freed inode number straight out again), a scratch swapper
+ * under that directory removes only what it made itself. */
+Test(swapdir, a_users_directory_at_a_kept_sets_old_place_is_never_removed)
+{
+	char path[4200], cmd[4400];
+	struct nvs_swapper *s;
+
+	snprintf(path, sizeof(path), "%s/r/run", tu_dir());
+	s = swapper_on(path, "set", NVS_PERSIST_PERSISTENT);
+	nvs_swapper_destroy(s);
+	snprintf(cmd, sizeof(cmd), "rm -r '%s'", tu_path("r"));
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(mkdir(tu_path("r"), 0750), 0);
+	snprintf(path, sizeof(path), "%s/r/swap", tu_dir());
+	s = swapper_on(path, NULL, NVS_PERSIST_SCRATCH);
+	nvs_swapper_destroy(s);
+	cr_assert(gone(path), "the level it made goes");
+	cr_assert_eq(mode_of(tu_path("r")), 0750, "the user's stays");
+}
+
 Test(swapdir, a_file_in_the_way_is_refused_at_create_naming_it)
 {
 	char path[4200], want[8500];
