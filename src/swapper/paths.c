@@ -184,26 +184,29 @@ int nvs__paths_match(const char *who, const char *where, const char *const *rec,
 					who, where, i, rec[i]);
 		if (!strcmp(abs, real[i]))
 			continue;
+		/* The command first: paths may be long, and what does not
+		 * fit NVS_ERRMSG_MAX is cut from the end. */
 		if (*rec[i] != '/')
 			return nvs__err(-EINVAL,
-					"%s: the set in %s has path %u '%s' "
-					"(relative to path 0: '%s'), opened "
-					"with '%s': copy or move a set's "
-					"paths together, or run nvswap-fsck "
-					"--relocate '%s=%s' on it once",
-					who, where, i, rec[i], abs, real[i],
-					abs, real[i]);
+					"%s: run nvswap-fsck --relocate "
+					"'%s=%s' on the set once if it was "
+					"moved: it has path %u '%s' (relative "
+					"to path 0: '%s'), opened with '%s' "
+					"(copy or move a set's paths "
+					"together); manifest %s",
+					who, abs, real[i], i, rec[i], abs,
+					real[i], where);
 		return nvs__err(-EINVAL,
-				"%s: the set in %s has path %u '%s', opened "
-				"with '%s': %s; if the set was moved there, "
-				"run nvswap-fsck --relocate '%s=%s' on it once",
-				who, where, i, rec[i], real[i],
+				"%s: run nvswap-fsck --relocate '%s=%s' on "
+				"the set once if it was moved: it has path "
+				"%u '%s', opened with '%s' (%s); manifest %s",
+				who, rec[i], real[i], i, rec[i], real[i],
 				i == 0 ? "its manifest was written by an older "
 					 "nvswap, which recorded absolute paths"
 				       : "that path is on another filesystem "
 					 "than path 0, so the set records it "
 					 "whole",
-				rec[i], real[i]);
+				where);
 	}
 	return 0;
 }
