@@ -22,6 +22,12 @@ CODE = ("python", "sh", "c")
 # Info-string words of blocks that are not code: output, diagrams, data.
 NOT_CODE = ("", "text", "console", "json")
 FLAGS = ("fragment", "continue", "clone")
+# The first line of a block without a language word that would be code
+# (a shell prompt or command, a Python import, a C include): such a
+# block must say what it is, so that code is never left unrun unseen.
+LOOKS_LIKE_CODE = re.compile(
+    r"^(\$ |# |import \w|from \S+ import |#include|(sudo|pip|pip3|python3?"
+    r"|make|cc|gcc|meson|ninja|git|apt-get|mpirun|torchrun|nvswap-\w+) )")
 NEEDS = ("gpu", "mpi", "deepspeed", "transformers", "root", "sudo",
          "install", "outer")
 
@@ -155,6 +161,12 @@ def problems(blocks):
                 out.append(f"{b.where}: language {b.lang!r} is neither "
                            f"code ({', '.join(CODE)}) nor known output "
                            f"({', '.join(repr(x) for x in NOT_CODE)})")
+            elif not b.lang and LOOKS_LIKE_CODE.match(
+                    next((ln for ln in b.text.splitlines() if ln.strip()),
+                         "")):
+                out.append(f"{b.where}: a block without a language looks "
+                           "like code: label it (python, sh, c; with "
+                           "fragment if it is not to run) or text")
             elif b.flags or b.needs or b.setups or b.bad:
                 out.append(f"{b.where}: a {b.lang or 'plain'} block is not "
                            "run: marking it means nothing")

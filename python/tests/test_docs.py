@@ -35,7 +35,9 @@ language word (GitHub shows only the first word):
                             only: once per make test
 
 Blocks with no language, ```text, ```console or ```json are output or
-data, never run. python blocks run in one process per chain (exec, so a
+data, never run; a block with no language whose first line looks like
+code (a "$ " prompt, a command, an import, an #include) is refused:
+label it (console for a transcript). python blocks run in one process per chain (exec, so a
 traceback names the Markdown file's lines), sh blocks with bash -e, c
 blocks are compiled with cc -std=c11 -Wall -Wextra -Werror against
 include/ and the build tree's libnvswap (build/, $NVSWAP_BUILD_DIR),
@@ -334,3 +336,14 @@ def test_unknown_markings_are_refused(tmp_path):
     assert "unknown marking needs=gpus" in got[2]
     assert "language 'bash'" in got[3]
     assert "is not run: marking it means nothing" in got[4]
+
+
+def test_code_without_a_language_is_refused(tmp_path):
+    (tmp_path / "README.md").write_text(
+        "```\nimport nvswap\n```\n```\n$ make demo\nout\n```\n"
+        "```\n\n#include <nvswap/nvswap.h>\n```\n"
+        "```\npip install .\n```\n```\nnvswap/\n  param/\n```\n"
+        "```console\n$ make demo\n```\n")
+    got = docblocks.problems(docblocks.parse(tmp_path, "README.md"))
+    assert [g.split(":", 2)[1] for g in got] == ["1", "4", "8", "12"], got
+    assert all("without a language looks like code" in g for g in got)
