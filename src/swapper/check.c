@@ -261,6 +261,15 @@ static int open_dirs(struct check *c)
 			return ret;
 		c->fd[i] = openat(c->dir[i].dirfd, "set.data",
 				  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		/* A missing data file (a partly copied set) judges nothing:
+		 * every generation would fail, and a repair would remove
+		 * the set, the intact paths' data with it. */
+		if (c->fd[i] < 0 && errno == ENOENT)
+			return nvs__err(-ENOENT,
+					"nvs_swapset_check: %s/set.data is "
+					"missing: nothing is judged (copy "
+					"all of the set's paths)",
+					c->dir[i].path);
 		if (c->fd[i] >= 0 && fstat(c->fd[i], &st) == 0)
 			c->size[i] = (uint64_t)st.st_size;
 	}

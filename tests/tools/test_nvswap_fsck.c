@@ -441,3 +441,27 @@ Test(nvswap_fsck, an_unknown_option_is_named_without_the_whole_help)
 		  "%s", o.err);
 	tu_out_free(&o);
 }
+
+/* A set over two paths whose second set.data is missing (a partly
+ * copied set): nothing can be judged, so nothing is repaired; the
+ * intact path's data stays. */
+Test(nvswap_fsck, a_missing_data_file_is_not_checked_nor_repaired)
+{
+	char a[4200], b[4200], bd[4300];
+	struct tu_out o;
+
+	snprintf(a, sizeof(a), "%s/a", tu_dir());
+	snprintf(b, sizeof(b), "%s/b", tu_dir());
+	cr_assert_eq(mkdir(a, 0700), 0);
+	cr_assert_eq(mkdir(b, 0700), 0);
+	make_named("two", a, b, 2);
+	snprintf(bd, sizeof(bd), "%s/nvswap/two/rank0/set.data", b);
+	cr_assert_eq(unlink(bd), 0);
+	o = fsck_raw("--path %s --path %s --name two --repair", a, b);
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, bd), "%s", o.err);
+	cr_assert_null(strstr(o.out, "removed"), "%s", o.out);
+	tu_out_free(&o);
+	snprintf(bd, sizeof(bd), "%s/nvswap/two/rank0/set.data", a);
+	cr_assert_eq(access(bd, F_OK), 0, "path 0's data is kept");
+}
