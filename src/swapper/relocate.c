@@ -58,7 +58,8 @@ static int move_paths(struct nvs_manifest *m, const char *where,
 		if (nvs__paths_resolve(m->paths[i], real[0], abs, sizeof(abs)) <
 		    0)
 			ret = -ENAMETOOLONG;
-		else if (swap_prefix(abs, old, new_, moved, sizeof(moved)))
+		else if (*m->paths[i] == '/' && /* relative: already moved */
+			 swap_prefix(abs, old, new_, moved, sizeof(moved)))
 			snprintf(abs, sizeof(abs), "%s", moved);
 		if (ret == 0 && strcmp(abs, real[i]))
 			ret = nvs__err(-EINVAL,

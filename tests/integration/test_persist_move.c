@@ -285,7 +285,9 @@ Test(persist_move, a_copy_without_its_data_file_is_refused_naming_it)
 	cr_assert(strstr(nvs_last_error(), "is missing"), "%s",
 		  nvs_last_error());
 	cr_assert_eq(access(data, F_OK), -1, "nothing made in its place");
-	cr_assert_eq(check(copy, NULL), 1, "its generation does not verify");
+	cr_assert_eq(check(copy, NULL), -ENOENT, "nothing is judged");
+	cr_assert(strstr(nvs_last_error(), "set.data is missing"), "%s",
+		  nvs_last_error());
 }
 
 Test(persist_move, a_path_on_another_filesystem_is_recorded_whole)
@@ -394,4 +396,25 @@ Test(persist_move, an_old_format_set_opens_in_place_and_is_relocated)
 	s = open2(moved, NULL, NVS_PERSIST_RESUME);
 	initial(s);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+/* NEW under OLD: the relative paths resolve against the new root and are
+ * not moved a second time (OLD/moved/moved). */
+Test(persist_move, relocating_into_a_subdirectory_of_the_old_root)
+{
+	const char *old = mkdir_real("o");
+	char moved[PATH_MAX], cmd[PATH_MAX * 3 + 64];
+	struct nvs_swapper_opts o;
+
+	make_set(old, NULL);
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir '%s/moved' && mv '%s/nvswap' "
+		 "'%s/moved/'",
+		 old, old, old);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(moved, sizeof(moved), "%s/moved", old);
+	opts(&o, moved, NULL, NVS_PERSIST_RESUME);
+	cr_assert_eq(nvs_swapset_relocate(&o, old, moved), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(check(moved, NULL), 0, "%s", nvs_last_error());
 }
