@@ -662,11 +662,13 @@ NVS_API int nvs_swapset_list(const char *nvme_path, nvs_swapset_fn fn,
  * the same filesystem, so a copy of the whole tree opens as it is; a
  * path on another filesystem is recorded whole, and so are all paths of
  * a set written by an nvswap before manifest format 2: those need this
- * call when they move. Every recorded path (relative ones resolved
- * against where @o's first path is now) that is @old or lies under it
- * gets @new_ in place of @old, and every manifest is rewritten in the
- * current format. Nothing is written unless all of them then name @o's
- * paths exactly. Each manifest is replaced as a checkpoint commits one
+ * call when they move. Every path recorded whole that is @old or lies
+ * under it gets @new_ in place of @old (relative ones already resolve
+ * against where @o's first path is now and are not moved again, so @new_
+ * may lie under @old), and every manifest is rewritten in the current
+ * format. A manifest that cannot be read (torn) is left as it is and not
+ * counted: nvs_swapset_check() judges it bad and its repair removes it.
+ * Nothing is written unless all the others then name @o's paths exactly. Each manifest is replaced as a checkpoint commits one
  * (temporary file, fsync, rename, fsync of the directory): a crash
  * leaves each old or new, and calling again finishes the job.
  * @o:    the set's paths where it is now, its name and rank (as given to
@@ -676,8 +678,8 @@ NVS_API int nvs_swapset_list(const char *nvme_path, nvs_swapset_fn fn,
  *   -EINVAL  bad arguments, or a path that still differs from @o's (the
  *            message names it; nothing was written);
  *   -ENOENT  no set there; -EBUSY: a live process has it open;
- *   -EBADMSG, -ENOTSUP: a manifest that cannot be read (nvswap-fsck
- *            --repair removes it); -errno of writing one.
+ *   -errno of reading (other than a torn or unknown-format manifest)
+ *            or writing one.
  * Threading: any thread; the set is locked for the call.
  */
 NVS_API int nvs_swapset_relocate(const struct nvs_swapper_opts *o,

@@ -162,6 +162,12 @@ int nvs_swapset_relocate(const struct nvs_swapper_opts *o, const char *old,
 	for (size_t k = 0; k < ngens && ret == 0; k++) {
 		ret = nvs__manifest_read(dir[0].dirfd, dir[0].path, gens[k],
 					 &m[k]);
+		/* Unreadable (torn): left as it is for the check to judge
+		 * (--repair removes it), so the rest can still move. */
+		if (ret == -EBADMSG || ret == -ENOTSUP) {
+			ret = 0;
+			continue;
+		}
 		if (ret < 0)
 			break;
 		snprintf(where, sizeof(where), "%s/manifest.%020" PRIu64,

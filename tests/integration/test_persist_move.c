@@ -418,3 +418,33 @@ Test(persist_move, relocating_into_a_subdirectory_of_the_old_root)
 		     nvs_last_error());
 	cr_assert_eq(check(moved, NULL), 0, "%s", nvs_last_error());
 }
+
+/* A moved old-format set with one torn manifest: relocate leaves it for
+ * the check, which judges it bad; the repair removes it and the set
+ * opens at the generation that moved. */
+Test(persist_move, relocate_leaves_a_torn_manifest_to_the_repair)
+{
+	const char *old = mkdir_real("old");
+	char moved[PATH_MAX];
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s;
+
+	make_set(old, NULL);
+	s = open2(old, NULL, NVS_PERSIST_RESUME);
+	cr_assert_eq(train(s, 1), 2);
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+	make_old_format(old);
+	cp_a(old, sub("moved"));
+	cr_assert_not_null(realpath(sub("moved"), moved));
+	cr_assert_eq(truncate(manifest(moved, 2), 20), 0);
+	opts(&o, moved, NULL, NVS_PERSIST_RESUME);
+	cr_assert_eq(nvs_swapset_relocate(&o, old, moved), 1, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_swapset_check(&o, NVS_CHECK_DATA | NVS_CHECK_REPAIR,
+				       NULL, NULL),
+		     1, "%s", nvs_last_error());
+	cr_assert_eq(access(manifest(moved, 2), F_OK), -1);
+	s = open2(moved, NULL, NVS_PERSIST_RESUME);
+	initial(s);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
