@@ -169,7 +169,10 @@ static void listed(const struct nvs_swapset_info *in, void *arg)
 	if (in->data_bytes != UINT64_MAX)
 		printf(", set.data %s",
 		       tool_human(in->data_bytes, size, sizeof(size)));
-	if (in->pid)
+	if (in->pid && in->pid_hint)
+		printf(", in use: held by pid %ld (from the lock file)",
+		       in->pid);
+	else if (in->pid)
 		printf(", in use by process %ld", in->pid);
 	printf("\n");
 	if (!in->generations)

@@ -619,10 +619,19 @@ NVS_API int nvs_swapset_check(const struct nvs_swapper_opts *o, unsigned flags,
  *               directory listed); 0 and NULL when @status < 0.
  * @data_bytes:  the size of its set.data, UINT64_MAX when it has none.
  * @pid:         the process holding the set's lock (as /proc/locks
- *               lists it; without /proc, a hint: the live pid its lock
- *               file names), 0 for none. The lock is not tried.
+ *               lists it), 0 for none. The lock is not tried. When
+ *               /proc/locks has no entry for the lock file's device and
+ *               inode (btrfs, overlayfs show another device there) or
+ *               there is no /proc: a hint, the live pid the lock file
+ *               names (with /proc, only if it holds an flock on an
+ *               inode of the lock file's number), and
+ *               @pid_hint is true.
  * @status:      0, or -errno of reading the newest manifest.
  * @what:        the newest generation's tag, or why it could not be read.
+ * @whole:       bit i set: @paths[i] is recorded whole (absolute) in the
+ *               manifest, so it names where the set was written, not
+ *               where this copy is; clear: recorded relative to the
+ *               directory listed.
  * Valid during the callback.
  */
 struct nvs_swapset_info {
@@ -638,6 +647,8 @@ struct nvs_swapset_info {
 	long pid;
 	int status;
 	const char *what;
+	bool pid_hint;
+	unsigned whole;
 };
 
 typedef void (*nvs_swapset_fn)(const struct nvs_swapset_info *info, void *arg);

@@ -30,21 +30,43 @@
 
 #define WHO "nvs_swapset_list"
 
-/* The process holding @dirfd's lock (its flock, as /proc/locks lists
- * it), 0 for none. Without /proc, the pid the lock file names when that
- * process is alive: a hint (a copy of a set carries the pid of the
- * original's holder). The lock itself is never tried: that would make
- * an opener fail meanwhile. */
-static long holder(int dirfd)
+/* The pid the lock file in @dirfd names, 0 for none. */
+static long named_pid(int dirfd)
 {
-	char line[256] = "";
-	struct stat st;
+	char line[32] = "";
 	long pid = 0;
-	FILE *f;
 	int fd;
 
+	fd = openat(dirfd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (pread(fd, line, sizeof(line) - 1, 0) > 0)
+		pid = strtol(line, NULL, 10);
+	close(fd);
+	return pid > 0 ? pid : 0;
+}
+
+/* The process holding @dirfd's lock (its flock, as /proc/locks lists
+ * it), 0 for none. When no entry there matches the lock file's device
+ * and inode (btrfs and overlayfs report another device to stat than to
+ * /proc/locks), or there is no /proc: the live pid the lock file names,
+ * with *@hint set; with /proc, only when that process holds an flock
+ * on an inode of that number (a copy's lock file is another inode).
+ * A hint: a copy of a set carries the pid of the original's holder. The
+ * lock itself is never tried: that would make an opener fail meanwhile.
+ */
+static long holder(int dirfd, bool *hint)
+{
+	char line[256] = "";
+	bool flocks = false;
+	struct stat st;
+	long pid = 0, named;
+	FILE *f;
+
+	*hint = false;
 	if (fstatat(dirfd, "lock", &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
+	named = named_pid(dirfd);
 	f = fopen("/proc/locks", "re");
 	if (f) {
 		while (fgets(line, sizeof(line), f)) {
@@ -54,26 +76,24 @@ static long holder(int dirfd)
 			long p;
 
 			if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%lu",
-				   kind, &p, &maj, &min, &ino) == 5 &&
-			    !strcmp(kind, "FLOCK") && maj == major(st.st_dev) &&
+				   kind, &p, &maj, &min, &ino) != 5 ||
+			    strcmp(kind, "FLOCK"))
+				continue;
+			flocks |= named && p == named && ino == st.st_ino;
+			if (maj == major(st.st_dev) &&
 			    min == minor(st.st_dev) && ino == st.st_ino) {
 				pid = p;
 				break;
 			}
 		}
 		fclose(f);
-		return pid;
+		if (pid || !flocks)
+			return pid;
 	}
-	fd = openat(dirfd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
+	if (!named || (kill((pid_t)named, 0) < 0 && errno == ESRCH))
 		return 0;
-	*line = '\0';
-	if (pread(fd, line, 31, 0) > 0)
-		pid = strtol(line, NULL, 10);
-	close(fd);
-	if (pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
-		return 0;
-	return pid;
+	*hint = true;
+	return named;
 }
 
 /* Rank directory @rank (of @nvme_path, set @name) open as @dirfd: report
@@ -111,7 +131,7 @@ static int one(const char *nvme_path, const char *real, const char *name,
 	in.name = name;
 	in.rank = (int)r;
 	in.generations = (unsigned)n;
-	in.pid = holder(dirfd);
+	in.pid = holder(dirfd, &in.pid_hint);
 	in.what = "";
 	if (n) {
 		in.newest = gens[0];
@@ -133,6 +153,8 @@ static int one(const char *nvme_path, const char *real, const char *name,
 				snprintf(abs[i], sizeof(abs[i]), "%s",
 					 m.paths[i]);
 			in.paths[i] = abs[i];
+			if (*m.paths[i] == '/')
+				in.whole |= 1u << i;
 		}
 		snprintf(what, sizeof(what), "%s", m.tag);
 		in.what = what;
@@ -210,7 +232,13 @@ int nvs_swapset_list(const char *nvme_path, nvs_swapset_fn fn, void *arg)
 		return nvs__err(-err, WHO ": %s: %s", top, nvs_strerror(err));
 	}
 	found = ranks(nvme_path, real, "", tfd, fn, arg);
-	d = fdopendir(dup(tfd));
+	{
+		int fd = dup(tfd);
+
+		d = fd >= 0 ? fdopendir(fd) : NULL;
+		if (!d && fd >= 0)
+			close(fd);
+	}
 	if (d)
 		rewinddir(d);
 	while (d && (e = readdir(d))) {

@@ -465,3 +465,41 @@ Test(nvswap_fsck, a_missing_data_file_is_not_checked_nor_repaired)
 	snprintf(bd, sizeof(bd), "%s/nvswap/two/rank0/set.data", a);
 	cr_assert_eq(access(bd, F_OK), 0, "path 0's data is kept");
 }
+
+/* The holder's flock listed in /proc/locks under another device than
+ * stat gives (btrfs): faked by a /proc/locks bound over the real one.
+ * The live pid the lock file names holds an flock on that inode number,
+ * and the listing says where the pid came from. */
+Test(nvswap_fsck, a_holder_not_in_proc_locks_is_taken_from_the_lock_file)
+{
+	struct nvs_swapper_opts opt;
+	struct nvs_swapper *s = NULL;
+	char want[128], mnt[4200];
+	struct tu_out o;
+	struct stat st;
+	FILE *f;
+
+	make_set();
+	opts(&opt);
+	cr_assert_eq(nvs_swapper_create(&opt, &s), 0, "%s", nvs_last_error());
+	cr_assert_eq(stat(tu_path("nvswap/param/rank0/lock"), &st), 0);
+	f = fopen(tu_path("locks"), "w");
+	cr_assert_not_null(f);
+	fprintf(f, "1: FLOCK  ADVISORY  WRITE %ld 00:99:%lu 0 EOF\n",
+		(long)getpid(), (unsigned long)st.st_ino);
+	fclose(f);
+	snprintf(mnt, sizeof(mnt), "%.4000s/mnt", tu_dir());
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=1m") ||
+	    mount(tu_path("locks"), "/proc/locks", NULL, MS_BIND, NULL) < 0)
+		cr_skip_test("cannot fake /proc/locks here (%s)",
+			     strerror(errno));
+	o = fsck_raw("--path %s", tu_dir());
+	snprintf(want, sizeof(want),
+		 ", in use: held by pid %ld (from the lock file)\n",
+		 (long)getpid());
+	cr_assert(strstr(o.out, want), "%s%s", o.out, o.err);
+	tu_out_free(&o);
+	umount2("/proc/locks", MNT_DETACH);
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
