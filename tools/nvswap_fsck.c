@@ -121,7 +121,7 @@ static int check_one(const struct nvs_swapper_opts *o, const struct job *j)
 struct found {
 	char *name;
 	int rank;
-	unsigned generations, npaths;
+	unsigned generations, npaths, whole;
 	char *paths[NVS_SWAPPER_MAX_PATHS];
 };
 
@@ -191,6 +191,17 @@ static void listed(const struct nvs_swapset_info *in, void *arg)
 	f->npaths = in->status < 0 ? 0 : in->npaths;
 	for (unsigned i = 0; i < f->npaths; i++)
 		f->paths[i] = dup_str(in->paths[i]);
+	f->whole = in->whole;
+}
+
+/* Whether @p is --relocate's OLD or lies under it. */
+static bool maps(const char *p, const struct job *j)
+{
+	size_t n = j->old ? strlen(j->old) : 0;
+
+	while (n > 1 && j->old[n - 1] == '/')
+		n--;
+	return n && !strncmp(p, j->old, n) && (!p[n] || p[n] == '/');
 }
 
 /* *@p with --relocate's OLD replaced by NEW when it is OLD or under it
@@ -202,7 +213,7 @@ static const char *moved(char **p, const struct job *j)
 
 	while (n > 1 && j->old[n - 1] == '/')
 		n--;
-	if (!n || strncmp(*p, j->old, n) || ((*p)[n] && (*p)[n] != '/'))
+	if (!maps(*p, j))
 		return *p;
 	m = malloc(strlen(j->new_) + strlen(*p + n) + 1);
 	if (!m)
@@ -216,7 +227,9 @@ static const char *moved(char **p, const struct job *j)
 
 /* Without --name: list the sets under @o's first path, check each (its
  * other paths from @o when several were given, else from its newest
- * manifest). The worst exit status. */
+ * manifest: those recorded relative as they resolve here, those recorded
+ * whole only when --relocate moves them, since they name where the set
+ * was written, maybe not this copy). The worst exit status. */
 static int check_all(const struct nvs_swapper_opts *given, int rank,
 		     const struct job *j)
 {
@@ -238,19 +251,41 @@ static int check_all(const struct nvs_swapper_opts *given, int rank,
 		struct found *f = &l.f[k];
 		struct nvs_swapper_opts o = *given;
 
+		unsigned whole = 0;
+
 		o.name = f->name;
 		o.rank = f->rank;
 		if (given->npaths == 1 && f->npaths > 1) {
 			o.npaths = f->npaths;
-			for (unsigned i = 1; i < f->npaths; i++)
-				o.nvme_paths[i] = moved(&f->paths[i], j);
+			for (unsigned i = 1; i < f->npaths; i++) {
+				if (f->whole & (1u << i) &&
+				    !maps(f->paths[i], j))
+					whole |= 1u << i;
+				else if (f->whole & (1u << i))
+					o.nvme_paths[i] =
+						moved(&f->paths[i], j);
+				else
+					o.nvme_paths[i] = f->paths[i];
+			}
 		}
 		if (*f->name)
 			printf("\nchecking set \"%s\" rank %d\n", f->name,
 			       f->rank);
 		else
 			printf("\nchecking set (no name) rank %d\n", f->rank);
-		ret = check_one(&o, j);
+		fflush(stdout);
+		for (unsigned i = 1; i < f->npaths && whole; i++)
+			if (whole & (1u << i))
+				fprintf(stderr,
+					"nvswap-fsck: not checked: path %u "
+					"'%s' is recorded whole (another "
+					"filesystem than path 0), so it "
+					"names where the set was written, "
+					"maybe not this copy: give each of "
+					"the set's %u paths with --path and "
+					"--name, or --relocate OLD=NEW\n",
+					i, f->paths[i], f->npaths);
+		ret = whole ? 8 : check_one(&o, j);
 		worst = ret > worst ? ret : worst;
 	}
 	for (size_t k = 0; k < l.n; k++) {

@@ -503,3 +503,44 @@ Test(nvswap_fsck, a_holder_not_in_proc_locks_is_taken_from_the_lock_file)
 	umount2(mnt, MNT_DETACH);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
+
+/* Without --name, one --path: a path recorded relative is taken as it
+ * resolves there; one recorded whole (another filesystem) names the
+ * original's directory, so a copy is not checked (nor repaired) against
+ * it: a --path per path is asked for. */
+Test(nvswap_fsck, a_path_recorded_whole_is_not_inferred_for_a_copy)
+{
+	char a[4200], a2[4200], a3[4200], ab[4300], mnt[4100], b[4200];
+	char cmd[9000];
+	struct tu_out o;
+
+	snprintf(a, sizeof(a), "%s/a", tu_dir());
+	snprintf(a2, sizeof(a2), "%s/a2", tu_dir());
+	snprintf(a3, sizeof(a3), "%s/a3", tu_dir());
+	snprintf(ab, sizeof(ab), "%s/a/b", tu_dir());
+	cr_assert_eq(mkdir(a, 0700), 0);
+	cr_assert_eq(mkdir(ab, 0700), 0);
+	make_named("rel", a, ab, 2);
+	snprintf(cmd, sizeof(cmd), "cp -a %s %s", a, a3);
+	cr_assert_eq(system(cmd), 0);
+	o = fsck_raw("--path %s", a3);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+
+	snprintf(mnt, sizeof(mnt), "%.4000s/mnt", tu_dir());
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=8m,mode=0700"))
+		cr_skip_test("cannot mount a tmpfs here (%s): a second "
+			     "filesystem is needed",
+			     strerror(errno));
+	snprintf(b, sizeof(b), "%s/b", mnt);
+	cr_assert_eq(mkdir(b, 0700), 0);
+	make_named("two", a, b, 2);
+	snprintf(cmd, sizeof(cmd), "cp -a %s %s", a, a2);
+	cr_assert_eq(system(cmd), 0);
+	o = fsck_raw("--path %s --repair", a2);
+	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "not checked: path 1"), "%s", o.err);
+	cr_assert(strstr(o.err, "with --path"), "%s", o.err);
+	tu_out_free(&o);
+	umount2(mnt, MNT_DETACH);
+}
