@@ -679,7 +679,8 @@ NVS_API int nvs_swapset_list(const char *nvme_path, nvs_swapset_fn fn,
  * may lie under @old), and every manifest is rewritten in the current
  * format. A manifest that cannot be read (torn) is left as it is and not
  * counted: nvs_swapset_check() judges it bad and its repair removes it.
- * Nothing is written unless all the others then name @o's paths exactly. Each manifest is replaced as a checkpoint commits one
+ * Nothing is written unless all the others then name @o's paths
+ * exactly. Each manifest is replaced as a checkpoint commits one
  * (temporary file, fsync, rename, fsync of the directory): a crash
  * leaves each old or new, and calling again finishes the job.
  * @o:    the set's paths where it is now, its name and rank (as given to
