@@ -258,13 +258,13 @@ def train(args, persist):
           f"{'equal' if same_o else 'DIFFERENT'} to the in-memory run, bit "
           f"for bit: {verdict}")
     nvt.restore(model)
-    if persist and not args.stop_after and not args.keep:
+    # A failing run keeps its sets (its evidence); main() removes
+    # args.dir only if this run made it.
+    if persist and verdict != "equal":
+        print("kept the persistent swap sets for a look: "
+              + " ".join(set_dirs(args.dir)))
+    elif persist and not args.stop_after and not args.keep:
         remove_sets(args.dir)
-        if args.dir == "nvme_swap":  # the default, made by this example
-            try:
-                os.rmdir(args.dir)
-            except OSError:
-                pass
         print(f"removed the persistent swap sets under {args.dir}/nvswap: "
               "the run is complete (--keep keeps them)")
     if args.stop_after:
