@@ -56,6 +56,7 @@ static float mem_step(struct mem *r, struct work *w, unsigned step)
 
 static int open_left(struct nvs_config *cfg);
 static int remove_set(char *dir);
+static int saved_steps(struct nvs_swapper *s, unsigned *step, uint64_t *gen);
 
 /* A role's swapper. With @persist (an enum nvs_persist, 0: as the config
  * says) over the config, at generation @gen (0: the newest); a saved run
@@ -81,9 +82,22 @@ static int open_core(struct nvs_config *cfg, enum nvs_offload_kind kind,
 		return 0;
 	n = nvs_swapper_generations(*out, NULL, 0);
 	if (n > 0 && kind == NVS_OFFLOAD_OPTIMIZER) {
-		/* The parameter set holds none (it was checked first): a run
-		 * stopped in its first checkpoint, or while removing its
-		 * sets, left these. They belong to no run. */
+		/* The parameter set holds none (it was checked first). One
+		 * generation: a run stopped in its first save, after the
+		 * optimizer's commit. The last step saved: a complete run
+		 * stopped while removing its sets (the parameters' first).
+		 * Else that set was moved or deleted (its nvme_path
+		 * changed): never delete these saved steps, say how. */
+		static unsigned st[NVS_KEEP_GENERATIONS_MAX];
+		static uint64_t sg[NVS_KEEP_GENERATIONS_MAX];
+		int k = saved_steps(*out, st, sg);
+
+		if (n > 1 && !(k > 0 && st[0] == STEPS)) {
+			nvs_swapper_destroy(*out);
+			*out = NULL;
+			return open_left(cfg);
+		}
+		/* They belong to no run. */
 		static char dir[NVS_SWAPPER_MAX_PATHS][4096];
 		unsigned nd = 0;
 
@@ -415,10 +429,6 @@ static int remove_sets(void)
 		if (remove_set(set_dir[i]) < 0)
 			return -1;
 	}
-	/* The sample config's nvme_path, when a run of this example made
-	 * it and nothing else is in it. */
-	if (!strncmp(set_dir[0], "nvme_swap/", 10))
-		rmdir("nvme_swap");
 	printf("removed the persistent swap sets (%s): the run is complete "
 	       "(--keep keeps them)\n",
 	       said);
@@ -642,9 +652,12 @@ int main(int argc, char **argv)
 		nvs_param_release_layer(o.params, l, false);
 		nvs_param_evict_layer(o.params, l);
 	}
-	if (teardown(&o, PERSISTENT && !STOP_AFTER && !KEEP) < 0)
+	/* A failing run keeps its sets: they are its evidence. */
+	if (teardown(&o, PERSISTENT && !STOP_AFTER && !KEEP && !differ) < 0)
 		return 1;
 	if (differ) {
+		for (unsigned i = 0; PERSISTENT && i < set_dirs; i++)
+			printf("kept for a look: %s\n", set_dir[i]);
 		printf("verdict: FAIL, %zu of %u layers differ from the "
 		       "in-memory run\n",
 		       differ, L);

@@ -112,13 +112,16 @@ def set_dirs(folder):
 
 
 def remove_sets(folder):
-    """Remove the two sets, the parameters' manifests first (a kill
-    part-way leaves a set that still resumes, or none), then their
-    directories and the nvswap/ levels above them when empty."""
+    """Remove the two sets' manifests: the parameters' newer ones, the
+    optimizer's, then the parameters' oldest (a kill part-way leaves a
+    pair that still resumes, a lone first checkpoint, which counts as
+    none, or none; never saved steps beside an empty set, which is
+    refused), then their files, directories and the nvswap/ levels
+    above them when empty."""
     dirs = set_dirs(folder)
-    for d in dirs:
-        for f in sorted(glob.glob(os.path.join(d, "manifest.*"))):
-            os.unlink(f)
+    ms = [sorted(glob.glob(os.path.join(d, "manifest.*"))) for d in dirs]
+    for f in ms[0][:0:-1] + ms[1][::-1] + ms[0][:1]:
+        os.unlink(f)
     for d in dirs:
         for f in os.listdir(d) if os.path.isdir(d) else ():
             os.unlink(os.path.join(d, f))
@@ -258,13 +261,13 @@ def train(args, persist):
           f"{'equal' if same_o else 'DIFFERENT'} to the in-memory run, bit "
           f"for bit: {verdict}")
     nvt.restore(model)
-    if persist and not args.stop_after and not args.keep:
+    # A failing run keeps its sets (its evidence); main() removes
+    # args.dir only if this run made it.
+    if persist and verdict != "equal":
+        print("kept the persistent swap sets for a look: "
+              + " ".join(set_dirs(args.dir)))
+    elif persist and not args.stop_after and not args.keep:
         remove_sets(args.dir)
-        if args.dir == "nvme_swap":  # the default, made by this example
-            try:
-                os.rmdir(args.dir)
-            except OSError:
-                pass
         print(f"removed the persistent swap sets under {args.dir}/nvswap: "
               "the run is complete (--keep keeps them)")
     if args.stop_after:

@@ -4,6 +4,7 @@ the directory as they found it (what they made of a missing one
 removed)."""
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -113,14 +114,27 @@ def test_train_offloaded_over_one_set_without_checkpoints_starts_afresh(
     r = run("train_offloaded.py", *size, "--stop-after", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     param = pathlib.Path(diskdir) / "nvswap" / "param" / "rank0"
-    for m in param.glob("manifest.*"):
+    opt = pathlib.Path(diskdir) / "nvswap" / "optimizer" / "rank0"
+    # A parameter set lost (moved) beside saved optimizer steps is no
+    # first checkpoint cut short: refused, the steps kept.
+    moved = pathlib.Path(diskdir) / "moved"
+    param.rename(moved)
+    r = run("train_offloaded.py", *size)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "none in common" in r.stdout, r.stdout
+    assert len(list(opt.glob("manifest.*"))) == 2
+    shutil.rmtree(param, ignore_errors=True)
+    moved.rename(param)
+    # The first checkpoint's parameter commit alone: no step saved.
+    max(param.glob("manifest.*")).unlink()
+    for m in opt.glob("manifest.*"):
         m.unlink()
     r = run("train_offloaded.py", *size, "--resume")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "no persistent swap set to resume in" in r.stdout, r.stdout
     r = run("train_offloaded.py", *size)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "saved 'nvswap.torch:3:step 0' as generations" in r.stdout
+    assert "step 0' as generations" in r.stdout, r.stdout
     assert "bit for bit: equal" in r.stdout, r.stdout
     assert list(pathlib.Path(diskdir).iterdir()) == [], r.stdout
 
@@ -251,3 +265,17 @@ def test_hf_trainer_example_is_bit_for_bit(diskdir, mode):
     steps = [x for x in r.stdout.splitlines() if x.startswith("step ")]
     assert len(steps) == 3 and all("grad_norm" in x for x in steps)
     assert list(pathlib.Path(diskdir).iterdir()) == []
+
+
+def test_train_offloaded_keeps_a_default_dir_it_did_not_make(diskdir):
+    """A complete persistent run removes its sets, and ./nvme_swap only
+    when it made it (it once removed the user's empty one)."""
+    pytest.importorskip("torch")
+    (pathlib.Path(diskdir) / "nvme_swap").mkdir()
+    r = run("train_offloaded.py", "--steps", "2", "--width", "64",
+            "--layers", "2", "--context", "16", "--checkpoint-every", "1",
+            cwd=diskdir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "removed the persistent swap sets" in r.stdout, r.stdout
+    assert [p.name for p in pathlib.Path(diskdir).rglob("*")] == [
+        "nvme_swap"]

@@ -142,6 +142,34 @@ def test_a_crash_between_the_two_commits_resumes_the_common_one(swapdir):
     nvt.restore(model)
 
 
+def test_a_lost_set_is_refused_not_overwritten(swapdir):
+    # Two checkpoints saved, then the optimizer set is gone (its
+    # nvme_path moved, its directory wiped): that is no first checkpoint
+    # cut short, and the parameter set's checkpoints must survive.
+    first_run(swapdir, tail="nvt.checkpoint(model).wait()")
+    import pathlib
+    import shutil
+    shutil.rmtree(pathlib.Path(swapdir) / "nvswap" / "optimizer")
+    with pytest.raises(nvswap.Error) as ei:  # the library refuses
+        offload(make(7), swapdir, "resume")
+    assert ei.value.errno == errno.ENOENT, ei.value
+    assert "optimizer" in str(ei.value)
+    # persist='persistent' makes a new optimizer set: it must not make
+    # the run start over from the model given
+    with pytest.raises(nvswap.Error) as ei:
+        offload(make(7), swapdir, "persistent")
+    assert ei.value.errno == errno.EBADMSG, ei.value
+    assert "the optimizer set []" in str(ei.value)
+    with pytest.raises(nvswap.Error) as ei:  # still, the next time
+        offload(make(7), swapdir, "resume")
+    assert ei.value.errno == errno.EBADMSG, ei.value
+    s = nvswap.Swapper(nvme_path=swapdir, name="param", buffer_size="64K",
+                       buffer_count=3, persist="persistent")
+    assert [g["tag"][:15] for g in s.generations()] == ["nvswap.torch:2:",
+                                                        "nvswap.torch:1:"]
+    s.close()
+
+
 def test_refusals(swapdir):
     model = offload(make(0), swapdir, None)  # scratch
     with pytest.raises(nvswap.Error) as ei:

@@ -347,6 +347,29 @@ Test(examples, a_scratch_run_over_an_interrupted_one_says_what_to_do)
 	tu_out_free(&o);
 }
 
+/* An optimizer set with saved steps but no parameter set (that one moved
+ * or deleted) is refused, never removed: only a first save's lone
+ * optimizer commit is. */
+Test(examples, saved_optimizer_steps_without_parameters_are_kept)
+{
+	char cfg[4096], cmd[8192];
+	struct tu_out o;
+
+	snprintf(cfg, sizeof(cfg), "%s", config("nvme", tu_dir()));
+	o = train(cfg, "--layers 2 --hidden 64 --steps 6 --stop-after 3 "
+		       "--checkpoint-every 1");
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	tu_out_free(&o);
+	snprintf(cmd, sizeof(cmd), "rm -r %s", tu_path("nvswap/param"));
+	cr_assert_eq(system(cmd), 0);
+	o = train(cfg, "--layers 2 --hidden 64 --steps 6 --stop-after 3");
+	cr_assert_eq(o.status, 1, "%s%s", o.out, o.err);
+	cr_assert(strstr(o.err, "or remove it: rm -r "), "%s", o.err);
+	cr_assert_null(strstr(o.out, "removed"), "%s", o.out);
+	cr_assert_eq(access(tu_path("nvswap/optimizer/rank0"), F_OK), 0);
+	tu_out_free(&o);
+}
+
 Test(examples, stop_after_must_come_before_the_last_step)
 {
 	struct tu_out o = train(config("nvme", tu_dir()),

@@ -48,13 +48,19 @@ def _ours(swapper):
 
 def common_generation(pswap, gswap):
     """(seq, parameter generation, optimizer generation) of the newest
-    checkpoint both sets hold, or None when one holds none: a run killed
-    in its first checkpoint (the two commit separately) or while its sets
-    were being removed saved nothing it can resume. Raises
-    nvswap.Error(EBADMSG) when both hold some but none in common."""
+    checkpoint both sets hold, or None when neither holds one, or when
+    one holds no generation at all and the other only its first
+    checkpoint: a run killed between its first checkpoint's two commits
+    saved nothing it can resume. Raises nvswap.Error(EBADMSG) when none
+    is in common otherwise: a set that lost (or moved away from) its
+    saved steps must not make the other's be written over."""
     p, g = _ours(pswap), _ours(gswap)
-    if not p or not g:
+    if not p and not g:
         return None
+    if not p or not g:
+        empty, full = (pswap, g) if not p else (gswap, p)
+        if not empty.generations() and len(full) == 1:
+            return None
     both = sorted(set(p) & set(g))
     if not both:
         raise error(errno.EBADMSG,
