@@ -362,6 +362,18 @@ Test(nvswap_fsck, repairing_the_only_generation_leaves_nothing_behind)
 	tu_out_free(&o);
 }
 
+/* A tmpfs at <test dir>/mnt, private to this test: a second filesystem
+ * for a set's path 1 (the test is skipped, saying why, where no mount
+ * can be made). */
+static void second_fs(char *mnt, size_t len)
+{
+	snprintf(mnt, len, "%.4000s/mnt", tu_dir());
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=8m,mode=0700"))
+		cr_skip_test("cannot mount a tmpfs here (%s): a second "
+			     "filesystem is needed",
+			     strerror(errno));
+}
+
 Test(nvswap_fsck, a_copy_verifies_and_relocate_moves_a_path_on_another_fs)
 {
 	char a[4200], a2[4200], mnt[4100], b[4200], b2[4200], want[40000];
@@ -379,11 +391,7 @@ Test(nvswap_fsck, a_copy_verifies_and_relocate_moves_a_path_on_another_fs)
 	cr_assert(strstr(o.out, "the set verifies"), "%s", o.out);
 	tu_out_free(&o);
 
-	snprintf(mnt, sizeof(mnt), "%.4000s/mnt", tu_dir());
-	if (!tu_mount_private(mnt, "tmpfs", 0, "size=8m,mode=0700"))
-		cr_skip_test("cannot mount a tmpfs here (%s): a second "
-			     "filesystem is needed",
-			     strerror(errno));
+	second_fs(mnt, sizeof(mnt));
 	snprintf(b, sizeof(b), "%s/b", mnt);
 	snprintf(b2, sizeof(b2), "%s/b2", mnt);
 	cr_assert_eq(mkdir(b, 0700), 0);
@@ -527,11 +535,7 @@ Test(nvswap_fsck, a_path_recorded_whole_is_not_inferred_for_a_copy)
 	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
 	tu_out_free(&o);
 
-	snprintf(mnt, sizeof(mnt), "%.4000s/mnt", tu_dir());
-	if (!tu_mount_private(mnt, "tmpfs", 0, "size=8m,mode=0700"))
-		cr_skip_test("cannot mount a tmpfs here (%s): a second "
-			     "filesystem is needed",
-			     strerror(errno));
+	second_fs(mnt, sizeof(mnt));
 	snprintf(b, sizeof(b), "%s/b", mnt);
 	cr_assert_eq(mkdir(b, 0700), 0);
 	make_named("two", a, b, 2);
