@@ -114,10 +114,11 @@ def set_dirs(folder):
 def remove_sets(folder):
     """Remove the two sets' manifests: the parameters' newer ones, the
     optimizer's, then the parameters' oldest (a kill part-way leaves a
-    pair that still resumes, a lone first checkpoint, which counts as
-    none, or none; never saved steps beside an empty set, which is
-    refused), then their files, directories and the nvswap/ levels
-    above them when empty."""
+    pair that still resumes, a parameter generation without an
+    optimizer one, which --resume refuses and a fresh run starts over,
+    or none; never an optimizer generation without its parameters),
+    then their files, directories and the nvswap/ levels above them
+    when empty."""
     dirs = set_dirs(folder)
     ms = [sorted(glob.glob(os.path.join(d, "manifest.*"))) for d in dirs]
     for f in ms[0][:0:-1] + ms[1][::-1] + ms[0][:1]:
