@@ -407,6 +407,7 @@ int ext_buf_get_io(PyObject *obj, bool writable, struct ext_buf *b)
 
 void ext_buf_release(struct ext_buf *b)
 {
+	ext_buf_unguard(b);
 	if (b->has_view)
 		PyBuffer_Release(&b->view);
 	b->has_view = false;

@@ -70,6 +70,21 @@ struct ext_buf {
 			  that take it), or -1 for host memory */
 	bool has_view;
 	Py_buffer view;
+	/*
+	 * A CPU torch tensor's memory, held and checked by ext_buf_guard()
+	 * (guard.c): its untyped storage (a strong reference, so a set_()
+	 * cannot free the memory an op was given), the storage's data_ptr
+	 * and nbytes and the tensor's data_ptr and nbytes when the op was
+	 * made, and, for a storage that can be resized, the staging block
+	 * @ptr points into instead of the tensor's memory (@user).
+	 */
+	PyObject *storage;
+	uintptr_t st_ptr;
+	size_t st_nbytes;
+	uintptr_t t_ptr;
+	void *user;
+	void *stage;
+	size_t stage_size;
 };
 
 /*
@@ -92,6 +107,27 @@ int ext_buf_get(PyObject *obj, bool writable, struct ext_buf *b);
  */
 int ext_buf_get_io(PyObject *obj, bool writable, struct ext_buf *b);
 void ext_buf_release(struct ext_buf *b);
+/*
+ * After ext_buf_get_io() of a CPU tensor for an op the C library runs
+ * with the GIL released: hold the tensor's storage and note where its
+ * memory is. A storage that can be resized (torch >= 2 says so; on torch
+ * 1.13, any but nvswap's own pinned memory) is staged: @b->ptr then
+ * points at an aligned block of nvswap's, holding the tensor's bytes for
+ * a write (@read false), and copied into the tensor by ext_buf_settle()
+ * for a read. No-op for other buffers. 0, or -1 with an exception.
+ */
+int ext_buf_guard(struct ext_buf *b, bool read);
+/*
+ * When the op is complete (GIL held): check that the tensor still uses
+ * the memory the op was given; if so, and @ok, copy a staged read into
+ * it. -EFAULT with @msg ("@what: the tensor ... was resized or replaced
+ * while the op ran ...") when it moved, else 0. -1 never; a Python error
+ * raised by the check is cleared into the sentence.
+ */
+int ext_buf_settle(struct ext_buf *b, bool read, bool ok, const char *what,
+		   char *msg, size_t msglen);
+/* Let go of what ext_buf_guard() took (ext_buf_release() calls it). */
+void ext_buf_unguard(struct ext_buf *b);
 
 /* The torch module if it is imported (borrowed), else NULL; no import. */
 PyObject *ext_torch(void);
@@ -187,6 +223,9 @@ struct ext_op {
 
 extern PyTypeObject ext_HandleType;
 extern PyTypeObject ext_OpType;
+/* "read of N bytes from PATH at offset O" (or "fd N"), for sentences. */
+void ext_op_describe(char *out, size_t len, int opcode, size_t nbytes,
+		     const char *path, int fd, int64_t offset);
 int ext_handle_init(PyObject *module);
 int ext_op_init(PyObject *module);
 

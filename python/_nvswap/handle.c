@@ -302,7 +302,8 @@ static int prepare(struct ext_handle *self, int opcode, PyObject *bufobj,
 		Py_CLEAR(*path);
 		return -1;
 	}
-	if (ext_handle_enter(self)) {
+	if (ext_buf_guard(buf, opcode == NVS_AIO_READ) ||
+	    ext_handle_enter(self)) {
 		ext_buf_release(buf);
 		Py_CLEAR(*path);
 		return -1;
@@ -378,6 +379,19 @@ static PyObject *fast_sync(struct ext_handle *self, int opcode,
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 	Py_END_ALLOW_THREADS
 	ext_handle_leave(self);
+	/* A staged read is copied in here. A tensor read in place is not
+	 * checked: only another thread could have moved it during this
+	 * call, a race on the tensor itself, and the held storage kept
+	 * the memory the read used (bench/RESULTS.md, "Tensors that can
+	 * be resized": the check cost 0.7 us of a 4 KiB read's 3). */
+	if (rc >= 0 && buf.stage) {
+		char what[NVS_ERRMSG_MAX / 2];
+
+		ext_op_describe(what, sizeof(what), opcode, buf.nbytes,
+				path ? PyBytes_AS_STRING(path) : NULL, fd, off);
+		rc = ext_buf_settle(&buf, opcode == NVS_AIO_READ, true, what,
+				    msg, sizeof(msg));
+	}
 	ext_buf_release(&buf);
 	Py_XDECREF(path);
 	if (rc < 0)
@@ -663,7 +677,10 @@ static PyMethodDef handle_methods[] = {
 	M(async_pread, FAST,
 	  "async_pread(buffer, filename, file_offset=0) -> int\n\n"
 	  "Queue a read and return 0; wait() collects it. The op holds\n"
-	  "buffer until then, so dropping it meanwhile is safe."),
+	  "buffer (a tensor's storage too) until then, so dropping it\n"
+	  "meanwhile is safe; a tensor resized or set_() elsewhere\n"
+	  "meanwhile fails the read at wait() with EFAULT, its new memory\n"
+	  "untouched (docs/python.md, \"Threads and lifetime\")."),
 	M(async_pwrite, FAST,
 	  "async_pwrite(buffer, filename, file_offset=0) -> int\n"
 	  "async_pwrite(buffer, fd, file_offset=0) -> int\n\n"

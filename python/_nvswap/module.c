@@ -55,6 +55,11 @@ static PyObject *oneshot(int opcode, const char *fname, PyObject *const *args,
 		Py_DECREF(path);
 		return NULL;
 	}
+	if (ext_buf_guard(&buf, opcode == NVS_AIO_READ)) {
+		ext_buf_release(&buf);
+		Py_DECREF(path);
+		return NULL;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	if (opcode == NVS_AIO_READ)
 		rc = nvs_aio_read(buf.ptr, buf.nbytes, PyBytes_AS_STRING(path),
@@ -65,6 +70,14 @@ static PyObject *oneshot(int opcode, const char *fname, PyObject *const *args,
 	if (rc < 0)
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 	Py_END_ALLOW_THREADS
+	if (rc >= 0) {
+		char what[NVS_ERRMSG_MAX / 2];
+
+		ext_op_describe(what, sizeof(what), opcode, buf.nbytes,
+				PyBytes_AS_STRING(path), -1, 0);
+		rc = ext_buf_settle(&buf, opcode == NVS_AIO_READ, true, what,
+				    msg, sizeof(msg));
+	}
 	ext_buf_release(&buf);
 	Py_DECREF(path);
 	if (rc < 0)

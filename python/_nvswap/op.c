@@ -170,9 +170,33 @@ static int validate_op(struct ext_op *op, const char *path, char *msg,
  * Record @op's outcome (GIL held): result, sentence, buffer released,
  * state DONE under the handle's mutex (waiters on other threads wake).
  */
+void ext_op_describe(char *out, size_t len, int opcode, size_t nbytes,
+		     const char *path, int fd, int64_t offset)
+{
+	char fdname[32];
+
+	if (!path)
+		snprintf(fdname, sizeof(fdname), "fd %d", fd);
+	snprintf(out, len, "%s of %zu bytes %s %s at offset %lld",
+		 opcode == NVS_AIO_READ ? "read" : "write", nbytes,
+		 opcode == NVS_AIO_READ ? "from" : "to", path ? path : fdname,
+		 (long long)offset);
+}
+
 static void finish(struct ext_handle *h, struct ext_op *op, int rc,
 		   const char *msg)
 {
+	char smsg[NVS_ERRMSG_MAX], what[NVS_ERRMSG_MAX / 2];
+
+	if (rc >= 0 && op->buf.storage) {
+		ext_op_describe(what, sizeof(what), op->opcode, op->nbytes,
+				op->path ? PyBytes_AS_STRING(op->path) : NULL,
+				op->fd, op->offset);
+		rc = ext_buf_settle(&op->buf, op->opcode == NVS_AIO_READ, true,
+				    what, smsg, sizeof(smsg));
+		if (rc < 0)
+			msg = smsg;
+	}
 	op->result = rc;
 	if (rc < 0)
 		op->errmsg = strdup(msg && *msg ? msg : nvs_strerror(rc));
@@ -206,7 +230,7 @@ static int collect(struct ext_handle *h, struct ext_op *op)
 		rc = validate_op(op, path, msg, sizeof(msg));
 	Py_END_ALLOW_THREADS
 	finish(h, op, rc, msg);
-	return rc;
+	return op->result; /* finish() may fail a read whose tensor moved */
 }
 
 /* Sleep until @op, claimed by another thread, is DONE (GIL held). */
@@ -480,8 +504,10 @@ PyTypeObject ext_OpType = {
 	.tp_repr = (reprfunc)op_repr,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "One submitted read or write (aio_handle.submit_read,\n"
-		  "submit_write): a future. The op holds its buffer until it\n"
-		  "is complete, so the buffer may be dropped meanwhile.\n"
+		  "submit_write): a future. The op holds its buffer (a\n"
+		  "tensor's storage too) until it is complete, so the buffer\n"
+		  "may be dropped meanwhile; a read whose tensor was resized\n"
+		  "or set_() elsewhere meanwhile fails with EFAULT.\n"
 		  "aio_handle.wait() also collects it; its outcome stays here.",
 	.tp_methods = op_methods,
 	.tp_getset = op_getset,
