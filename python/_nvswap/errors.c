@@ -107,6 +107,16 @@ PyObject *ext_raise(int err, const char *msg)
 
 	if (err < 0)
 		err = -err;
+	/*
+	 * A call cut short by a signal: Python's handler has only set a flag
+	 * so far. Run it now, so that what it raises (KeyboardInterrupt for
+	 * Ctrl-C) is what the caller gets, not an nvswap error an
+	 * "except Exception:" would swallow; only a handler that raises
+	 * nothing leaves InterruptedError, as os.read() would after PEP 475
+	 * gave up retrying.
+	 */
+	if (err == EINTR && PyErr_CheckSignals() < 0)
+		return NULL;
 	if (!msg || !*msg)
 		msg = nvs_strerror(err);
 	exc = PyObject_CallFunction(type_for(err), "is", err, msg);

@@ -99,7 +99,7 @@ static int validate_op(struct ext_op *op, const char *path, char *msg,
 		snprintf(procfd, sizeof(procfd), "/proc/self/fd/%d", op->fd);
 		path = procfd;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(msg, msglen, "validate: open %s: %s", path,

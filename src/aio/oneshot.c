@@ -30,7 +30,9 @@ int nvs__validate_file(const char *call, const char *path, const void *buf,
 	int fd, ret = 0;
 	bool dev = nvs_gpu_pointer(buf, NULL) == 1;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: the op checked the path's type, but it may have
+	 * been replaced by a FIFO since; reads of a file ignore it. */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return nvs__err(-errno, "%s %s: validate: open: %s", call, path,
 				nvs_strerror(errno));

@@ -32,12 +32,30 @@ void nvs__target_close(struct nvs_aio *h, struct nvs_target *t)
 	*t = (struct nvs_target){.fd = -1, .bfd = -1};
 }
 
+/*
+ * open() failed with errno: say why. A FIFO without a reader or a socket
+ * opened for writing fails with ENXIO, which names neither: name the
+ * type instead, as a read of one does.
+ */
+static int open_failed(const struct nvs_aio_io *io, const char *path)
+{
+	int err = errno;
+	struct stat st;
+
+	if (err == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISBLK(st.st_mode))
+		return NVS__SUBMIT_ERR(-EINVAL, io,
+				       "is %s, not a regular file or a block "
+				       "device",
+				       nvs__file_type(st.st_mode));
+	return NVS__SUBMIT_ERR(-err, io, "open: %s", nvs_strerror(err));
+}
+
 static int open_path(struct nvs_aio *h, const struct nvs_aio_io *io,
 		     const char *path, struct nvs_target *t)
 {
 	bool write = io->opcode == NVS_AIO_WRITE;
 	int flags = (write ? O_WRONLY | O_CREAT : O_RDONLY) | O_CLOEXEC;
-	int err;
 
 	if (h->opts.direct != NVS_DIRECT_NEVER) {
 		t->fd = nvs__files_open(h->files, path, flags | O_DIRECT, 0600);
@@ -52,18 +70,13 @@ static int open_path(struct nvs_aio *h, const struct nvs_aio_io *io,
 				"the filesystem refuses O_DIRECT "
 				"(direct mode ALWAYS)");
 		} else {
-			err = errno;
-			return NVS__SUBMIT_ERR(-err, io, "open: %s",
-					       nvs_strerror(err));
+			return open_failed(io, path);
 		}
 	}
 	if (t->fd < 0) {
 		t->fd = nvs__files_open(h->files, path, flags, 0600);
-		if (t->fd < 0) {
-			err = errno;
-			return NVS__SUBMIT_ERR(-err, io, "open: %s",
-					       nvs_strerror(err));
-		}
+		if (t->fd < 0)
+			return open_failed(io, path);
 	}
 	t->own_fd = true;
 	nvs__aio_count(&h->c.opened, 1);
@@ -303,6 +316,11 @@ int nvs__target_open(struct nvs_aio *h, const struct nvs_aio_io *io,
 		return ret;
 	if (S_ISDIR(st.st_mode))
 		return NVS__SUBMIT_ERR(-EISDIR, io, "%s", "is a directory");
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+		return NVS__SUBMIT_ERR(-EINVAL, io,
+				       "is %s, not a regular file or a block "
+				       "device",
+				       nvs__file_type(st.st_mode));
 	ret = check_range(h, io, path, t, &st);
 	if (ret < 0)
 		return ret;

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -485,4 +487,72 @@ Test(hostile, keep_a_swap_file_or_rank_directory_deleted_mid_run_is_harmless)
 	cr_assert(memcmp(p, buf, BUF) == 0);
 	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+/*
+ * Issue 34, finding 3: an op on a FIFO with no writer blocked for ever in
+ * open() (an async read blocked its caller), and Ctrl-C then surfaced as
+ * EINTR. Anything but a regular file or a block device is refused at
+ * once, by path and by descriptor, naming what it is.
+ */
+static void refused_as(struct nvs_aio *h, const char *p, int fd,
+		       const char *type)
+{
+	char buf[4096] = {0}, want[96];
+
+	snprintf(want, sizeof(want),
+		 "is %s, not a regular file or a block "
+		 "device",
+		 type);
+	if (p) {
+		cr_assert_eq(nvs_aio_sync_pread(h, buf, sizeof(buf), p, 0),
+			     -EINVAL, "%s", nvs_last_error());
+		cr_assert(strstr(nvs_last_error(), want) &&
+				  strstr(nvs_last_error(), p),
+			  "%s", nvs_last_error());
+		cr_assert_eq(nvs_aio_sync_pwrite(h, buf, sizeof(buf), p, 0),
+			     -EINVAL, "%s", nvs_last_error());
+		cr_assert(strstr(nvs_last_error(), want), "%s",
+			  nvs_last_error());
+	} else {
+		cr_assert_eq(
+			nvs_aio_pread_fd(h, buf, sizeof(buf), fd, 0, false),
+			-EINVAL, "%s", nvs_last_error());
+		cr_assert(strstr(nvs_last_error(), want), "%s",
+			  nvs_last_error());
+	}
+}
+
+Test(hostile, round3_a_fifo_socket_or_character_device_is_refused_at_once,
+     .timeout = 30)
+{
+	const char *fifo = tu_path("fifo"), *sock = tu_path("sock");
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+	char buf[4096];
+	int fd, s;
+
+	nvs_aio_opts_init(&o);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0, "%s", nvs_last_error());
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	refused_as(h, fifo, -1, "a FIFO");
+	/* the one-shot read too */
+	cr_assert_eq(nvs_aio_read(buf, sizeof(buf), fifo, &o, false, NULL),
+		     -EINVAL, "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "is a FIFO"), "%s",
+		  nvs_last_error());
+	fd = open(fifo, O_RDWR); /* a descriptor of one: never blocks */
+	cr_assert_geq(fd, 0);
+	refused_as(h, NULL, fd, "a FIFO");
+	close(fd);
+	s = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert_geq(s, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s",
+		     sock);
+	refused_as(h, sock, -1, "a socket");
+	close(s);
+	refused_as(h, "/dev/null", -1, "a character device");
+	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
