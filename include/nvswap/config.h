@@ -121,14 +121,18 @@ struct nvs_launch {
  *   MPICH/Hydra (PMI):   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
  *                        MPI_LOCALNRANKS;
  *   Slurm (srun):        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
- *                        SLURM_NTASKS_PER_NODE (its first number);
+ *                        SLURM_NTASKS_PER_NODE, else (srun sets it
+ *                        always) SLURM_TASKS_PER_NODE (the first number
+ *                        of either);
  * else rank 0 of 1 ("none"). A family is found by its rank variable; its
  * others may be missing: the world size is then rank + 1, the local rank
  * 0 and the local size local rank + 1.
  *
- * Return: 0, or -EINVAL for @out NULL or a value that is not a number,
- * negative, or inconsistent (rank >= world size, local rank >= local
- * size): the message names the variable and its value.
+ * Return: 0, or -EINVAL for @out NULL or a value that is not a whole
+ * number, out of range (0 or 1 to INT_MAX; the message gives the range),
+ * or inconsistent (rank >= world size, local rank >= local size): the
+ * message names the variables read and their values (up to 40 bytes,
+ * escaped), and says what an unset one was taken as.
  * Threading: reads the environment; any thread.
  */
 NVS_API int nvs_launch_detect(struct nvs_launch *out);

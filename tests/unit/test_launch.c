@@ -31,6 +31,7 @@ static const char *const vars[] = {
 	"SLURM_NTASKS",
 	"SLURM_LOCALID",
 	"SLURM_NTASKS_PER_NODE",
+	"SLURM_TASKS_PER_NODE",
 };
 
 /* No launcher variable from the machine running the tests leaks in. */
@@ -121,18 +122,22 @@ static void refused(const char *name, const char *want)
 Test(launch, a_bad_value_is_refused_naming_the_variable)
 {
 	setenv("RANK", "two", 1);
-	refused("RANK", "RANK=\"two\" is not a number");
+	refused("RANK", "RANK=\"two\" is not a whole number (from 0 to "
+			"2147483647)");
 	setenv("RANK", "-1", 1);
-	refused("RANK", "RANK=\"-1\"");
+	refused("RANK", "RANK=\"-1\" is out of range: from 0 to 2147483647");
 	setenv("RANK", "1x", 1);
-	refused("RANK", "RANK=\"1x\"");
+	refused("RANK", "RANK=\"1x\" is not a whole number");
 	setenv("RANK", "4", 1);
 	setenv("WORLD_SIZE", "4", 1);
-	refused("RANK", "RANK 4 is not below WORLD_SIZE 4");
+	refused("RANK", "RANK 4 is not below the world size WORLD_SIZE 4");
+	unsetenv("WORLD_SIZE");
 	setenv("RANK", "1", 1);
 	setenv("LOCAL_RANK", "2", 1);
 	setenv("LOCAL_WORLD_SIZE", "2", 1);
-	refused("LOCAL_RANK", "LOCAL_RANK 2, LOCAL_WORLD_SIZE 2");
+	refused("LOCAL_RANK", "local rank LOCAL_RANK 2, local size "
+			      "LOCAL_WORLD_SIZE 2 and world size 2 "
+			      "(WORLD_SIZE unset: the rank + 1) do not fit");
 	setenv("SLURM_NTASKS_PER_NODE", "4(x2)", 1);
 	setenv("LOCAL_WORLD_SIZE", "4(x2)", 1); /* Slurm's form only there */
 	refused("LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE=\"4(x2)\"");
@@ -210,4 +215,48 @@ Test(launch, bad_config_values_are_refused)
 		     -EINVAL);
 	cr_assert(strstr(nvs_last_error(), "node_queue_depth"), "%s",
 		  nvs_last_error());
+}
+
+/* Issue 34, finding 7: RANK=2147483648 was "not a number of at least 0",
+ * and a Slurm layout named SLURM_NTASKS_PER_NODE when it was unset. */
+Test(launch, round3_out_of_range_says_so_with_the_range)
+{
+	setenv("RANK", "2147483648", 1);
+	refused("RANK", "RANK=\"2147483648\" is out of range: from 0 to "
+			"2147483647");
+	setenv("RANK", "99999999999999999999999", 1);
+	refused("RANK", "is out of range: from 0 to 2147483647");
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "0", 1);
+	refused("WORLD_SIZE", "WORLD_SIZE=\"0\" is out of range: from 1 to "
+			      "2147483647");
+	/* a long value with a quote and a control byte: cut, escaped */
+	setenv("WORLD_SIZE",
+	       "\"\x01 0123456789012345678901234567890123456789tail", 1);
+	refused("WORLD_SIZE", "WORLD_SIZE=\"\\x22\\x01 012345678901234567890"
+			      "1234567890123456...\" is not a whole number");
+}
+
+Test(launch, round3_a_slurm_layout_names_the_variables_it_read)
+{
+	setenv("SLURM_PROCID", "1", 1);
+	setenv("SLURM_NTASKS", "4", 1);
+	setenv("SLURM_LOCALID", "2", 1);
+	setenv("SLURM_TASKS_PER_NODE", "2(x2)", 1); /* srun sets this one */
+	refused("SLURM_TASKS_PER_NODE",
+		"local rank SLURM_LOCALID 2, local size SLURM_TASKS_PER_NODE "
+		"2 and world size SLURM_NTASKS 4 do not fit together (Slurm)");
+	cr_assert_null(strstr(nvs_last_error(), "SLURM_NTASKS_PER_NODE"), "%s",
+		       nvs_last_error());
+	setenv("SLURM_TASKS_PER_NODE", "4(x1)", 1);
+	is(detect(), 1, 4, 2, 4, "Slurm");
+	unsetenv("SLURM_TASKS_PER_NODE");
+	setenv("SLURM_LOCALID", "5", 1);
+	refused("SLURM_LOCALID",
+		"local size 6 (SLURM_NTASKS_PER_NODE and SLURM_TASKS_PER_NODE "
+		"unset: the local rank + 1)");
+	setenv("SLURM_NTASKS_PER_NODE", "x", 1);
+	refused("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS_PER_NODE=\"x\" is not a "
+					 "whole number (from 1 to 2147483647), "
+					 "nor Slurm's \"N(xM),...\"");
 }
