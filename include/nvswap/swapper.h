@@ -71,8 +71,9 @@ struct nvs_swapper_opts {
 							  missing; borrowed
 							  for create */
 	const char *name;   /* NULL: swap files in <path>/nvswap/rank<R>/; else
-			     <path>/nvswap/<name>/rank<R>/ (one component),
-			     so several swappers can share a path */
+			     <path>/nvswap/<name>/rank<R>/ (one component,
+			     not empty: -EINVAL), so several swappers can
+			     share a path */
 	int rank;	    /* default 0 */
 	size_t buffer_size; /* bytes per pool buffer = largest tensor */
 	unsigned buffer_count; /* pool buffers = tensors resident at once */

@@ -183,6 +183,14 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 					     Py_TYPE(name)->tp_name);
 			goto out;
 		}
+		if (!*opts.name) {
+			PyErr_SetString(PyExc_ValueError,
+					"Swapper: name must not be empty "
+					"(None: <nvme_path>/nvswap/rank<R>/; "
+					"a name: <nvme_path>/nvswap/<name>/"
+					"rank<R>/)");
+			goto out;
+		}
 	}
 	if (size_arg(bsize, "buffer_size", &opts.buffer_size) ||
 	    opt_uint(bcount, "buffer_count", UINT32_MAX, &count) ||
@@ -196,6 +204,18 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    opt_uint(keep, "keep_generations", UINT32_MAX, &kept) ||
 	    opt_uint(gen, "generation", UINT64_MAX, &opts.generation))
 		goto out;
+	/* The config's rule: a count from 1 (the C struct's 0, like None
+	 * here, means the default); 0 kept generations would keep none of
+	 * what checkpoint() commits, and the C library read it as 2. */
+	if (keep && keep != Py_None &&
+	    (kept == 0 || kept > NVS_KEEP_GENERATIONS_MAX)) {
+		PyErr_Format(PyExc_ValueError,
+			     "Swapper: keep_generations must be from 1 to %u "
+			     "(None: the default, 2), not %llu",
+			     NVS_KEEP_GENERATIONS_MAX,
+			     (unsigned long long)kept);
+		goto out;
+	}
 	opts.keep_generations = (uint32_t)kept;
 	opts.buffer_count = (unsigned)count;
 	opts.wait_ms = (uint32_t)wms;

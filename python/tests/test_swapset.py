@@ -105,7 +105,17 @@ def test_bad_arguments(swapdir):
         open_set(swapdir, persist="durable")
     with pytest.raises(ValueError, match="persist must be"):
         open_set(swapdir, persist=1)
-    raises_errno(errno.EINVAL, open_set, swapdir, keep_generations=65)
+    # one rule with the config loader: 1 to 64, None the default (issue
+    # 34, finding 8: 0 was taken here and read as 2 by the C library)
+    for n in (0, 65):
+        with pytest.raises(ValueError, match=r"keep_generations must be "
+                           rf"from 1 to 64 \(None: the default, 2\), "
+                           rf"not {n}$"):
+            open_set(swapdir, keep_generations=n)
+        with pytest.raises(nvswap.ConfigError,
+                           match="nvswap.keep_generations: "):
+            nvswap.Config.from_str(
+                f'{{"nvswap": {{"keep_generations": {n}}}}}')
     with open_set(swapdir) as s:
         s.register(1, 100)
         with pytest.raises(TypeError, match="tag must be a str or None"):
@@ -203,3 +213,20 @@ def test_a_moved_set_resumes_bit_exact_with_the_original(swapdir, how):
     os.unlink(os.path.join(copy, "nvswap", "set", "rank0", "set.data"))
     e = raises_errno(errno.EBADMSG, open_set, copy, persist="resume")
     assert "set/rank0/set.data is missing" in str(e), e
+
+
+def test_an_empty_name_is_refused(swapdir):
+    """Swapper(name="") with persist went to the unnamed directory, which
+    every later scratch Swapper on the path then found taken (issue 34,
+    finding 8)."""
+    for persist in ("persistent", None):
+        with pytest.raises(ValueError, match="name must not be empty"):
+            nvswap.Swapper(nvme_path=swapdir, name="", buffer_size=MiB,
+                           buffer_count=2, persist=persist)
+    assert os.listdir(swapdir) == []
+    with nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB,
+                        buffer_count=2) as s:
+        s.register(1, 100)
+    for bad in (".", "..", "a/b", "x" * 65, "a\nb"):
+        raises_errno(errno.EINVAL, nvswap.Swapper, nvme_path=swapdir,
+                     name=bad, buffer_size=MiB, buffer_count=2)

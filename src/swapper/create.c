@@ -156,6 +156,13 @@ static int create(const struct nvs_swapper_opts *o,
 					"nvs_swapper_create: nvme_paths[%u] "
 					"is empty",
 					i);
+	/* "" would be the unnamed directory: a persistent set there takes
+	 * the place every later scratch swapper on the path needs. */
+	if (o->name && !*o->name)
+		return nvs__err(-EINVAL,
+				"nvs_swapper_create: name is empty (NULL: "
+				"<path>/nvswap/rank<R>/; a name: "
+				"<path>/nvswap/<name>/rank<R>/)");
 	if (!o->buffer_size || !o->buffer_count)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: buffer_size %zu x "

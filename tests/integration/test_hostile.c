@@ -556,3 +556,21 @@ Test(hostile, round3_a_fifo_socket_or_character_device_is_refused_at_once,
 	refused_as(h, "/dev/null", -1, "a character device");
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 }
+
+/* Issue 34, finding 8: an empty name was taken as none, so a persistent
+ * set took the directory every scratch swapper on the path uses. */
+Test(hostile, round3_an_empty_swapper_name_is_refused)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = (void *)1;
+
+	opts_at(&o, tu_dir());
+	o.name = "";
+	o.persist = NVS_PERSIST_PERSISTENT;
+	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);
+	cr_assert_null(s);
+	cr_assert(strstr(nvs_last_error(), "nvs_swapper_create: name is empty"),
+		  "%s", nvs_last_error());
+	s = mk_at(tu_dir()); /* the unnamed directory is still free */
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
