@@ -13,8 +13,12 @@ def stats(model):
     bytes_written, io_exposed_s (time acquires waited for I/O or a buffer,
     from the C library), pool_bytes, pool_high_water, walk, resumed
     ({tag, steps, generations} when offload() resumed a checkpoint, else
-    None), checkpoints (nvswap.torch checkpoints of the sets), and the raw
-    Swapper stats of both pools ('param', 'optimizer')."""
+    None), checkpoints (nvswap.torch checkpoints of the sets), the raw
+    Swapper stats of both pools ('param', 'optimizer': None with
+    inference=True), inference, resident_layers and resident_bytes
+    (layers kept in CPU memory: memory=, max_in_cpu=), forwards (top-level
+    forwards run) and last_forward_bytes_read (parameter bytes the last
+    one read from NVMe)."""
     return engine_of(model).stats()
 
 
@@ -28,7 +32,8 @@ def wait(model):
         if not refs:
             eng.params.evict_layer(layer)
     eng.pswap.wait_all()
-    eng.gswap.wait_all()
+    if eng.gswap is not None:
+        eng.gswap.wait_all()
 
 
 @contextlib.contextmanager

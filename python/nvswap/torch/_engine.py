@@ -18,6 +18,7 @@ import torch
 
 import nvswap
 
+from . import _infer
 from ._common import (ALIGN, GRAD_BASE, MAX_TENSORS, STATE_BASE, error,
                       nbytes, storage_ptr)
 from ._grads import Grads
@@ -82,16 +83,25 @@ class Engine(Passes, Grads):
         self.staged = {}  # layer -> (pool tensors, copy done event)
         self.pswap = pswap  # nvswap.Swapper for the parameters
         self.params = params  # nvswap.ParamSwapper
-        self.gswap = gswap  # nvswap.Swapper for gradients + optimizer state
-        self.grads = nvswap.GradSwapper(gswap, id_base=GRAD_BASE)
+        # nvswap.Swapper for gradients + optimizer state; None for an
+        # inference model (offload(inference=True), _infer.py)
+        self.gswap = gswap
+        self.grads = (nvswap.GradSwapper(gswap, id_base=GRAD_BASE)
+                      if gswap is not None else None)
         # dtype: the compute dtype of floating parameters (bf16) with fp32
-        # masters in the optimizer set (_mixed.py), or None
+        # masters in the optimizer set (_mixed.py), or None; an inference
+        # model is cast without masters
         self.dtype = dtype
-        self.masters = Masters(gswap) if dtype is not None else None
+        self.masters = (Masters(gswap) if dtype is not None and
+                        gswap is not None else None)
         self.opts = opts
         self.gswap_options = opts.get(
             "optimizer", {"pipeline_read": False, "pipeline_write": False})
         self.layers = []  # layer -> [param]
+        self.layer_bytes = []  # layer -> its bytes in a pool buffer
+        self.forwards = 0  # top-level forwards run (not recomputations)
+        self.last_forward_read = 0  # parameter bytes the last one read
+        self.fwd_read0 = 0
         self.names = []  # layer -> [qualified name]
         self.grad_off = []  # layer -> [byte offset in the gradient region]
         self.refs = []  # layer -> acquire count
@@ -148,6 +158,7 @@ class Engine(Passes, Grads):
                 data = [d.to("cpu") for d in data]
         if self.masters is not None:
             self.masters.add(layer, [n for n, _ in items], data)
+        if self.dtype is not None:
             data = [cast(d, self.dtype) for d in data]
         self.params.add_layer(layer, data)
         dtypes = [d.dtype for d in data]
@@ -156,7 +167,9 @@ class Engine(Passes, Grads):
             offs.append(off)
             off += (nbytes(d) + ALIGN - 1) // ALIGN * ALIGN
         del data
-        self.grads.add_group(layer, max(off, ALIGN))
+        self.layer_bytes.append(max(off, ALIGN))
+        if self.grads is not None:
+            self._add_grad_group(layer, items, max(off, ALIGN))
         self.layers.append([p for _, p in items])
         self.names.append([n for n, _ in items])
         self.grad_off.append(offs)
@@ -166,6 +179,21 @@ class Engine(Passes, Grads):
             p._nvswap = Rec(self, layer, i, name, ph)
             p.data = ph
         return layer
+
+    def _add_grad_group(self, layer, items, size):
+        """The layer's gradient region in the optimizer pool; one larger
+        than a buffer is refused naming the keyword that sizes it (the
+        C library's sentence names only an internal tensor id)."""
+        have = self.gswap.stats()["buffer_size"]
+        if size > have:
+            raise error(errno.EFBIG,
+                        f"nvswap.torch.offload: layer {layer} (parameters "
+                        f"{items[0][0]}...) has a gradient region of {size}"
+                        f" bytes, larger than an optimizer pool buffer "
+                        f"({have} bytes): raise optimizer_buffer_size= "
+                        "(offload_optimizer.buffer_size) to at least "
+                        f"{size}, or leave it unset")
+        self.grads.add_group(layer, size)
 
     def add_layer_from(self, items):
         """items: [(name, param)] of which only the shapes and dtypes
@@ -293,7 +321,9 @@ class Engine(Passes, Grads):
             self.release(layer)
 
     def stats(self):
-        ps, gs = self.pswap.stats(), self.gswap.stats()
+        ps = self.pswap.stats()
+        gs = (self.gswap.stats() if self.gswap is not None else
+              dict.fromkeys(ps, 0))
         out = {
             "layers": len(self.layers),
             "layers_held": sum(1 for r in self.refs if r),
@@ -318,8 +348,9 @@ class Engine(Passes, Grads):
             "resumed": self.resumed,
             "checkpoints": self.ckpt_seq,
             "param": ps,
-            "optimizer": gs,
+            "optimizer": gs if self.gswap is not None else None,
         }
+        out.update(_infer.stats(self))
         return out
 
     def close(self, save=True):

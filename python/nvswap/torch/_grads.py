@@ -173,6 +173,8 @@ class Grads:
         regions, write the kept gradients) and wait. Raises while the
         failure lasts; nothing is lost, and the next call retries."""
         self.stale_backward()
+        if self.gswap is None:  # an inference model: no gradients
+            return
         try:
             self.gswap.wait_all()
         except nvswap.Error:

@@ -12,7 +12,7 @@ import torch
 
 import nvswap
 
-from . import _clip, _durable, _load, _mixed, _pools, _statedict
+from . import _clip, _durable, _infer, _load, _mixed, _pools, _statedict
 from ._engine import ALIGN, Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors)
@@ -57,6 +57,15 @@ def _close_at_exit():
 
 
 _SIZE = re.compile(r"([0-9]+)(?:([KMGT])(?:I?B)?)?\Z", re.I)
+
+
+def _size_of(value):
+    """A size keyword _pool_arg() accepted, in bytes."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    return int(m.group(1)) << (10 * " KMGT".index((m.group(2) or " ")
+                                                  .upper()))
 
 
 def _pool_arg(name, value, size):
@@ -106,7 +115,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
             persist=None, device=None, grad_hook=None, dtype=None,
-            weights=None):
+            weights=None, inference=False, memory=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -207,6 +216,22 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     without it (normally or by an exception; a SIGKILL leaves them, and
     the next offload() on that path removes them).
 
+    inference: True for a model that only runs forward (serving,
+    generate()): no gradient or optimizer pool is made and nothing is
+    written back; a backward reaching its parameters, an nvswap.torch
+    optimizer over it, persist=, grad_hook= and the optimizer pool
+    keywords are refused. With dtype=, its parameters are cast (no fp32
+    masters). memory: (inference=True only) a host-memory budget in
+    bytes (or a str such as '6G') for the parameter pool and the layers
+    kept resident: the pool gets buffers of the largest layer (or
+    buffer_size=), as many as the read-ahead needs (lookahead + 2, or 2
+    when every layer fits beside them; buffer_count= overrides), and
+    whole layers, in the order they are added, stay in CPU memory with
+    the rest (never read from NVMe again); a budget that cannot hold two
+    buffers is refused naming both sizes. stats() reports
+    resident_layers, resident_bytes, forwards and
+    last_forward_bytes_read.
+
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
     nvswap.Error(ENOTDIR, EACCES...) naming a level of nvme_path that is
@@ -225,6 +250,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     if grad_hook is not None and not callable(grad_hook):
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
+    _infer.check(inference, memory, persist, grad_hook, dict(
+        optimizer_buffer_size=optimizer_buffer_size,
+        optimizer_buffer_count=optimizer_buffer_count))
+    if memory is not None and max_in_cpu is not None:
+        raise ValueError("nvswap.torch.offload: memory= decides what stays "
+                         "in CPU memory: give it or max_in_cpu=, not both")
     device = _device(model, device)
     dtype = _mixed.compute_dtype(dtype)
     init = default_init(model, init)
@@ -238,14 +269,26 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     optimizer_buffer_count = _pool_arg("optimizer_buffer_count",
                                        optimizer_buffer_count, False)
     cfg, raw = _pools.load_config(config)
-    if cfg is None and buffer_size is None:
+    if (cfg is None or memory is not None) and buffer_size is None:
         buffer_size = _default_buffer_size(model, dtype)
+    if lookahead is None:
+        lookahead = (cfg.nvswap_options()["lookahead"]
+                     if cfg is not None else 1)
+    if memory is not None:
+        memory = _size_of(_pool_arg("memory", memory, True))
+        bs = _size_of(buffer_size)
+        plan0, _ = layer_plan(model, bs, lambda p: _mixed.cast_size(p, dtype))
+        buffer_count, max_in_cpu = _infer.budget(
+            memory, bs, _infer.layer_sizes(
+                plan0, lambda p: _mixed.cast_size(p, dtype)), lookahead,
+            buffer_count)
+        del plan0
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
               optimizer_buffer_size=optimizer_buffer_size,
               optimizer_buffer_count=optimizer_buffer_count,
-              persist=persist, dtype=dtype)
+              persist=persist, dtype=dtype, inference=inference)
     pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw)
     try:
         if rec is not None:
@@ -253,9 +296,6 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         bs = pswap.stats()["buffer_size"]
         plan, tied = layer_plan(model, bs,
                                 lambda p: _mixed.cast_size(p, dtype))
-        if lookahead is None:
-            lookahead = (cfg.nvswap_options()["lookahead"]
-                         if cfg is not None else 1)
         if max_in_cpu is None:
             mic = _pools.raw_key(raw, "zero_optimization",
                                  "offload_param", "max_in_cpu")
@@ -272,7 +312,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             device=device, dtype=dtype)
         eng.grad_hook = grad_hook
     except BaseException:
-        gswap.close()
+        if gswap is not None:
+            gswap.close()
         pswap.close()
         raise
     loader = None
@@ -394,7 +435,9 @@ def _install(model, eng):
                 sd.load_post_hook))
     for ps in eng.layers:
         for p in ps:
-            if p.requires_grad:
+            if p.requires_grad and eng.gswap is None:
+                _infer.refuse_grads(eng, p)
+            elif p.requires_grad:
                 eng.hook_grads(p)
     if not _ALWAYS_CALL:
         forward = model.forward

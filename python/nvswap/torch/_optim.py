@@ -61,6 +61,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if eng.closed:
             raise ValueError(f"nvswap.torch.{cls}: the model's offload "
                              "was closed")
+        if eng.gswap is None:
+            raise ValueError(f"nvswap.torch.{cls}: the model was offloaded "
+                             "with inference=True: it has no gradients or "
+                             "optimizer pool to step (offload it without "
+                             "inference=True to train)")
         if eng.optimizer is not None and not eng.optimizer._closed:
             raise ValueError(f"nvswap.torch.{cls}: the model already has "
                              "an nvswap optimizer")

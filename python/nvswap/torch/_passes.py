@@ -173,12 +173,16 @@ class Passes:
             self._set_walk(self.fwd_trace + self.bw_trace)
         self.bw_trace, self.bw_recomputed = [], False
         self.trace = []
+        self.fwd_read0 = self.pswap.stats()["bytes_read"]
 
     def _exit(self):
         if self.recomputing:
             self.recomputing = False
             return
         trace, self.trace = self.trace, []
+        self.forwards += 1
+        self.last_forward_read = (self.pswap.stats()["bytes_read"] -
+                                  self.fwd_read0)
         if not trace:
             return
         self.fwd_trace = trace

@@ -71,6 +71,8 @@ def swappers(cfg, raw, rank, kw, generations=(None, None)):
         pswap = nvswap.Swapper(name="param", rank=rank, **pkw)
     else:
         pswap = nvswap.Swapper(cfg, kind="param", rank=rank, **pkw)
+    if kw.get("inference"):
+        return pswap, None  # no gradient or optimizer pool (_infer.py)
     try:
         ps = pswap.stats()
         okw = dict(common)

@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: MIT
+"""offload(inference=True, memory=) (issue 35, first slice): a model that
+only runs forward, with no gradient or optimizer pool, and a host-memory
+budget that sizes the parameter pool and keeps whole layers resident.
+generate() with the KV cache gives the in-memory run's tokens; the
+budget decides what is read per forward."""
+import copy
+import errno
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+from nvswap.torch._engine import engine_of  # noqa: E402
+
+V = 96
+
+
+def hf():
+    return pytest.importorskip(
+        "transformers", reason="transformers is not installed for this "
+        "interpreter (Debian packages no transformers)")
+
+
+def llama():
+    t = hf()
+    return t.LlamaForCausalLM(t.LlamaConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64)).eval()
+
+
+def gpt2():
+    t = hf()
+    return t.GPT2LMHeadModel(t.GPT2Config(
+        vocab_size=V, n_positions=64, n_embd=64, n_layer=3,
+        n_head=4)).eval()
+
+
+def mlp():
+    """Plain torch (any torch >= 1.13): 4 layers of 64 x 64."""
+    torch.manual_seed(3)
+    return torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
+
+
+def twin(model):
+    m = copy.deepcopy(model)
+    m.load_state_dict(model.state_dict())
+    return m
+
+
+def tokens(batch):
+    return torch.randint(0, V, (batch, 7),
+                         generator=torch.Generator().manual_seed(batch))
+
+
+def generate(model, ids):
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=torch.ones_like(ids),
+                              max_new_tokens=6, do_sample=False,
+                              pad_token_id=0)
+
+
+@pytest.mark.parametrize("make", [llama, gpt2])
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("budget", [None, "half", "above"])
+def test_generate_gives_the_in_memory_tokens(swapdir, make, batch, budget):
+    torch.manual_seed(0)
+    ref = make()
+    m = twin(ref)
+    total = sum(p.numel() * p.element_size() for p in ref.parameters())
+    memory = {None: None, "half": total // 2, "above": 4 * total}[budget]
+    if memory is not None:
+        memory = max(memory, 4 * 65536)
+    ids = tokens(batch)
+    want = generate(ref, ids)
+    nvt.offload(m, nvme_path=swapdir, inference=True, memory=memory)
+    try:
+        got = generate(m, ids)
+        assert torch.equal(got, want), (got, want)
+        s = nvt.stats(m)
+        assert s["inference"] and s["optimizer"] is None
+        assert s["forwards"] == 6  # one per new token, the cache reused
+        if budget == "above":
+            assert s["resident_layers"] == s["layers"]
+            assert s["bytes_read"] == 0  # never on NVMe at all
+    finally:
+        nvt.restore(m)
+    for a, b in zip(ref.parameters(), m.parameters()):
+        assert torch.equal(a, b)
+
+
+def pool_counts(model, swapdir, **kw):
+    before = nvswap.pinned_stats()["bytes_in_use"]
+    nvt.offload(model, nvme_path=swapdir, buffer_size=1 << 16, **kw)
+    return nvswap.pinned_stats()["bytes_in_use"] - before, nvt.stats(model)
+
+
+def test_inference_makes_no_optimizer_pool(swapdir, tmp_path):
+    """Measured in pinned bytes: the training offload of the same model
+    pins its optimizer pool on top of what the inference one pins."""
+    m_inf, m_train = mlp(), mlp()
+    pinned_inf, s_inf = pool_counts(m_inf, swapdir, inference=True)
+    try:
+        pinned_train, s_train = pool_counts(m_train, str(tmp_path))
+        try:
+            opt = s_train["optimizer"]
+            assert pinned_train - pinned_inf >= \
+                opt["buffer_size"] * opt["buffer_count"]
+        finally:
+            nvt.restore(m_train)
+        assert s_inf["optimizer"] is None
+        assert s_inf["pool_bytes"] == (1 << 16) * 4
+        assert pinned_inf < s_inf["pool_bytes"] + (1 << 20)  # + aio bounce
+        # one Swapper, the parameters'
+        assert os.listdir(os.path.join(swapdir, "nvswap")) == ["param"]
+    finally:
+        nvt.restore(m_inf)
+
+
+def test_a_budget_keeps_whole_layers_resident(swapdir):
+    """mlp(): 4 layers of 16,640 bytes (64 x 64 fp32 + 64). Buffers of
+    32 KiB: a budget of 3 buffers + 2 layers keeps the first 2 layers in
+    CPU memory (first fit in add order), and each forward reads exactly
+    the other 2; with the whole model beside 2 buffers nothing is read."""
+    layer = 64 * 64 * 4 + 64 * 4
+    ref = mlp()
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+    for kept, memory in ((2, 3 * 32768 + 2 * layer),
+                         (4, 2 * 32768 + 4 * layer)):
+        m = twin(ref)
+        nvt.offload(m, nvme_path=swapdir, inference=True, memory=memory,
+                    buffer_size=32768)
+        try:
+            with torch.no_grad():
+                for _ in range(2):
+                    assert torch.equal(m(x), ref(x))
+            s = nvt.stats(m)
+            assert s["layers"] == 4
+            assert engine_of(m).layer_bytes == [layer] * 4
+            assert s["resident_layers"] == kept, s
+            assert s["resident_bytes"] == kept * layer
+            assert s["last_forward_bytes_read"] == (4 - kept) * layer
+            assert s["pool_bytes"] == (3 if kept < 4 else 2) * 32768
+        finally:
+            nvt.restore(m)
+
+
+def test_what_inference_refuses(swapdir):
+    m = mlp()
+    with pytest.raises(ValueError, match=r"memory=1000 bytes cannot hold "
+                       r"two buffers of the largest layer \(2 x 32768 = "
+                       r"65536 bytes\)"):
+        nvt.offload(m, nvme_path=swapdir, inference=True, memory=1000,
+                    buffer_size=32768)
+    with pytest.raises(ValueError, match="memory= sizes the pools of an "
+                       "inference model"):
+        nvt.offload(m, nvme_path=swapdir, memory="1G")
+    with pytest.raises(ValueError, match="persist= has nothing to keep"):
+        nvt.offload(m, nvme_path=swapdir, inference=True,
+                    persist="persistent")
+    with pytest.raises(ValueError, match="optimizer_buffer_size= has no "
+                       "use"):
+        nvt.offload(m, nvme_path=swapdir, inference=True,
+                    optimizer_buffer_size=4096)
+    with pytest.raises(ValueError, match="grad_hook= would never"):
+        nvt.offload(m, nvme_path=swapdir, inference=True,
+                    grad_hook=lambda n, g: g)
+    with pytest.raises(ValueError, match="give it or max_in_cpu=, not both"):
+        nvt.offload(m, nvme_path=swapdir, inference=True, memory="1M",
+                    max_in_cpu=0)
+    with pytest.raises(TypeError, match="inference must be True or False"):
+        nvt.offload(m, nvme_path=swapdir, inference="yes")
+    assert not any(hasattr(p, "_nvswap") for p in m.parameters())
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    try:
+        with pytest.raises(ValueError, match="offloaded with inference=True"
+                           ": it has no gradients or optimizer pool"):
+            nvt.AdamW(m.parameters())
+        with pytest.raises(nvswap.Error, match="got a gradient: "
+                           "inference=True makes no gradient pool") as e:
+            m(torch.randn(2, 64)).sum().backward()
+        assert e.value.errno == errno.EPERM
+        with torch.no_grad():  # still serves after the refused backward
+            assert m(torch.randn(2, 64)).shape == (2, 64)
+    finally:
+        nvt.restore(m)
+
+
+def test_a_small_optimizer_buffer_names_the_keyword(swapdir):
+    """Training: optimizer_buffer_size=4096 failed naming the internal id
+    'tensor 1099511627776'."""
+    m = mlp()
+    with pytest.raises(nvswap.Error, match=r"layer 0 \(parameters 0.weight"
+                       r"\.\.\.\) has a gradient region of 16640 bytes, "
+                       r"larger than an optimizer pool buffer \(4096 bytes"
+                       r"\): raise optimizer_buffer_size=") as e:
+        nvt.offload(m, nvme_path=swapdir, buffer_size=32768,
+                    optimizer_buffer_size=4096)
+    assert e.value.errno == errno.EFBIG
+    assert not any(hasattr(p, "_nvswap") for p in m.parameters())
