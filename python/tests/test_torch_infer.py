@@ -201,3 +201,49 @@ def test_a_small_optimizer_buffer_names_the_keyword(swapdir):
                     optimizer_buffer_size=4096)
     assert e.value.errno == errno.EFBIG
     assert not any(hasattr(p, "_nvswap") for p in m.parameters())
+
+
+def test_a_meta_model_from_safetensors_serves_in_a_budget(swapdir, tmp_path):
+    """The way a model larger than memory gets in: built on the meta
+    device, its weights read from save_pretrained's safetensors straight
+    to NVMe (resident layers straight to CPU memory), then generate()."""
+    t = hf()
+    torch.manual_seed(0)
+    ref = llama()
+    ref.save_pretrained(str(tmp_path / "w"))
+    with torch.device("meta"):
+        m = t.LlamaForCausalLM(ref.config).eval()
+    total = sum(p.numel() * p.element_size() for p in ref.parameters())
+    nvt.offload(m, weights=str(tmp_path / "w"), nvme_path=swapdir,
+                inference=True, memory=max(total // 2, 4 * 65536))
+    try:
+        ids = tokens(2)
+        assert torch.equal(generate(m, ids), generate(ref, ids))
+        s = nvt.stats(m)
+        assert 0 < s["resident_layers"] < s["layers"], s
+        assert s["last_forward_bytes_read"] == \
+            s["parameter_bytes"] - s["resident_bytes"], s
+    finally:
+        nvt.restore(m)
+
+
+def test_a_truncated_swap_file_names_the_layer_and_the_file(swapdir):
+    """Not garbage tokens: nvswap.Error(EIO) naming the layer, its
+    parameters and the swap file."""
+    m = mlp()
+    nvt.offload(m, nvme_path=swapdir, inference=True, buffer_size=32768)
+    try:
+        swap = os.path.join(swapdir, "nvswap", "param", "rank0", "swap.0")
+        os.truncate(swap, 0)
+        with pytest.raises(nvswap.Error) as e, torch.no_grad():
+            m(torch.randn(2, 64))
+        assert e.value.errno == errno.EIO
+        assert e.value.strerror.startswith(
+            "nvswap.torch: reading layer 0 (0.weight, 0.bias): "), e.value
+        assert f"from {swap} at offset" in e.value.strerror, e.value
+        assert "truncated behind nvswap's back" in e.value.strerror
+    finally:
+        try:
+            nvt.restore(m)
+        except nvswap.Error:
+            pass  # restore reads every layer back: the file is gone

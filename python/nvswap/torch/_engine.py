@@ -236,7 +236,10 @@ class Engine(Passes, Grads):
         stage = self.device is not None and not host
         if self.refs[layer] == 0:
             t0 = time.perf_counter_ns()
-            tensors = self.params.acquire_layer(layer)
+            try:
+                tensors = self.params.acquire_layer(layer)
+            except nvswap.Error as e:
+                raise self._layer_error(layer, e) from e
             self.exposed_ns += time.perf_counter_ns() - t0
             if stage:
                 tensors = self._to_device(layer, tensors)
@@ -256,6 +259,14 @@ class Engine(Passes, Grads):
                         "use (an optimizer step inside a forward or "
                         "backward of a model on a device?)")
         self.refs[layer] += 1
+
+    def _layer_error(self, layer, e):
+        """e, from the C library (which names an internal tensor id and
+        the file), with the layer and its parameters named first."""
+        names = self.names[layer]
+        which = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return error(e.errno, f"nvswap.torch: reading layer {layer} "
+                     f"({which}): {e.strerror}")
 
     def _to_device(self, layer, pool):
         """Copies of a layer's pool buffers on the device, made on the
