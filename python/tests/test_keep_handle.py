@@ -57,7 +57,7 @@ def ro_mount(diskdir):
         umount(mnt)
 
 
-# ---- buffers -----------------------------------------------------------------
+# ---- buffers ----------------------------------------------------------------
 
 
 def test_zero_size_tensors_arrays_and_buffers_move_nothing(diskdir):
@@ -118,7 +118,7 @@ def test_a_buffer_of_object_pointers_is_refused(diskdir):
     assert all(ln.startswith("TypeError") for ln in lines[:-1]), lines
 
 
-# ---- offsets, descriptors, paths ---------------------------------------------
+# ---- offsets, descriptors, paths --------------------------------------------
 
 
 def test_offsets_too_large_or_not_integers_are_refused(diskdir):
@@ -211,7 +211,7 @@ def test_wait_on_a_fresh_handle_and_after_sync_ops_is_zero(diskdir):
         assert h.pending == 0
 
 
-# ---- threads -----------------------------------------------------------------
+# ---- threads ----------------------------------------------------------------
 
 
 def test_eight_threads_on_one_handle_read_and_write_their_own_bytes(
@@ -260,7 +260,7 @@ def test_eight_threads_on_one_handle_read_and_write_their_own_bytes(
     assert slurp(p) == data
 
 
-# ---- file systems that refuse ------------------------------------------------
+# ---- file systems that refuse -----------------------------------------------
 
 
 def test_a_full_tmpfs_is_enospc_and_leaves_no_partial_file(small_tmpfs):
