@@ -253,8 +253,10 @@ def test_another_users_set_is_refused(two_gens):
                         "--clear-groups", sys.executable, "-c", code,
                         two_gens], capture_output=True, text=True,
                        env=child_env(), timeout=120)
-    if r.returncode != 0 and "ModuleNotFoundError" in r.stderr:
-        pytest.skip("nobody cannot import nvswap from here: " + r.stderr)
+    if r.returncode in (126, 127) or "ImportError" in r.stderr or \
+            "ModuleNotFoundError" in r.stderr:
+        pytest.skip("nobody cannot run this interpreter or import nvswap "
+                    "from here: " + r.stderr.strip()[-300:])
     assert r.returncode == 0, r.stderr
     assert r.stdout == (f"13 [Errno 13] nvswap: {two_gens}/nvswap: "
                         "Permission denied\n")
