@@ -347,6 +347,19 @@ static int buffer_get(PyObject *obj, bool writable, struct ext_buf *b)
 			return -1;
 		}
 	}
+	/* 'O': Python object pointers (a numpy object array, a ctypes
+	 * py_object array). A read would overwrite the pointers (freeing
+	 * the array then crashes the process), a write would store
+	 * addresses: neither is data. */
+	if (b->view.format && strchr(b->view.format, 'O')) {
+		PyBuffer_Release(&b->view);
+		PyErr_Format(PyExc_TypeError,
+			     "nvswap: the %.100s buffer holds Python object "
+			     "pointers (format '%s'), not data to read or "
+			     "write",
+			     Py_TYPE(obj)->tp_name, "O");
+		return -1;
+	}
 	if (!PyBuffer_IsContiguous(&b->view, 'A')) {
 		PyBuffer_Release(&b->view);
 		PyErr_Format(PyExc_ValueError,
