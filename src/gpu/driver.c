@@ -139,6 +139,12 @@ static void load_locked(void)
 			 getenv("NVSWAP_GPU"));
 		goto fail;
 	}
+	if (nvs__lib_truncated(name, cause, sizeof(cause))) {
+		snprintf(load_msg, sizeof(load_msg),
+			 "no CUDA driver: %s could not be loaded (%s)", name,
+			 cause);
+		goto fail;
+	}
 	lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
 		snprintf(load_msg, sizeof(load_msg),

@@ -103,6 +103,14 @@ void nvs__gpu_leave(void *saved);
  * "<who>: <call> failed: <name> (<description>)" set.
  */
 int nvs__cu_fail(int rc, const char *who, const char *call);
+/*
+ * Would dlopen(@path) map past the end of the file (a 64-bit ELF file
+ * cut inside a loadable segment: SIGBUS inside dlopen)? Then true, with
+ * @why saying so. False for a name without '/' (the loader's search),
+ * a file that cannot be read or is not such an ELF file: dlopen() refuses
+ * those with its own sentence. elfcheck.c.
+ */
+bool nvs__lib_truncated(const char *path, char *why, size_t len);
 
 /* Format the same sentence into @buf (errors raised on a worker). */
 void nvs__cu_describe(char *buf, size_t len, int rc, const char *call);

@@ -159,12 +159,19 @@ static bool nvfs_loaded(void)
 /* Under lock. */
 static void load_locked(void)
 {
-	const char *missing = NULL;
+	const char *missing = NULL, *env;
+	char cut[NVS_ERRMSG_MAX / 2];
 	struct cufile_err e;
 	void *lib, *saved = NULL;
 
 	if (nvs__gpu_load("cuFile") < 0) {
 		snprintf(load_msg, sizeof(load_msg), "%s", nvs_last_error());
+		goto fail;
+	}
+	env = getenv("NVSWAP_CUFILE");
+	if (env && *env && nvs__lib_truncated(env, cut, sizeof(cut))) {
+		snprintf(load_msg, sizeof(load_msg),
+			 "no cuFile: %s could not be loaded (%s)", env, cut);
 		goto fail;
 	}
 	lib = open_lib(lib_used, sizeof(lib_used));
