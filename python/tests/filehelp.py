@@ -33,3 +33,13 @@ def raises_errno(err, fn, *args, **kw):
         fn(*args, **kw)
     assert ei.value.errno == err, ei.value
     return ei.value
+
+
+def child_env():
+    """os.environ with this nvswap package first on PYTHONPATH, for a
+    child interpreter that must import the same build."""
+    env = dict(os.environ)
+    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env

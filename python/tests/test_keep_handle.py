@@ -13,18 +13,10 @@ import threading
 import pytest
 
 import nvswap
-from filehelp import put, rand, slurp
+from filehelp import child_env, put, rand, slurp
 
 KiB = 1 << 10
 MiB = 1 << 20
-
-
-def child_env():
-    env = dict(os.environ)
-    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
 
 
 def mount_tmpfs(where, *opts):

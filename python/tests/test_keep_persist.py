@@ -18,18 +18,10 @@ import time
 import pytest
 
 import nvswap
-from filehelp import raises_errno
+from filehelp import child_env, raises_errno
 
 MiB = 1 << 20
 SIZES = {1: 5000, 2: 70000, 3: 4096}
-
-
-def child_env():
-    env = dict(os.environ)
-    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
 
 
 def open_set(path, persist="persistent", **kw):

@@ -15,17 +15,10 @@ import time
 import pytest
 
 import nvswap
+from filehelp import child_env
 
 torch = pytest.importorskip("torch")
 MiB = 1 << 20
-
-
-def child_env():
-    env = dict(os.environ)
-    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
 
 
 def dtypes():

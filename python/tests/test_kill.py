@@ -11,17 +11,10 @@ import textwrap
 import pytest
 
 import nvswap
+from filehelp import child_env
 
 MiB = 1 << 20
 N = 64 * MiB
-
-
-def child_env():
-    env = dict(os.environ)
-    pkg = os.path.dirname(os.path.dirname(nvswap.__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
 
 
 def run_and_kill(code, *args):
