@@ -279,3 +279,46 @@ def test_train_offloaded_keeps_a_default_dir_it_did_not_make(diskdir):
     assert "removed the persistent swap sets" in r.stdout, r.stdout
     assert [p.name for p in pathlib.Path(diskdir).rglob("*")] == [
         "nvme_swap"]
+
+
+@pytest.mark.parametrize("cgroup", ["64M", "0"])
+def test_generate_offloaded_example(diskdir, cgroup):
+    """make demo-infer, small: the tokens equal the in-memory run's, the
+    offloaded run in a memory cgroup where one can be made (its peak
+    printed) and otherwise run without one, saying why; nothing left
+    behind. 64M is below what the child interpreter needs: the cgroup is
+    real when the run is killed for it (the next case runs without)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers", reason="transformers is not "
+                        "installed for this interpreter (Debian packages "
+                        "no transformers)")
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import memcgroup
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    why = memcgroup.why_not()
+    args = ["--dir", os.path.join(diskdir, "nvme_swap"), "--hidden", "64",
+            "--layers", "2", "--inter", "128", "--vocab", "256",
+            "--new-tokens", "8", "--memory", "1M", "--cgroup"]
+    if cgroup == "64M":
+        if why is not None:
+            pytest.skip(f"no memory cgroup here: {why}")
+        r = run("generate_offloaded.py", *args, "64M")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "offloaded run in a 0.06 GiB memory cgroup" in r.stdout
+        assert "failed (exit -9: killed, by the cgroup's OOM killer? " \
+            "raise --cgroup)" in r.stdout, r.stdout
+        r = run("generate_offloaded.py", *args, "2G")
+        assert "offloaded in a 2.00 GiB memory cgroup" in r.stdout, \
+            r.stdout
+        assert ", cgroup peak " in r.stdout, r.stdout
+    else:
+        r = run("generate_offloaded.py", *args, "0")
+        assert "offloaded without a memory cgroup (--cgroup 0)" in \
+            r.stdout, r.stdout
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == \
+        "tokens: equal to the in-memory run (8 of 8)", r.stdout
+    assert "the compute-bound limit" in r.stdout
+    assert list(pathlib.Path(diskdir).iterdir()) == []

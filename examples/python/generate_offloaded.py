@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Serve a Llama larger than the memory it is given: generate() on a model
+whose weights stream from NVMe (nvswap.torch.offload(inference=True,
+memory=)).
+
+1. A Llama from a config (random weights, seeded) is saved as safetensors
+   (save_pretrained) under --dir.
+2. In memory: greedy generate(), its tokens and tokens/s (the
+   compute-bound limit).
+3. In a child process inside a memory cgroup of --cgroup bytes, smaller
+   than the model (where none can be made, the child runs without one and
+   says why): the model is built on the meta device, its weights read
+   from the safetensors straight to NVMe, with --memory bytes for the
+   parameter pool and the layers kept resident; generate() again. Its
+   tokens must equal the in-memory run's; its tokens/s are printed beside
+   the disk-bound limit (the disk's O_DIRECT read speed, measured on the
+   swap file, over the bytes each step reads).
+4. Everything made under --dir is removed.
+
+    python3 examples/python/generate_offloaded.py [--dir nvme_swap]
+        [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
+        [--prompt 32] [--new-tokens 16] [--batch 1] [--memory 384M]
+        [--cgroup 896M]
+
+The defaults make a 1.08 GB model (271M parameters, fp32) served in an
+896 MiB cgroup (0.87 of the model). Exit 0 when the tokens are equal, 1 when they differ.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import memcgroup  # noqa: E402
+
+GB = 1e9
+_SIZE = re.compile(r"([0-9]+)([KMGT]?)(?:I?B)?\Z", re.I)
+
+
+def size(text):
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+
+
+def config(a):
+    import transformers
+    heads = max(1, a.hidden // 64)
+    return transformers.LlamaConfig(
+        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.inter,
+        num_hidden_layers=a.layers, num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=a.prompt + a.new_tokens,
+        tie_word_embeddings=False)
+
+
+def prompt(a):
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, a.vocab, (a.batch, a.prompt), generator=g)
+
+
+def generate(model, ids, new_tokens):
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, do_sample=False,
+                             pad_token_id=0)
+    return out[:, ids.shape[1]:], time.perf_counter() - t0
+
+
+def disk_read_gbps(path, limit=1 << 30):
+    """O_DIRECT read speed of path through nvswap's aio handle (up to
+    limit bytes, 64 MiB at a time into a pinned buffer)."""
+    import nvswap
+    n = min(os.path.getsize(path), limit) // 4096 * 4096
+    if n == 0:
+        return None
+    h = nvswap.aio_handle()
+    chunk = min(n, 64 << 20)
+    buf = h.new_cpu_locked_tensor(chunk, torch.empty(0, dtype=torch.uint8))
+    t0 = time.perf_counter()
+    for off in range(0, n - chunk + 1, chunk):
+        h.sync_pread(buf, path, off)
+    return (n // chunk * chunk) / (time.perf_counter() - t0) / GB
+
+
+def child(a):
+    """The offloaded run (inside the cgroup): one JSON line."""
+    import transformers
+
+    import nvswap.torch as nvt
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config(a)).eval()
+    t0 = time.perf_counter()
+    nvt.offload(model, weights=os.path.join(a.dir, "weights"),
+                nvme_path=a.dir, inference=True, memory=a.memory)
+    load_s = time.perf_counter() - t0
+    out, secs = generate(model, prompt(a), a.new_tokens)
+    s = nvt.stats(model)
+    swap = os.path.join(a.dir, "nvswap", "param", "rank0", "swap.0")
+    gbps = disk_read_gbps(swap) if os.path.exists(swap) else None
+    # No restore(): it would read the whole model into memory, which the
+    # cgroup does not have. The offload is closed at exit, its swap
+    # files and directories removed.
+    print(json.dumps({
+        "tokens": out.tolist(), "seconds": secs, "load_s": load_s,
+        "layers": s["layers"], "resident_layers": s["resident_layers"],
+        "resident_bytes": s["resident_bytes"],
+        "step_bytes": s["last_forward_bytes_read"],
+        "pool_bytes": s["pool_bytes"], "disk_gbps": gbps}), flush=True)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default="nvme_swap")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--inter", type=int, default=2816)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--memory", type=size, default=size("384M"),
+                    help="nvswap's budget: pool + resident layers")
+    ap.add_argument("--cgroup", type=size, default=size("896M"),
+                    help="the child's memory cgroup (0: none)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(a)
+    import transformers
+    made = not os.path.exists(a.dir)
+    os.makedirs(a.dir, exist_ok=True)
+    weights = os.path.join(a.dir, "weights")
+    try:
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config(a)).eval()
+        nparams = sum(p.numel() for p in model.parameters())
+        nbytes = sum(p.numel() * p.element_size()
+                     for p in model.parameters())
+        model.save_pretrained(weights)
+        print(f"model: {nparams / 1e6:.0f}M parameters, "
+              f"{nbytes / GB:.2f} GB, saved as safetensors in {weights}")
+        ids = prompt(a)
+        want, secs = generate(model, ids, a.new_tokens)
+        del model
+        mem_tps = a.batch * a.new_tokens / secs
+        print(f"in memory: {a.batch} x {a.new_tokens} tokens in "
+              f"{secs:.2f} s: {mem_tps:.2f} tokens/s (the compute-bound "
+              "limit)", flush=True)
+        return offloaded(a, want, mem_tps, nbytes)
+    finally:
+        shutil.rmtree(weights, ignore_errors=True)
+        if made:
+            shutil.rmtree(a.dir, ignore_errors=True)
+
+
+def offloaded(a, want, mem_tps, nbytes):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child"] + \
+        sys.argv[1:]
+    why = memcgroup.why_not() if a.cgroup else "--cgroup 0"
+    peak = None
+    if why is None:
+        r, peak = memcgroup.run_in(a.cgroup, cmd, capture_output=True,
+                                   text=True)
+        where = (f"in a {a.cgroup / 2**30:.2f} GiB memory cgroup "
+                 f"({a.cgroup / nbytes:.2f} of the model)")
+    else:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        where = f"without a memory cgroup ({why})"
+    if r.returncode != 0:
+        hint = (": killed, by the cgroup's OOM killer? raise --cgroup"
+                if r.returncode == -9 else "")
+        print(f"offloaded run {where} failed (exit {r.returncode}{hint}):"
+              f"\n{r.stdout}{r.stderr}")
+        return 1
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    tps = a.batch * a.new_tokens / res["seconds"]
+    print(f"offloaded {where}, memory={a.memory / 2**20:.0f} MiB"
+          + (f", cgroup peak {peak / 2**30:.2f} GiB" if peak else "")
+          + f": loaded in {res['load_s']:.1f} s; {a.batch} x "
+          f"{a.new_tokens} tokens in {res['seconds']:.2f} s: {tps:.2f} "
+          f"tokens/s ({tps / mem_tps:.2f} of in memory)")
+    print(f"  {res['resident_layers']} of {res['layers']} layers resident "
+          f"({res['resident_bytes'] / GB:.2f} GB), pool "
+          f"{res['pool_bytes'] / 2**20:.0f} MiB; each step reads "
+          f"{res['step_bytes'] / GB:.3f} GB from NVMe")
+    if res["disk_gbps"] and res["step_bytes"]:
+        bound = a.batch * res["disk_gbps"] * GB / res["step_bytes"]
+        print(f"  disk: {res['disk_gbps']:.2f} GB/s O_DIRECT read of the "
+              f"swap file: disk-bound limit {bound:.2f} tokens/s "
+              f"({tps / bound:.2f} of it)")
+    same = res["tokens"] == want.tolist()
+    n = sum(x == y for r1, r2 in zip(res["tokens"], want.tolist())
+            for x, y in zip(r1, r2))
+    print(f"tokens: {'equal to' if same else 'DIFFERENT from'} the "
+          f"in-memory run ({n} of {want.numel()})")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
