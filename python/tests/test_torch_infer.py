@@ -247,3 +247,21 @@ def test_a_truncated_swap_file_names_the_layer_and_the_file(swapdir):
             nvt.restore(m)
         except nvswap.Error:
             pass  # restore reads every layer back: the file is gone
+
+
+def test_inference_reads_ahead_into_every_free_buffer(swapdir):
+    """A decoding step walks the layers the same way each time: unless
+    told otherwise, an inference model reads ahead as far as its pool
+    allows; a training model keeps the default of 1."""
+    for kw, want in ((dict(inference=True, buffer_count=5), 4),
+                     (dict(inference=True, buffer_count=5, lookahead=1), 1),
+                     (dict(inference=True, memory=3 * 32768 + 16640), 2),
+                     (dict(buffer_count=5), 1)):
+        m = mlp()
+        nvt.offload(m, nvme_path=swapdir, buffer_size=32768, **kw)
+        try:
+            assert nvt.stats(m)["lookahead"] == want, kw
+            with torch.no_grad():
+                m(torch.randn(2, 64))
+        finally:
+            nvt.restore(m)

@@ -15,7 +15,8 @@ def stats(model):
     ({tag, steps, generations} when offload() resumed a checkpoint, else
     None), checkpoints (nvswap.torch checkpoints of the sets), the raw
     Swapper stats of both pools ('param', 'optimizer': None with
-    inference=True), inference, resident_layers and resident_bytes
+    inference=True), inference, lookahead (the read-ahead in layers),
+    resident_layers and resident_bytes
     (layers kept in CPU memory: memory=, max_in_cpu=), forwards (top-level
     forwards run) and last_forward_bytes_read (parameter bytes the last
     one read from NVMe)."""

@@ -102,6 +102,7 @@ class Engine(Passes, Grads):
         self.forwards = 0  # top-level forwards run (not recomputations)
         self.last_forward_read = 0  # parameter bytes the last one read
         self.fwd_read0 = 0
+        self.lookahead = None  # the ParamSwapper's read-ahead (offload())
         self.names = []  # layer -> [qualified name]
         self.grad_off = []  # layer -> [byte offset in the gradient region]
         self.refs = []  # layer -> acquire count

@@ -98,6 +98,7 @@ def stats(eng):
                 if eng.params.layer_in_cpu(i)]
     return {
         "inference": eng.gswap is None,
+        "lookahead": eng.lookahead,
         "resident_layers": len(resident),
         "resident_bytes": sum(eng.layer_bytes[i] for i in resident),
         "forwards": eng.forwards,

@@ -218,7 +218,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
 
     inference: True for a model that only runs forward (serving,
     generate()): no gradient or optimizer pool is made and nothing is
-    written back; a backward reaching its parameters, an nvswap.torch
+    written back; unless lookahead= (or the config's nvswap.lookahead)
+    says otherwise, the read-ahead fills every free pool buffer (the
+    walk of a decoding step is the same every time); a backward reaching its parameters, an nvswap.torch
     optimizer over it, persist=, grad_hook= and the optimizer pool
     keywords are refused. With dtype=, its parameters are cast (no fp32
     masters). memory: (inference=True only) a host-memory budget in
@@ -271,6 +273,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     cfg, raw = _pools.load_config(config)
     if (cfg is None or memory is not None) and buffer_size is None:
         buffer_size = _default_buffer_size(model, dtype)
+    deepest = lookahead is None and inference and (
+        cfg is None or "lookahead" not in (_pools.raw_key(raw, "nvswap")
+                                           or {}))
     if lookahead is None:
         lookahead = (cfg.nvswap_options()["lookahead"]
                      if cfg is not None else 1)
@@ -302,6 +307,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             elem = max((p.element_size() for _, _, c in plan for _, p in c),
                        default=1)
             max_in_cpu = int(mic) * elem if mic is not None else 0
+        if deepest:  # a fixed walk: read ahead into every free buffer
+            lookahead = max(1, pswap.stats()["buffer_count"] - 1)
         params = nvswap.ParamSwapper(pswap, lookahead=lookahead,
                                      max_in_cpu=max_in_cpu)
         oo = (cfg.offload("optimizer") if cfg is not None else {})
@@ -311,6 +318,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                           "pipeline_write": bool(oo.get("pipeline_write"))}},
             device=device, dtype=dtype)
         eng.grad_hook = grad_hook
+        eng.lookahead = lookahead
     except BaseException:
         if gswap is not None:
             gswap.close()
