@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Serving from NVMe (issue 35): generate() tokens/s of a Llama from a
+config (random weights, saved once as safetensors), variants run as
+separate processes, interleaved, page cache dropped before each:
+
+  memory      from_pretrained, all in memory (the compute-bound limit)
+  accelerate  from_pretrained(device_map="auto", max_memory={"cpu": B},
+              offload_folder=...): accelerate's disk offload
+  nvswap      a meta-device model, offload(weights=, inference=True,
+              memory=B)
+
+B, the host-memory budget, is given as fractions of the model (--budgets;
+accelerate takes the same B for its max_memory). Each runs unconstrained
+and, with --cgroup, inside a memory cgroup of that many bytes
+(examples/python/memcgroup.py). Every run's tokens must equal the
+in-memory run's. fio's O_DIRECT sequential read of the weights file in the
+same run gives the disk bound: tokens/s <= batch x read GB/s / bytes read
+per token (nvswap reports its bytes per forward; accelerate's come from
+/proc/self/io read_bytes over the generate() call).
+
+    PYTHONPATH=build/python python3 bench/generate.py [--dir /var/tmp/gen]
+        [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
+        [--prompt 32] [--new-tokens 16] [--batches 1,8]
+        [--budgets 0.25,0.5,2] [--cgroup 1G] [--repeats 3] [--json FILE]
+
+--dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
+needed for the cgroup and for dropping the page cache.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "python"))
+import memcgroup  # noqa: E402
+from benchutil import fs_type, loadavg, parse_size  # noqa: E402
+
+GB = 1e9
+
+
+def config(a):
+    import transformers
+    heads = max(1, a.hidden // 64)
+    return transformers.LlamaConfig(
+        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.inter,
+        num_hidden_layers=a.layers, num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=a.prompt + a.new_tokens,
+        tie_word_embeddings=False)
+
+
+def read_bytes():
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def child(a, v):
+    """One variant's run: a JSON line."""
+    import transformers
+    weights = os.path.join(a.dir, "weights")
+    t0 = time.perf_counter()
+    extra = {}
+    if v["kind"] == "memory":
+        model = transformers.AutoModelForCausalLM.from_pretrained(weights)
+    elif v["kind"] == "accelerate":
+        off = os.path.join(a.dir, f"offload-{os.getpid()}")
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            weights, device_map="auto", max_memory={"cpu": v["budget"]},
+            offload_folder=off)
+    else:
+        import nvswap.torch as nvt
+        with torch.device("meta"):
+            model = transformers.LlamaForCausalLM(config(a))
+        nvt.offload(model, weights=weights, nvme_path=a.dir,
+                    inference=True, memory=v["budget"])
+    model.eval()
+    load_s = time.perf_counter() - t0
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, a.vocab, (v["batch"], a.prompt), generator=g)
+    r0 = read_bytes()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=a.new_tokens,
+                             min_new_tokens=a.new_tokens, do_sample=False,
+                             pad_token_id=0)
+    secs = time.perf_counter() - t0
+    step = (read_bytes() - r0) / a.new_tokens
+    if v["kind"] == "nvswap":
+        import nvswap.torch as nvt
+        s = nvt.stats(model)
+        step = s["last_forward_bytes_read"]
+        extra = {"resident_layers": s["resident_layers"],
+                 "layers": s["layers"], "pool_bytes": s["pool_bytes"]}
+    print(json.dumps({"tps": v["batch"] * a.new_tokens / secs,
+                      "load_s": load_s, "step_bytes": step,
+                      "tokens": out[:, a.prompt:].tolist(), **extra}),
+          flush=True)
+    if v["kind"] == "accelerate":
+        shutil.rmtree(off, ignore_errors=True)
+    return 0
+
+
+def drop_caches():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        return True
+    except OSError:
+        return False
+
+
+def run_variant(a, v):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child",
+           json.dumps(v)] + [x for x in sys.argv[1:]]
+    drop_caches()
+    if v["cgroup"]:
+        r, peak = memcgroup.run_in(a.cgroup, cmd, capture_output=True,
+                                   text=True)
+    else:
+        r, peak = subprocess.run(cmd, capture_output=True, text=True), None
+    if r.returncode != 0:
+        return {"error": f"exit {r.returncode}: {r.stderr[-400:]}"}
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res["peak"] = peak
+    return res
+
+
+def fio_read_gbps(path):
+    out = subprocess.run(
+        ["fio", "--name=read", f"--filename={path}", "--rw=read",
+         "--bs=1M", "--direct=1", "--ioengine=libaio", "--iodepth=32",
+         "--output-format=json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    job = json.loads(out.stdout)["jobs"][0]["read"]
+    return job["bw_bytes"] / GB
+
+
+def variants(a, nbytes):
+    vs = []
+    for b in a.batches:
+        vs.append({"kind": "memory", "batch": b, "budget": None,
+                   "cgroup": False})
+        for frac in a.budgets:
+            budget = int(frac * nbytes)
+            for cg in ([False, True] if a.cgroup else [False]):
+                if cg and budget >= a.cgroup:
+                    continue  # the budget must fit the cgroup
+                for kind in ("accelerate", "nvswap"):
+                    vs.append({"kind": kind, "batch": b, "budget": budget,
+                               "frac": frac, "cgroup": cg})
+    return vs
+
+
+def name(v):
+    if v["kind"] == "memory":
+        return f"memory, batch {v['batch']}"
+    where = " in the cgroup" if v["cgroup"] else ""
+    return (f"{v['kind']}, budget {v['frac']:g} x model{where}, batch "
+            f"{v['batch']}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default="/var/tmp/nvswap-gen")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--inter", type=int, default=2816)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--budgets", default="0.25,0.5,2")
+    ap.add_argument("--cgroup", type=parse_size, default=None)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json")
+    ap.add_argument("--child")
+    a = ap.parse_args()
+    a.batches = [int(x) for x in a.batches.split(",")]
+    a.budgets = [float(x) for x in a.budgets.split(",")]
+    if a.child:
+        return child(a, json.loads(a.child))
+    import transformers
+    os.makedirs(a.dir, exist_ok=True)
+    weights = os.path.join(a.dir, "weights")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config(a))
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    model.save_pretrained(weights)
+    del model
+    if a.cgroup and memcgroup.why_not():
+        print(f"no cgroup runs: {memcgroup.why_not()}")
+        a.cgroup = None
+    vs = variants(a, nbytes)
+    runs = {name(v): [] for v in vs}
+    fio = []
+    st = [os.path.join(weights, f) for f in os.listdir(weights)
+          if f.endswith(".safetensors")][0]
+    print(f"model {nbytes / GB:.2f} GB; {len(vs)} variants x "
+          f"{a.repeats}; {platform.node()}, {fs_type(a.dir)}, load "
+          f"{loadavg()}; page cache dropped: {drop_caches()}", flush=True)
+    for rep in range(a.repeats):
+        order = vs[rep % len(vs):] + vs[:rep % len(vs)]
+        for v in order:
+            res = run_variant(a, v)
+            runs[name(v)].append(res)
+            print(f"  {rep} {name(v)}: "
+                  + (res["error"] if "error" in res else
+                     f"{res['tps']:.2f} tok/s"), flush=True)
+        drop_caches()
+        fio.append(fio_read_gbps(st))
+    want = {}
+    for v in vs:
+        if v["kind"] == "memory":
+            ok = [r for r in runs[name(v)] if "error" not in r]
+            want[v["batch"]] = ok[0]["tokens"] if ok else None
+    got = [x for x in fio if x]
+    fio_gbps = statistics.median(got) if got else None
+    print("\nfio O_DIRECT read of the weights: "
+          + (f"{fio_gbps:.2f} GB/s (median of {len(got)}: "
+             f"{', '.join(f'{x:.2f}' for x in got)})" if got else
+             "no figure (fio failed or the file is too small)"))
+    print("| variant | tokens/s median [min-max] | vs accelerate, same "
+          "budget | x disk bound | bytes read per step | tokens equal |")
+    print("|---|---|---|---|---|---|")
+    table = []
+    for v in vs:
+        ok = [r for r in runs[name(v)] if "error" not in r]
+        if not ok:
+            print(f"| {name(v)} | failed: {runs[name(v)][0]['error'][:80]}"
+                  " | | | | |")
+            continue
+        tps = [r["tps"] for r in ok]
+        step = statistics.median([r["step_bytes"] for r in ok])
+        bound = (v["batch"] * fio_gbps * GB / step) if step and fio_gbps \
+            else None
+        rel = ""
+        if v["kind"] == "nvswap":
+            peer = dict(v, kind="accelerate")
+            pk = [r["tps"] for r in runs.get(name(peer), [])
+                  if "error" not in r]
+            if pk:
+                rel = f"{statistics.median(tps) / statistics.median(pk):.2f}"
+        same = all(r["tokens"] == want.get(v["batch"]) for r in ok)
+        row = {"variant": name(v), "tps": tps, "vs_accelerate": rel,
+               "bound": bound, "step_bytes": step, "equal": same,
+               "peak": [r.get("peak") for r in ok]}
+        table.append(row)
+        print(f"| {name(v)} | {statistics.median(tps):.2f} "
+              f"[{min(tps):.2f}-{max(tps):.2f}] | {rel} | "
+              + (f"{statistics.median(tps) / bound:.2f}" if bound else "-")
+              + f" | {step / GB:.3f} GB | {'yes' if same else 'NO'} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"fio_gbps": fio, "rows": table,
+                       "args": vars(a)}, f, indent=1)
+    shutil.rmtree(weights, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
