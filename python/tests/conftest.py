@@ -4,6 +4,7 @@
 Files go on a real disk: /var/tmp (or $NVSWAP_TEST_DIR), never /tmp,
 which may be a tmpfs where O_DIRECT is refused.
 """
+import errno
 import os
 import shutil
 import subprocess
@@ -45,6 +46,24 @@ def small_tmpfs(tmp_path):
                     f"CAP_SYS_ADMIN): {r.stderr.strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def full_disk(small_tmpfs):
+    """A path on a filesystem with no space left: a buffered write there
+    (a handle with direct=False: nothing is preallocated at submit) fails
+    with ENOSPC when it runs. Tests of failures in flight used /dev/full,
+    which the handle now refuses as a character device (issue 34,
+    finding 3)."""
+    fd = os.open(small_tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, bytes(4096)) == 4096:
+            pass
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+    return str(small_tmpfs / "f")
 
 
 def pytest_configure(config):

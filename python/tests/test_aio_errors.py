@@ -80,25 +80,26 @@ def test_negative_offset_is_a_value_error(diskdir):
     assert slurp(p) == bytes(4096)
 
 
-def test_a_failed_async_op_raises_at_wait_after_all_are_collected(diskdir):
+def test_a_failed_async_op_raises_at_wait_after_all_are_collected(diskdir,
+                                                                  full_disk):
     p, q = os.path.join(diskdir, "p"), os.path.join(diskdir, "q")
     d1, d2 = rand(MiB), rand(MiB)
-    with nvswap.aio_handle(backend="psync") as h:
+    with nvswap.aio_handle(backend="psync", direct=False) as h:
         assert h.async_pwrite(d1, p) == 0
-        assert h.async_pwrite(b"z" * 8192, "/dev/full") == 0
+        assert h.async_pwrite(b"z" * 8192, full_disk) == 0
         assert h.async_pwrite(d2, q) == 0
         assert h.pending == 3
         with pytest.raises(nvswap.Error) as ei:
             h.wait()
         assert ei.value.errno == errno.ENOSPC
-        assert "/dev/full" in str(ei.value)
+        assert full_disk in str(ei.value)
         assert h.pending == 0
         assert (slurp(p), slurp(q)) == (d1, d2)
         st = h.stats()
         assert (st["ops_completed"], st["ops_failed"]) == (3, 1)
         assert h.wait() == 0
         # a sync call collects the earlier failure too, and raises it
-        assert h.async_pwrite(b"z", "/dev/full") == 0
+        assert h.async_pwrite(b"z", full_disk) == 0
         with pytest.raises(nvswap.Error) as ei:
             h.sync_pwrite(d1[:100], q)
         assert ei.value.errno == errno.ENOSPC

@@ -324,9 +324,9 @@ def test_aio_read_aio_write_deepspeed_memcpy(diskdir):
 # ---- stats, close, context manager -------------------------------------------
 
 
-def test_stats_count_a_known_sequence(diskdir):
+def test_stats_count_a_known_sequence(diskdir, full_disk):
     p, q = os.path.join(diskdir, "p"), os.path.join(diskdir, "q")
-    with nvswap.aio_handle(backend="psync") as h:
+    with nvswap.aio_handle(backend="psync", direct=False) as h:
         assert counters(h) == (0, 0, 0, 0, 0)
         h.sync_pwrite(rand(2 * MiB), p)
         assert counters(h) == (1, 0, 0, 2 * MiB, 2)
@@ -342,7 +342,7 @@ def test_stats_count_a_known_sequence(diskdir):
         assert counters(h) == (4, 0, 2 * MiB, 2 * MiB + 8192, 6)
         # failed in flight: completed and failed
         with pytest.raises(nvswap.Error):
-            h.sync_pwrite(b"x" * 10, "/dev/full")
+            h.sync_pwrite(b"x" * 10, full_disk)
         st = h.stats()
         assert (st["ops_completed"], st["ops_failed"]) == (5, 1)
         assert st["bytes_written"] == 2 * MiB + 8192
@@ -350,7 +350,7 @@ def test_stats_count_a_known_sequence(diskdir):
         assert isinstance(st["backend_notes"], str)
 
 
-def test_small_sync_ops_run_on_the_calling_thread(diskdir):
+def test_small_sync_ops_run_on_the_calling_thread(diskdir, full_disk):
     # No worker hand-off for a small sync op on an idle handle
     # (nvs_aio_submit_wait); buffered, so any bytearray qualifies.
     p = os.path.join(diskdir, "small")
@@ -372,7 +372,7 @@ def test_small_sync_ops_run_on_the_calling_thread(diskdir):
         assert h.sync_pwrite(big, p) == 1
         assert h.stats()["inline_ops"] == 2
         with pytest.raises(nvswap.Error) as e:
-            h.sync_pwrite(b"x" * 10, "/dev/full")
+            h.sync_pwrite(b"x" * 10, full_disk)
         assert e.value.errno == errno.ENOSPC
         assert "caller's thread" in str(e.value)
         assert h.stats()["inline_ops"] == 3
@@ -412,12 +412,12 @@ def test_context_manager_drains_on_exit(diskdir):
     assert h2.closed and slurp(p) == data + data[:MiB]
 
 
-def test_close_raises_a_failure_nobody_waited_for(diskdir):
-    h = nvswap.aio_handle(backend="psync")
-    assert h.async_pwrite(b"y" * 4096, "/dev/full") == 0
+def test_close_raises_a_failure_nobody_waited_for(diskdir, full_disk):
+    h = nvswap.aio_handle(backend="psync", direct=False)
+    assert h.async_pwrite(b"y" * 4096, full_disk) == 0
     with pytest.raises(nvswap.Error) as ei:
         h.close()
-    assert ei.value.errno == errno.ENOSPC and "/dev/full" in str(ei.value)
+    assert ei.value.errno == errno.ENOSPC and full_disk in str(ei.value)
     assert h.closed
     h.close()
 

@@ -146,22 +146,24 @@ def test_a_dropped_handle_drains_its_ops(diskdir):
             assert f.read() == data, p
 
 
-def test_a_failure_at_handle_gc_is_reported_unraisable(diskdir, monkeypatch):
+def test_a_failure_at_handle_gc_is_reported_unraisable(diskdir, monkeypatch,
+                                                       full_disk):
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    h = nvswap.aio_handle(backend="psync")
-    assert h.async_pwrite(b"x" * 4096, "/dev/full") == 0
+    h = nvswap.aio_handle(backend="psync", direct=False)
+    assert h.async_pwrite(b"x" * 4096, full_disk) == 0
     del h
     gc.collect()
     assert len(seen) == 1
     e = seen[0].exc_value
     assert isinstance(e, nvswap.Error) and e.errno == errno.ENOSPC
-    assert "/dev/full" in str(e)
+    assert full_disk in str(e)
 
 
-def test_a_failed_op_keeps_its_outcome_when_wait_collected_it(diskdir):
-    with nvswap.aio_handle(backend="psync") as h:
-        op = h.submit_write(b"z" * 8192, "/dev/full")
+def test_a_failed_op_keeps_its_outcome_when_wait_collected_it(diskdir,
+                                                              full_disk):
+    with nvswap.aio_handle(backend="psync", direct=False) as h:
+        op = h.submit_write(b"z" * 8192, full_disk)
         good = h.submit_write(b"ok", os.path.join(diskdir, "f"))
         with pytest.raises(nvswap.Error) as ei:
             h.wait()
