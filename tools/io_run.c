@@ -169,7 +169,9 @@ static void prepare(const struct args *a, const char *path, unsigned char *buf)
 	if (ret < 0)
 		tool_die(1, "preparing %s: %s", path, nvs_last_error());
 	nvs_aio_destroy(h);
-	fd = open(path, O_RDONLY);
+	/* O_NONBLOCK: whatever may have replaced the file since (a FIFO)
+	 * must fail, not block; fsync of a file ignores it. */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0 || fsync(fd) < 0)
 		tool_die(1, "syncing %s: %s", path, strerror(errno));
 	close(fd);
@@ -178,11 +180,12 @@ static void prepare(const struct args *a, const char *path, unsigned char *buf)
 static bool check_file(const char *path, size_t n, const unsigned char *want)
 {
 	unsigned char *got = malloc(1 << 20);
-	int fd = open(path, O_RDONLY);
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	bool ok = fd >= 0 && got;
 	struct stat st;
 
-	if (ok && (fstat(fd, &st) < 0 || (size_t)st.st_size != n))
+	if (ok && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+		   (size_t)st.st_size != n))
 		ok = false;
 	for (size_t off = 0; ok && off < n; off += 1 << 20) {
 		size_t len = n - off < (1u << 20) ? n - off : 1u << 20;

@@ -258,7 +258,8 @@ static json_t *direct_io(const char *dir, bool *writable)
 		return j;
 	}
 	close(fd);
-	fd = open(file, O_RDWR | O_DIRECT);
+	/* O_NONBLOCK: the name is in a directory others may write. */
+	fd = open(file, O_RDWR | O_DIRECT | O_NONBLOCK | O_CLOEXEC);
 	json_object_set_new(j, "writable", json_true());
 	json_object_set_new(j, "o_direct", json_boolean(fd >= 0));
 	if (fd >= 0) {

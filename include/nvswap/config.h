@@ -153,7 +153,8 @@ struct nvs_config;
  *             negative size, an unknown device/backend: nvs_last_error()
  *             says "FILE:LINE:COLUMN: KEY: what"; or the file is not
  *             a regular file of at most 16 MiB (a FIFO or device is
- *             refused at once, never waited on);
+ *             refused at once, never waited on, and the sentence names
+ *             what it is: "is a FIFO, not a regular file...");
  *   -ENOENT   the file does not exist;
  *   -EACCES   the file is not readable, or an nvme_path (of a section
  *             with device "nvme", or one of nvswap.nvme_paths) not

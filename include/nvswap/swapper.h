@@ -600,7 +600,9 @@ typedef void (*nvs_check_fn)(const struct nvs_check_item *item, void *arg);
  *   -ENOENT  no set there (no rank directory or no manifest);
  *   -EBUSY   a live process has the set open (the message has its pid);
  *   -EINVAL  bad arguments, or the set was made with other paths (the
- *            message names them; nothing is judged or repaired);
+ *            message names them), or a set.data is not a regular file
+ *            (a FIFO, a device...: named, never waited on); nothing is
+ *            judged or repaired;
  *   -errno   of opening the directories or data files, or of a removal
  *            the repair could not make durable.
  * Threading: any thread; the set is locked for the call.

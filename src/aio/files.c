@@ -7,6 +7,7 @@
 #include "aio/files.h"
 #include "aio/align.h"
 #include "internal/alloc.h"
+#include "internal/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -339,44 +340,11 @@ int nvs__files_open(struct nvs_files *c, const char *path, int flags,
 		    mode_t mode)
 {
 	struct stat st;
-	int fd, fl;
+	int fd;
 
-	/* O_NONBLOCK: a FIFO without a writer must not block the open (the
-	 * caller refuses it by its type); dropped again for the files that
-	 * are used, since io_uring answers EAGAIN on O_NONBLOCK files. */
-	fd = open(path, flags | O_NONBLOCK, mode);
+	fd = nvs__open_file(AT_FDCWD, path, flags, mode, &st);
 	if (fd < 0 && (errno == EMFILE || errno == ENFILE) &&
 	    nvs__files_close_idle(c))
-		fd = open(path, flags | O_NONBLOCK, mode);
-	if (fd < 0 || fstat(fd, &st) < 0 ||
-	    !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
-		return fd;
-	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-		int err = errno;
-
-		close(fd);
-		errno = err;
-		return -1;
-	}
+		fd = nvs__open_file(AT_FDCWD, path, flags, mode, &st);
 	return fd;
-}
-
-const char *nvs__file_type(mode_t mode)
-{
-	if (S_ISREG(mode))
-		return "a regular file";
-	if (S_ISBLK(mode))
-		return "a block device";
-	if (S_ISDIR(mode))
-		return "a directory";
-	if (S_ISFIFO(mode))
-		return "a FIFO";
-	if (S_ISSOCK(mode))
-		return "a socket";
-	if (S_ISCHR(mode))
-		return "a character device";
-	if (S_ISLNK(mode))
-		return "a symbolic link";
-	return "of an unknown type";
 }

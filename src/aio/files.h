@@ -80,14 +80,13 @@ unsigned nvs__files_close_idle(struct nvs_files *c);
 unsigned nvs__files_prune(struct nvs_files *c);
 /*
  * open(2), but on EMFILE/ENFILE close idle entries of @c (may be NULL)
- * and try once more. Opened with O_NONBLOCK, so a FIFO never blocks it;
- * a regular file's or block device's descriptor has it cleared again,
- * any other is returned with it set for the caller to refuse by type.
+ * and try once more. Opened by nvs__open_file(), so a FIFO never blocks
+ * it; a regular file's or block device's descriptor has O_NONBLOCK
+ * cleared again, any other is returned with it set for the caller to
+ * refuse by type (nvs__file_type()).
  * Returns the descriptor, or -1 with errno set.
  */
 int nvs__files_open(struct nvs_files *c, const char *path, int flags,
 		    mode_t mode);
-/* "a FIFO", "a character device"...: what @mode says, for sentences. */
-const char *nvs__file_type(mode_t mode);
 
 #endif

@@ -26,16 +26,24 @@ int nvs__validate_file(const char *call, const char *path, const void *buf,
 {
 	char *tmp, *mine = NULL;
 	const char *have;
+	struct stat st;
 	size_t pos = 0;
 	int fd, ret = 0;
 	bool dev = nvs_gpu_pointer(buf, NULL) == 1;
 
-	/* O_NONBLOCK: the op checked the path's type, but it may have
-	 * been replaced by a FIFO since; reads of a file ignore it. */
-	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	/* The op checked the path's type, but it may have been replaced
+	 * by a FIFO since: its open must not block. */
+	fd = nvs__open_file(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0, &st);
 	if (fd < 0)
 		return nvs__err(-errno, "%s %s: validate: open: %s", call, path,
 				nvs_strerror(errno));
+	if (!nvs__file_io_ok(st.st_mode)) {
+		close(fd);
+		return nvs__err(-EINVAL,
+				"%s %s: validate: is %s, not a regular file "
+				"or a block device",
+				call, path, nvs__file_type(st.st_mode));
+	}
 	tmp = nvs__malloc(VALIDATE_CHUNK);
 	if (dev) /* device memory: compared through a host copy */
 		mine = nvs__malloc(VALIDATE_CHUNK);

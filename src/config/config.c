@@ -12,6 +12,7 @@
 #include "config/schema.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "internal/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,14 +112,19 @@ int nvs_config_load(const char *path, struct nvs_config **out)
 	*out = NULL;
 	if (!path)
 		return nvs__err(-EINVAL, "nvs_config_load: path is NULL");
-	/* O_NONBLOCK: a FIFO must not block the open; fstat refuses it. */
-	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	/* A FIFO must not block the open: refused by its type. */
+	fd = nvs__open_file(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0, &st);
 	if (fd < 0)
 		return nvs__err(-errno, "nvs_config_load: %s: %s", path,
 				nvs_strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (size_t)st.st_size > MAX_FILE) {
+	if (!S_ISREG(st.st_mode) || (size_t)st.st_size > MAX_FILE) {
 		close(fd);
+		if (!S_ISREG(st.st_mode))
+			return nvs__err(-EINVAL,
+					"nvs_config_load: %s: is %s, not a "
+					"regular file of at most %u bytes",
+					path, nvs__file_type(st.st_mode),
+					MAX_FILE);
 		return nvs__err(-EINVAL,
 				"nvs_config_load: %s: not a regular file of "
 				"at most %u bytes",

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-/* Full-length pread/pwrite, sorted-array search, the uthash OOM flag. */
+/* Full-length pread/pwrite, sorted-array search, the uthash OOM flag,
+ * a path's open that never blocks. */
 #include "internal/util.h"
 #include "internal/hash.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -50,4 +52,59 @@ ssize_t nvs__pio_full(int fd, void *buf, size_t len, off_t off, bool write)
 		done += (size_t)r;
 	}
 	return (ssize_t)done;
+}
+
+int nvs__open_file(int dirfd, const char *path, int flags, mode_t mode,
+		   struct stat *st)
+{
+	int fd, fl, err;
+
+	st->st_mode = 0;
+	fd = openat(dirfd, path, flags | O_NONBLOCK, mode);
+	if (fd < 0) {
+		err = errno;
+		/* ENXIO names neither a FIFO nor a socket: let the caller. */
+		if (err != ENXIO ||
+		    fstatat(dirfd, path, st,
+			    flags & O_NOFOLLOW ? AT_SYMLINK_NOFOLLOW : 0) < 0 ||
+		    nvs__file_io_ok(st->st_mode))
+			st->st_mode = 0;
+		errno = err;
+		return -1;
+	}
+	if (fstat(fd, st) < 0)
+		goto fail;
+	if (!nvs__file_io_ok(st->st_mode))
+		return fd;
+	/* Cleared for the files that are used: io_uring answers EAGAIN on
+	 * an O_NONBLOCK file, and a later reader of the flags must not
+	 * take it for the caller's choice. */
+	fl = fcntl(fd, F_GETFL);
+	if (fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+		return fd;
+fail:
+	err = errno;
+	close(fd);
+	st->st_mode = 0;
+	errno = err;
+	return -1;
+}
+
+const char *nvs__file_type(mode_t mode)
+{
+	if (S_ISREG(mode))
+		return "a regular file";
+	if (S_ISBLK(mode))
+		return "a block device";
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISLNK(mode))
+		return "a symbolic link";
+	return "of an unknown type";
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Small inline helpers: rounding, clocks, full-length pread/pwrite. */
+/* Small helpers: rounding, clocks, full-length pread/pwrite, opening a
+ * path that may be a FIFO. */
 #ifndef NVS_INTERNAL_UTIL_H
 #define NVS_INTERNAL_UTIL_H
 
@@ -7,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define NVS_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -45,5 +47,29 @@ long nvs__find_le(const void *base, size_t n, size_t size, size_t key_off,
  * or -errno.
  */
 ssize_t nvs__pio_full(int fd, void *buf, size_t len, off_t off, bool write);
+
+/*
+ * openat(2) of a path a user may have pointed anywhere, that never blocks:
+ * opened with O_NONBLOCK (a plain open of a FIFO without a writer blocks
+ * for ever, and of some character devices waits for a carrier), then
+ * fstat'ed into @st, so the type checked is the descriptor's (no window
+ * between a stat and the open). A regular file's or block device's
+ * descriptor has O_NONBLOCK cleared again; any other is returned with it
+ * set, for the caller to refuse by type (nvs__file_type()). @dirfd is a
+ * directory's descriptor or AT_FDCWD. Returns the descriptor, or -1 with
+ * errno set (from openat, fstat or fcntl; the descriptor then closed).
+ * On -1, @st->st_mode is 0, but for the ENXIO of a FIFO without a reader
+ * opened for writing or of a socket: then it is what is there, for the
+ * caller to name (lstat'ed with O_NOFOLLOW in @flags, else stat'ed).
+ */
+int nvs__open_file(int dirfd, const char *path, int flags, mode_t mode,
+		   struct stat *st);
+/* Is @mode a regular file's or a block device's: what I/O may target. */
+static inline bool nvs__file_io_ok(mode_t mode)
+{
+	return S_ISREG(mode) || S_ISBLK(mode);
+}
+/* "a FIFO", "a character device"...: what @mode says, for sentences. */
+const char *nvs__file_type(mode_t mode);
 
 #endif

@@ -259,8 +259,10 @@ static int open_dirs(struct check *c)
 					&c->dir[i]);
 		if (ret < 0)
 			return ret;
-		c->fd[i] = openat(c->dir[i].dirfd, "set.data",
-				  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		/* A FIFO planted as the data file must not block. */
+		c->fd[i] = nvs__open_file(c->dir[i].dirfd, "set.data",
+					  O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0,
+					  &st);
 		/* A missing data file (a partly copied set) judges nothing:
 		 * every generation would fail, and a repair would remove
 		 * the set, the intact paths' data with it. */
@@ -270,7 +272,17 @@ static int open_dirs(struct check *c)
 					"missing: nothing is judged (copy "
 					"all of the set's paths)",
 					c->dir[i].path);
-		if (c->fd[i] >= 0 && fstat(c->fd[i], &st) == 0)
+		if (c->fd[i] >= 0 && !S_ISREG(st.st_mode)) {
+			close(c->fd[i]);
+			c->fd[i] = -1;
+			return nvs__err(-EINVAL,
+					"nvs_swapset_check: %s/set.data is "
+					"%s, not a regular file: nothing is "
+					"judged",
+					c->dir[i].path,
+					nvs__file_type(st.st_mode));
+		}
+		if (c->fd[i] >= 0)
 			c->size[i] = (uint64_t)st.st_size;
 	}
 	ret = nvs__manifest_list(c->dir[0].dirfd, &c->gens, &c->ngens);

@@ -362,6 +362,7 @@ int nvs__manifest_write(int dirfd, const char *dir,
 			const struct nvs_manifest *m)
 {
 	char name[64];
+	struct stat st;
 	uint8_t *buf;
 	size_t len;
 	int fd, ret;
@@ -370,12 +371,25 @@ int nvs__manifest_write(int dirfd, const char *dir,
 	if (ret < 0)
 		return ret;
 	nvs__manifest_name(m->generation, name, sizeof(name));
-	fd = openat(dirfd, NVS_MANIFEST_TMP,
-		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-		    0600);
-	if (fd < 0) {
+	/* A FIFO planted at the temporary name must neither block the
+	 * open (no reader) nor take the manifest (a reader). */
+	fd = nvs__open_file(dirfd, NVS_MANIFEST_TMP,
+			    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+				    O_CLOEXEC,
+			    0600, &st);
+	if (fd < 0 && !st.st_mode) {
 		ret = -errno;
 		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		nvs__free(buf);
+		return nvs__err(-EINVAL,
+				"nvswap: writing manifest %s/%s: "
+				"%s/" NVS_MANIFEST_TMP " is %s, not a "
+				"regular file",
+				dir, name, dir, nvs__file_type(st.st_mode));
 	}
 	{
 		ssize_t w = nvs__pio_full(fd, buf, len, 0, true);
@@ -413,17 +427,22 @@ int nvs__manifest_read(int dirfd, const char *dir, uint64_t gen,
 	memset(m, 0, sizeof(*m));
 	nvs__manifest_name(gen, name, sizeof(name));
 	snprintf(what, sizeof(what), "%s/%s", dir, name);
-	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* A FIFO planted as a manifest must not block the open. */
+	fd = nvs__open_file(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0,
+			    &st);
 	if (fd < 0)
 		return nvs__err(-errno, "nvswap: manifest %s: %s", what,
 				nvs_strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size > NVS_MANIFEST_MAX) {
-		ret = !S_ISREG(st.st_mode) ? -EBADMSG : -EFBIG;
+	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return nvs__err(ret, "nvswap: manifest %s: %s", what,
-				ret == -EBADMSG ? "not a regular file"
-						: "too large");
+		return nvs__err(-EBADMSG,
+				"nvswap: manifest %s: is %s, not a regular "
+				"file",
+				what, nvs__file_type(st.st_mode));
+	}
+	if ((uint64_t)st.st_size > NVS_MANIFEST_MAX) {
+		close(fd);
+		return nvs__err(-EFBIG, "nvswap: manifest %s: too large", what);
 	}
 	buf = nvs__malloc((size_t)st.st_size + 1);
 	if (!buf) {

@@ -298,21 +298,25 @@ int nvs__persist_data_file(struct nvs_swapper *s, unsigned i)
 	nvs__free(gens);
 	if (ngens)
 		flags &= ~O_CREAT;
-	path->fd = openat(path->dir.dirfd, DATA_FILE, flags | O_DIRECT, 0600);
+	/* Never blocks: a FIFO planted there is refused by type below. */
+	path->fd = nvs__open_file(path->dir.dirfd, DATA_FILE, flags | O_DIRECT,
+				  0600, &st);
 	if (path->fd < 0 && errno == EINVAL)
-		path->fd = openat(path->dir.dirfd, DATA_FILE, flags, 0600);
+		path->fd = nvs__open_file(path->dir.dirfd, DATA_FILE, flags,
+					  0600, &st);
 	if (path->fd < 0 && errno == ENOENT && !(flags & O_CREAT))
 		return 0; /* refused by nvs__persist_open(), after the
 			     layout: another path given says so first */
 	if (path->fd < 0)
 		return nvs__err(-errno, "nvswap: %s/" DATA_FILE ": %s",
 				path->dir.path, nvs_strerror(errno));
-	if (fstat(path->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (!S_ISREG(st.st_mode)) {
 		close(path->fd);
 		path->fd = -1;
 		return nvs__err(-EINVAL,
-				"nvswap: %s/" DATA_FILE ": not a regular file",
-				path->dir.path);
+				"nvswap: %s/" DATA_FILE
+				": is %s, not a regular file",
+				path->dir.path, nvs__file_type(st.st_mode));
 	}
 	path->file_size = (uint64_t)st.st_size;
 	n = strnlen(path->dir.path, sizeof(path->dir.path) - 1);

@@ -9,6 +9,7 @@
  */
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "internal/util.h"
 #include "swapper/manifest.h"
 #include "swapper/paths.h"
 
@@ -34,13 +35,16 @@
 static long named_pid(int dirfd)
 {
 	char line[32] = "";
+	struct stat st;
 	long pid = 0;
 	int fd;
 
-	fd = openat(dirfd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* A FIFO planted at "lock" must not block the listing. */
+	fd = nvs__open_file(dirfd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0,
+			    &st);
 	if (fd < 0)
 		return 0;
-	if (pread(fd, line, sizeof(line) - 1, 0) > 0)
+	if (S_ISREG(st.st_mode) && pread(fd, line, sizeof(line) - 1, 0) > 0)
 		pid = strtol(line, NULL, 10);
 	close(fd);
 	return pid > 0 ? pid : 0;
