@@ -43,20 +43,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "python"))
 import memcgroup  # noqa: E402
+from generate_offloaded import config  # noqa: E402
 from benchutil import fs_type, loadavg, parse_size  # noqa: E402
 
 GB = 1e9
-
-
-def config(a):
-    import transformers
-    heads = max(1, a.hidden // 64)
-    return transformers.LlamaConfig(
-        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.inter,
-        num_hidden_layers=a.layers, num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=a.prompt + a.new_tokens,
-        tie_word_embeddings=False)
 
 
 def read_bytes():
