@@ -26,7 +26,6 @@
  *                 [--micro-batches N] [--checkpoint-every N]
  *                 [--stop-after N] [--resume] [--keep] [--help]
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -55,7 +54,6 @@ static float mem_step(struct mem *r, struct work *w, unsigned step)
 }
 
 static int open_left(struct nvs_config *cfg);
-static int remove_set(char *dir);
 static int saved_steps(struct nvs_swapper *s, unsigned *step, uint64_t *gen);
 
 /* A role's swapper. With @persist (an enum nvs_persist, 0: as the config
@@ -98,22 +96,12 @@ static int open_core(struct nvs_config *cfg, enum nvs_offload_kind kind,
 			return open_left(cfg);
 		}
 		/* They belong to no run. */
-		static char dir[NVS_SWAPPER_MAX_PATHS][4096];
-		unsigned nd = 0;
-
-		while (nvs_swapper_dir(*out, nd)) {
-			snprintf(dir[nd], sizeof(dir[0]), "%s",
-				 nvs_swapper_dir(*out, nd));
-			nd++;
-		}
 		printf("%s: %d generation(s) without a parameter set, left "
 		       "by a stopped run: removed\n",
-		       dir[0], n);
-		nvs_swapper_destroy(*out);
+		       nvs_swapper_dir(*out, 0), n);
+		n = nvs_swapper_discard(*out);
 		*out = NULL;
-		for (unsigned i = 0; i < nd; i++)
-			if (remove_set(dir[i]) < 0)
-				return -1;
+		TRY(n);
 		TRY(nvs_swapper_create(&so, out));
 		return 0;
 	}
@@ -198,7 +186,7 @@ static int resume_step(struct off *o, unsigned *step, uint64_t gen[2])
  * optimizer's first, so a step the parameter set holds is one the
  * optimizer set holds too (or held, before a newer commit of its own). A
  * run therefore exists exactly when its parameter set holds a
- * generation: remove_sets() unlinks those manifests first, and a new run
+ * generation: teardown() discards that set first, and a new run
  * clears what an optimizer set holds without them (open_core()). */
 static int save(struct off *o, unsigned step)
 {
@@ -332,32 +320,37 @@ out:
 }
 
 static bool made_sample_dir;
-/* The persistent sets' directories (rank<R>/, one per nvme_path), kept
- * by teardown for remove_sets(). */
-static char set_dir[2 * NVS_SWAPPER_MAX_PATHS][4096];
-static unsigned set_dirs;
-
-static int remove_sets(void);
+/* The persistent sets' directories, as teardown() found them. */
+static char set_list[2 * NVS_SWAPPER_MAX_PATHS * 64];
 
 /* Destroy whatever setup made, first error kept: every exit path runs
  * this, so a run stopped by a full disk leaves no swap files behind.
- * @remove: a complete run's persistent sets go too. */
+ * @remove: a complete run's persistent sets go too (unless --keep), so
+ * the next run starts afresh and nothing is left behind: discarded
+ * while still locked, the parameter set first (a run exists exactly
+ * when its parameter set holds a generation: see save()). */
 static int teardown(struct off *o, bool remove)
 {
+	char *said = set_list;
 	int r[5], ret = 0;
 
-	set_dirs = 0;
+	*said = '\0';
 	for (unsigned c = 0; PERSISTENT && c < 2; c++) {
 		struct nvs_swapper *s = c ? o->ocore : o->pcore;
 		for (unsigned i = 0; s && nvs_swapper_dir(s, i); i++)
-			snprintf(set_dir[set_dirs++], sizeof(set_dir[0]), "%s",
-				 nvs_swapper_dir(s, i));
+			snprintf(said + strlen(said),
+				 sizeof(set_list) - strlen(said), "%s%s",
+				 *said ? ", " : "", nvs_swapper_dir(s, i));
 	}
 	r[0] = nvs_param_swapper_destroy(o->params);
 	r[1] = nvs_optim_swapper_destroy(o->optim);
 	r[2] = nvs_grad_swapper_destroy(o->grads);
-	r[3] = nvs_swapper_destroy(o->pcore);
-	r[4] = nvs_swapper_destroy(o->ocore);
+	remove = remove && PERSISTENT && *said && r[0] >= 0 && r[1] >= 0 &&
+		 r[2] >= 0;
+	r[3] = remove ? nvs_swapper_discard(o->pcore)
+		      : nvs_swapper_destroy(o->pcore);
+	r[4] = remove ? nvs_swapper_discard(o->ocore)
+		      : nvs_swapper_destroy(o->ocore);
 	for (unsigned i = 0; i < 5; i++)
 		if (r[i] < 0 && !ret) {
 			ret = r[i];
@@ -365,74 +358,14 @@ static int teardown(struct off *o, bool remove)
 				nvs_last_error());
 		}
 	*o = (struct off){0};
-	if (remove && !ret && set_dirs && remove_sets() < 0)
-		ret = -1;
+	if (remove && !ret)
+		printf("removed the persistent swap sets (%s): the run is "
+		       "complete (--keep keeps them)\n",
+		       said);
 	if (made_sample_dir)
 		rmdir("nvme_swap"); /* only when empty: never the user's */
 	made_sample_dir = false;
 	return ret;
-}
-
-/* Unlink the entries of @dir, the manifests first (a kill part-way
- * leaves either a set that still opens at a kept generation, or data
- * without a manifest: no set), then @dir and its two parents
- * (nvswap/<name>/, nvswap/) when empty. Returns 0 or -errno. */
-static int remove_set(char *dir)
-{
-	for (int pass = 0; pass < 2; pass++) {
-		DIR *d = opendir(dir);
-		struct dirent *e;
-
-		if (!d)
-			goto fail;
-		while ((e = readdir(d))) {
-			bool mf = !strncmp(e->d_name, "manifest.", 9);
-			if (!strcmp(e->d_name, ".") ||
-			    !strcmp(e->d_name, "..") || mf != !pass)
-				continue;
-			if (unlinkat(dirfd(d), e->d_name, 0) < 0) {
-				int err = errno;
-				closedir(d);
-				errno = err;
-				goto fail;
-			}
-		}
-		closedir(d);
-	}
-	if (rmdir(dir) < 0)
-		goto fail;
-	for (int up = 0; up < 2; up++) {
-		char *slash = strrchr(dir, '/');
-		if (!slash || slash == dir)
-			break;
-		*slash = 0;
-		if (rmdir(dir) < 0)
-			break; /* not empty: another set's, or the user's */
-	}
-	return 0;
-fail:;
-	int err = errno;
-
-	fprintf(stderr, "offload_train: removing %s: %s\n", dir, strerror(err));
-	return -err;
-}
-
-/* A complete run's sets go (unless --keep): the next run starts
- * afresh and nothing is left behind. */
-static int remove_sets(void)
-{
-	char said[2 * NVS_SWAPPER_MAX_PATHS * 64] = "";
-
-	for (unsigned i = 0; i < set_dirs; i++) {
-		snprintf(said + strlen(said), sizeof(said) - strlen(said),
-			 "%s%s", i ? ", " : "", set_dir[i]);
-		if (remove_set(set_dir[i]) < 0)
-			return -1;
-	}
-	printf("removed the persistent swap sets (%s): the run is complete "
-	       "(--keep keeps them)\n",
-	       said);
-	return 0;
 }
 
 static void usage(FILE *f)
@@ -656,8 +589,8 @@ int main(int argc, char **argv)
 	if (teardown(&o, PERSISTENT && !STOP_AFTER && !KEEP && !differ) < 0)
 		return 1;
 	if (differ) {
-		for (unsigned i = 0; PERSISTENT && i < set_dirs; i++)
-			printf("kept for a look: %s\n", set_dir[i]);
+		if (PERSISTENT && *set_list)
+			printf("kept for a look: %s\n", set_list);
 		printf("verdict: FAIL, %zu of %u layers differ from the "
 		       "in-memory run\n",
 		       differ, L);

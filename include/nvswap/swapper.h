@@ -284,6 +284,25 @@ NVS_API int nvs_swapper_create(const struct nvs_swapper_opts *opts,
 NVS_API int nvs_swapper_destroy(struct nvs_swapper *s);
 
 /**
+ * nvs_swapper_discard() - destroy @s and remove its files: for a
+ * persistent set, every generation (manifests, set.data), then its lock
+ * and the directories this process made for it, all while the set is
+ * still locked, so no other process can open it half removed. Unsaved
+ * changes are not checkpointed; the I/O in flight ends first and its
+ * failures are moot. A scratch swapper: as nvs_swapper_destroy().
+ * @s: the swapper, or NULL (a no-op returning 0).
+ *
+ * Use it to drop a finished run's set, or one just made by mistake (a
+ * resume that found nothing), instead of destroy and a recursive rm,
+ * which leaves the set unlocked in between.
+ * Return: 0; -errno when a file could not be unlinked (named in
+ * nvs_last_error(); @s is freed anyway, the lock released and the files
+ * that stay are left for nvswap-fsck); -ECHILD in a child forked after
+ * the swapper was made (nothing freed or removed).
+ */
+NVS_API int nvs_swapper_discard(struct nvs_swapper *s);
+
+/**
  * nvs_swapper_register() - add tensor @id of @nbytes bytes, on NVMe.
  * @init: NULL: the tensor reads as zeros (no I/O until it is first
  *        written); else @nbytes bytes written to its place now (borrowed

@@ -39,7 +39,7 @@ static int id_arg(PyObject *v, uint64_t *id)
  * Drained already: revoke, destroy the roles over the swapper, then the
  * swapper. Returns 0 or the first -errno, its sentence in @msg.
  */
-static int shutdown(struct ext_swapper *self, char *msg)
+static int shutdown(struct ext_swapper *self, char *msg, bool discard)
 {
 	char m[NVS_ERRMSG_MAX];
 	int first = 0, rc;
@@ -60,7 +60,10 @@ static int shutdown(struct ext_swapper *self, char *msg)
 		}
 		Py_DECREF(r);
 	}
-	EXT_NOGIL(rc, m, nvs_swapper_destroy(self->s));
+	if (discard)
+		EXT_NOGIL(rc, m, nvs_swapper_discard(self->s));
+	else
+		EXT_NOGIL(rc, m, nvs_swapper_destroy(self->s));
 	self->s = NULL;
 	if (rc < 0 && !first) {
 		first = rc;
@@ -69,17 +72,27 @@ static int shutdown(struct ext_swapper *self, char *msg)
 	return first;
 }
 
-static PyObject *swapper_close(PyObject *o, PyObject *Py_UNUSED(a))
+static PyObject *end(PyObject *o, bool discard)
 {
 	char msg[NVS_ERRMSG_MAX] = "";
 	int rc;
 
 	if (!SW(o)->s || !ext_gate_drain(&SW(o)->gate))
 		Py_RETURN_NONE;
-	rc = shutdown(SW(o), msg);
+	rc = shutdown(SW(o), msg, discard);
 	if (rc < 0)
 		return ext_raise(rc, msg);
 	Py_RETURN_NONE;
+}
+
+static PyObject *swapper_close(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	return end(o, false);
+}
+
+static PyObject *swapper_discard(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	return end(o, true);
 }
 
 /* Made a finalizer so that an error can name the swapper safely. */
@@ -94,7 +107,7 @@ static void swapper_finalize(PyObject *o)
 	if (!self->s || !ext_gate_drain(&self->gate))
 		return;
 	PyErr_Fetch(&type, &value, &tb);
-	rc = shutdown(self, msg);
+	rc = shutdown(self, msg, false);
 	if (rc < 0) {
 		ext_raise(rc, msg);
 		PyErr_WriteUnraisable(o);
@@ -550,6 +563,14 @@ static PyMethodDef swapper_methods[] = {
 	  "reported yet (a failed write-behind is never silent). A second\n"
 	  "close() does nothing; any other call afterwards raises\n"
 	  "ValueError."),
+	M(discard, METH_NOARGS,
+	  "discard() -> None\n\n"
+	  "close(), but a persistent set is removed instead of kept:\n"
+	  "every generation, then its lock and the directories made for\n"
+	  "it, the set locked until its files are gone. Unsaved changes\n"
+	  "are not checkpointed and I/O failures are moot. Raises\n"
+	  "nvswap.Error naming a file that could not be unlinked (the\n"
+	  "swapper is closed anyway). A scratch swapper: as close()."),
 	{"__enter__", (PyCFunction)swapper_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)swapper_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},

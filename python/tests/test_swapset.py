@@ -98,6 +98,28 @@ def test_scratch_sets_have_no_generations(swapdir):
 def test_resume_needs_a_set(swapdir):
     e = raises_errno(errno.ENOENT, open_set, swapdir, persist="resume")
     assert swapdir in str(e), e
+    assert os.listdir(swapdir) == []  # no lock or set.data made for it
+
+
+def test_discard_removes_every_generation_while_locked(swapdir):
+    s = open_set(swapdir)
+    s.register(1, 100)
+    write(s, 1, b"a" * 100)
+    assert s.checkpoint("one") == 1
+    assert s.checkpoint_wait() == 1
+    write(s, 1, b"b" * 100)
+    assert s.unsaved() is True
+    s.discard()  # the change is not checkpointed, nothing stays
+    assert os.listdir(swapdir) == []
+    s.discard()  # once closed, a no-op as close()
+    s.close()
+    with pytest.raises(ValueError):
+        s.ids()
+    raises_errno(errno.ENOENT, open_set, swapdir, persist="resume")
+    with open_set(swapdir, persist="scratch") as t:  # as close()
+        t.register(2, 10)
+        t.discard()
+    assert os.listdir(swapdir) == []
 
 
 def test_bad_arguments(swapdir):

@@ -4,6 +4,7 @@ checkpoint resumes from it, and its final weights and optimizer state
 equal an uninterrupted in-memory run's bit for bit; a crash between the
 two sets' commits, another model, scratch space and nothing to resume."""
 import errno
+import os
 import subprocess
 import sys
 import textwrap
@@ -181,6 +182,8 @@ def test_refusals(swapdir):
     with pytest.raises(nvswap.Error) as ei:
         offload(make(0), swapdir, "resume")
     assert ei.value.errno == errno.ENOENT, ei.value
+    # nothing of the set that was not there stays (its lock, set.data)
+    assert os.listdir(swapdir) == []
 
     with pytest.raises(ValueError, match="persist must be"):
         offload(make(0), swapdir, "durable")

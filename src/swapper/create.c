@@ -107,7 +107,7 @@ void nvs__swapper_free(struct nvs_swapper *s)
 {
 	struct tensor *t, *tmp;
 
-	bool scratch = !s->pers;
+	bool scratch = !s->pers || s->discard;
 
 	nvs__persist_free(s);
 	HASH_ITER(hh, s->table, t, tmp)
@@ -267,6 +267,10 @@ fail : {
 	char msg[NVS_ERRMSG_MAX];
 	snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 	nvs_aio_destroy(s->aio);
+	/* A set that holds no generation (a resume that found none, or a
+	 * new one) goes with its data file and lock: it saved nothing. */
+	if (s->pers && s->pers->empty && nvs__persist_unlink(s) == 0)
+		s->discard = true;
 	nvs__swapper_free(s);
 	unmake_paths(o);
 	nvs__err_set(ret, msg);

@@ -13,6 +13,7 @@
 #include "swapper/registry.h"
 #include "swapper/space.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -627,4 +628,54 @@ void nvs__persist_free(struct nvs_swapper *s)
 	pthread_mutex_destroy(&p->ckpt);
 	nvs__free(p);
 	s->pers = NULL;
+}
+
+/* The manifests (and a torn manifest.tmp) of one directory. */
+static int unlink_manifests(int dirfd, const char *where)
+{
+	int fd = dup(dirfd);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	int ret = 0;
+
+	if (!dir) {
+		ret = -errno;
+		if (fd >= 0)
+			close(fd);
+		return nvs__err(ret, "nvs_swapper_discard: %s: %s", where,
+				strerror(-ret));
+	}
+	rewinddir(dir);
+	while ((e = readdir(dir))) {
+		if (strncmp(e->d_name, NVS_MANIFEST_PREFIX,
+			    strlen(NVS_MANIFEST_PREFIX)))
+			continue;
+		if (unlinkat(dirfd, e->d_name, 0) < 0 && errno != ENOENT &&
+		    !ret)
+			ret = nvs__err(-errno, "nvs_swapper_discard: %s/%s: %s",
+				       where, e->d_name, strerror(errno));
+	}
+	closedir(dir);
+	return ret;
+}
+
+int nvs__persist_unlink(struct nvs_swapper *s)
+{
+	int ret = 0, r;
+
+	for (unsigned i = 0; i < s->npaths; i++) {
+		struct nvs_swapdir *d = &s->path[i].dir;
+		if (d->dirfd < 0)
+			continue;
+		/* Manifests first: a set without them is no set (the next
+		 * create there starts afresh), whatever else stays. */
+		r = unlink_manifests(d->dirfd, d->path);
+		if (!ret)
+			ret = r;
+		if (unlinkat(d->dirfd, DATA_FILE, 0) < 0 && errno != ENOENT &&
+		    !ret)
+			ret = nvs__err(-errno, "nvs_swapper_discard: %s/%s: %s",
+				       d->path, DATA_FILE, strerror(errno));
+	}
+	return ret;
 }

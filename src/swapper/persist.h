@@ -27,6 +27,9 @@
 
 #include "nvswap/swapper.h"
 
+/* Each path's data file of a persistent set. */
+#define DATA_FILE "set.data"
+
 /* One placement: its extents and who uses them. Keyed by its first
  * extent's offset | path (offsets are aligned, paths < 16). */
 struct nvs_xref {
@@ -69,6 +72,9 @@ struct nvs_pset {
 	/* Opening: the manifests read (all kept ones) and which one the
 	 * registry comes from. */
 	uint64_t open_gen;
+	/* Opening found no manifest: nothing of the set is saved, so a
+	 * failed create removes what it made of it. */
+	bool empty;
 	/* Serializes checkpoint, checkpoint_wait and destroy (the thread
 	 * handle, the result). Taken before the swapper's lock, never
 	 * while holding it. */
@@ -102,6 +108,10 @@ int nvs__persist_close(struct nvs_swapper *s);
 
 /* Free s->pers (its commit thread joined first; no lock held). */
 void nvs__persist_free(struct nvs_swapper *s);
+
+/* nvs_swapper_discard(): unlink every manifest and set.data of the set,
+ * the lock still held. 0, or the first -errno (the sentence set). */
+int nvs__persist_unlink(struct nvs_swapper *s);
 
 /* @t was just placed (register): record its placement. 0, -ENOMEM. */
 int nvs__persist_placed(struct nvs_swapper *s, struct tensor *t);

@@ -29,8 +29,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DATA_FILE "set.data"
-
 /* Append to @buf the ranks beside @dir (…/rank<R>) whose directories
  * hold manifests, for RESUME's -ENOENT. */
 static void ranks_with_sets(const char *dir, char *buf, size_t cap)
@@ -229,6 +227,7 @@ int nvs__persist_open(struct nvs_swapper *s, const struct nvs_swapper_opts *o)
 	unlinkat(s->path[0].dir.dirfd, NVS_MANIFEST_TMP, 0);
 	if (n == 0) {
 		nvs__free(gens);
+		p->empty = true;
 		if (o->persist == NVS_PERSIST_RESUME) {
 			char others[512] = "";
 			ranks_with_sets(s->path[0].dir.path, others,

@@ -602,6 +602,13 @@ void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 		/* nvswap/ and the levels of nvme_path made for it: removed
 		 * when empty with a scratch set, forgotten with a kept one. */
 		drop_top(d, remove);
+		if (remove && d->discard) {
+			/* nvswap's own level: a discarded set empties it. */
+			char c = d->path[d->top_len];
+			d->path[d->top_len] = '\0';
+			rmdir(d->path);
+			d->path[d->top_len] = c;
+		}
 		size_t n = d->top_len - strlen("/nvswap");
 		char c = d->path[n];
 		d->path[n] = '\0';

@@ -31,6 +31,8 @@ struct nvs_swapdir {
 	int lockfd;	       /* its lock file, flocked */
 	unsigned stale;	       /* swap files of a dead owner removed at open */
 	bool named;	       /* path has a <name> level */
+	bool discard;	       /* closing removes <nvme_path>/nvswap when
+				* empty, made by this process or not */
 	size_t top_len;	       /* of "<nvme_path>/nvswap" in path */
 	struct nvs__dirid top; /* that directory, to remove it when empty
 				* and made by this process */

@@ -92,6 +92,36 @@ int nvs_swapper_destroy(struct nvs_swapper *s)
 	return ret;
 }
 
+int nvs_swapper_discard(struct nvs_swapper *s)
+{
+	int ret = 0;
+
+	if (!s)
+		return 0;
+	NVS__PARENT_ONLY(s, "nvs_swapper_discard", "swapper");
+	/* The I/O in flight ends first (buffers are in it); its failures
+	 * are moot, like a checkpoint's: nothing of the set stays. */
+	if (s->pers)
+		nvs_swapper_checkpoint_wait(s);
+	nvs_swapper_wait_all(s);
+	nvs_aio_destroy(s->aio);
+	if (s->pers)
+		ret = nvs__persist_unlink(s);
+	if (ret < 0) {
+		/* What stays is kept whole: the lock goes, the files stay
+		 * for nvswap-fsck --repair. */
+		char msg[NVS_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+		nvs__swapper_free(s);
+		return nvs__err_set(ret, msg);
+	}
+	s->discard = true;
+	for (unsigned i = 0; i < s->npaths; i++)
+		s->path[i].dir.discard = true;
+	nvs__swapper_free(s);
+	return 0;
+}
+
 /* Bring ON_NVME @id toward residence. Lock held; loops until the tensor
  * is READING, RESIDENT or WRITING-with-revive, or fails. @brought (or
  * NULL) is set when this call started the read or kept the buffer of a

@@ -108,6 +108,7 @@ struct nvs_swapper {
 	unsigned in_use;
 	struct nvs_swap_stats st;
 	struct nvs_pset *pers; /* NULL for scratch space */
+	bool discard;	       /* nvs_swapper_discard(): remove the set */
 };
 
 #endif

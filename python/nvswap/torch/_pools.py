@@ -117,8 +117,14 @@ def open_pools(cfg, raw, rank, kw):
     try:
         common = _durable.common_generation(pswap, gswap)
         if common is None and persist == "resume":
+            where = pswap.dirs[0]
+            # A set that holds nothing was made just now by the open:
+            # it goes (with its lock and directories), as if never made.
+            for s in (gswap, pswap):
+                if not s.generations():
+                    s.discard()
             raise nvswap.Error(errno.ENOENT, "nvswap.torch.offload: "
-                               f"nothing to resume in {pswap.dirs[0]}: no "
+                               f"nothing to resume in {where}: no "
                                "nvswap.torch checkpoint was saved there")
         if common is not None:
             seq, gp, go = common
