@@ -485,6 +485,11 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 				"swap directory per rank and process)",
 				d->path, holder);
 	}
+	/* A pid in the lock: a dead owner's (we hold it now). Its
+	 * <nvme_path>/nvswap is adopted as if made here, so the last
+	 * scratch swapper removes it when empty: SIGKILL leaves nothing
+	 * for good. */
+	bool inherited = pread(d->lockfd, pid, sizeof(pid), 0) > 0;
 	/* Ours now: say so first (a process refused meanwhile names us,
 	 * not the dead owner), then clear what the dead owner left. */
 	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
@@ -496,6 +501,11 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 				nvs_strerror(-ret));
 	}
 	d->stale = remove_swap_files(d->dirfd);
+	if (inherited) {
+		pthread_mutex_lock(&made.lock);
+		made_add(&d->top);
+		pthread_mutex_unlock(&made.lock);
+	}
 	track(d, true);
 	return 0;
 }

@@ -106,6 +106,9 @@ Test(swapdir, files_of_a_killed_owner_are_reclaimed_at_the_next_open)
 	cr_assert_eq(d.stale, 2);
 	cr_assert_eq(access(file, F_OK), -1, "reclaimed");
 	nvs__swapdir_close(&d, true);
+	/* The dead owner's nvswap/ level goes with the set that took it
+	 * over: nothing of the killed run stays. */
+	cr_assert_eq(access(tu_path("nvswap"), F_OK), -1, "nvswap/ stays");
 }
 
 Test(swapdir, symlinks_are_never_followed)
