@@ -144,8 +144,50 @@ def test_a_budget_keeps_whole_layers_resident(swapdir):
             assert s["resident_bytes"] == kept * layer
             assert s["last_forward_bytes_read"] == (4 - kept) * layer
             assert s["pool_bytes"] == (3 if kept < 4 else 2) * 32768
+            # resident layers are bound once: a forward acquires only the
+            # streamed ones, and their modules carry no forward hooks
+            a0 = s["param"]["acquires"]
+            with torch.no_grad():
+                assert torch.equal(m(x), ref(x))
+            assert nvt.stats(m)["param"]["acquires"] - a0 == 4 - kept
+            assert [bool(m[i]._forward_pre_hooks) for i in range(4)] == \
+                [i >= kept for i in range(4)]
+            assert nvt.stats(m)["layers_held"] == 0
         finally:
             nvt.restore(m)
+        for a, b in zip(ref.parameters(), m.parameters()):
+            assert torch.equal(a, b)
+        assert not m[0]._forward_pre_hooks
+
+
+def test_a_resident_model_keeps_every_other_use(swapdir):
+    """Bound (resident) layers: state_dict(), gathered(), a forward with
+    grad enabled (its backward refused), and nvt.wait() all work as with
+    streamed layers; restore() gives the weights back."""
+    ref = mlp()
+    m = twin(ref)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2))
+    nvt.offload(m, nvme_path=swapdir, inference=True, memory="1M",
+                buffer_size=32768)
+    try:
+        assert nvt.stats(m)["resident_layers"] == 4
+        sd = m.state_dict()
+        assert all(torch.equal(sd[k], v) for k, v in ref.state_dict().items())
+        with nvt.gathered(m[1]):
+            assert torch.equal(m[1].weight, ref[1].weight)
+        y = m(x)
+        assert torch.equal(y, ref(x))
+        with pytest.raises(nvswap.Error, match="got a gradient") as e:
+            y.sum().backward()
+        assert e.value.errno == errno.EPERM
+        nvt.wait(m)
+        with torch.no_grad():
+            assert torch.equal(m(x), ref(x))
+        assert nvt.stats(m)["last_forward_bytes_read"] == 0
+    finally:
+        nvt.restore(m)
+    for a, b in zip(ref.parameters(), m.parameters()):
+        assert torch.equal(a, b)
 
 
 def test_what_inference_refuses(swapdir):

@@ -30,7 +30,7 @@ def wait(model):
     eng = engine_of(model)
     eng.drain()
     for layer, refs in enumerate(eng.refs):
-        if not refs:
+        if not refs and layer not in eng.bound:
             eng.params.evict_layer(layer)
     eng.pswap.wait_all()
     if eng.gswap is not None:

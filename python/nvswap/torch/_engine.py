@@ -108,6 +108,10 @@ class Engine(Passes, Grads):
         self.refs = []  # layer -> acquire count
         self.dirty = set()  # acquired layers some acquire changed
         self.mod_layers = {}  # module -> layers its _parameters need
+        # inference on the CPU (_infer.bind): layers acquired for good,
+        # and module -> the layers its forward still acquires
+        self.bound = set()
+        self.fwd_layers = self.mod_layers
         self.live = {}  # storage pointer -> parameter, while acquired
         # forward stack: [module, [layers held], saved-tensor hooks it set]
         self.frames = []
@@ -235,7 +239,7 @@ class Engine(Passes, Grads):
         """host: the caller (the optimizer, a state dict) wants the pool
         buffers themselves even when the model computes on a device."""
         stage = self.device is not None and not host
-        if self.refs[layer] == 0:
+        if self.refs[layer] == 0 and layer not in self.bound:
             t0 = time.perf_counter_ns()
             try:
                 tensors = self.params.acquire_layer(layer)
@@ -300,7 +304,11 @@ class Engine(Passes, Grads):
         if dirty:
             self.dirty.add(layer)
         self.refs[layer] -= 1
-        if self.refs[layer] == 0:
+        if self.refs[layer] == 0 and layer in self.bound:
+            # an inference model's layer kept in CPU memory: read-only,
+            # acquired for good (_infer.bind)
+            self.dirty.discard(layer)
+        elif self.refs[layer] == 0:
             dirty = layer in self.dirty
             self.dirty.discard(layer)
             if layer in self.staged:
@@ -385,6 +393,16 @@ class Engine(Passes, Grads):
         self.handles, self.keep = [], []
         if self.optimizer is not None:
             self.optimizer._close()
+        for layer in sorted(self.bound):
+            for p in self.layers[layer]:
+                rec = getattr(p, "_nvswap", None)  # restore() took it
+                if rec is not None:
+                    p.data = rec.placeholder
+            try:
+                self.params.release_layer(layer, False)
+            except nvswap.Error as e:
+                err = err or e
+        self.bound = set()
         for obj in (self.grads, self.masters, self.params, self.gswap,
                     self.pswap):
             if obj is None:

@@ -365,6 +365,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             eng.ckpt_seq = rec["seq"]
             eng.resumed = {"tag": rec["tag"], "steps": rec["steps"],
                            "generations": rec["generations"]}
+        _infer.bind(eng)
     except BaseException:
         if loader is not None:
             loader.abort()  # the model as given, nothing read back
@@ -424,15 +425,18 @@ def _undo(model, eng, from_meta=()):
 def _install(model, eng):
     hooked = set(eng.mod_layers) | {model}
     for m in hooked:
-        if m in eng.mod_layers or any(
-                getattr(p, "_nvswap", None) for p in m._parameters.values()):
+        if any(getattr(p, "_nvswap", None) is not None and
+               p._nvswap.layer not in eng.bound
+               for p in m._parameters.values()):
             m._parameters = ParamDict(m._parameters)
-        eng.handles.append(m.register_forward_pre_hook(eng.pre_forward))
-        if _ALWAYS_CALL:
-            eng.handles.append(m.register_forward_hook(eng.post_forward,
-                                                       always_call=True))
-        else:
-            eng.handles.append(m.register_forward_hook(eng.post_forward))
+        if m in eng.fwd_layers or m is model:
+            eng.handles.append(m.register_forward_pre_hook(eng.pre_forward))
+            if _ALWAYS_CALL:
+                eng.handles.append(m.register_forward_hook(
+                    eng.post_forward, always_call=True))
+            else:
+                eng.handles.append(m.register_forward_hook(
+                    eng.post_forward))
         if m in eng.mod_layers:
             sd = _statedict
             eng.handles.append(m._register_state_dict_hook(

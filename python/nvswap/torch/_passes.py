@@ -104,7 +104,7 @@ class Passes:
         """A layer used inside the running forward, held until that
         module's forward ends."""
         frame = self.frames[-1]
-        if layer not in frame[1]:
+        if layer not in frame[1] and layer not in self.bound:
             self.acquire(layer)
             frame[1].append(layer)
 
@@ -128,7 +128,7 @@ class Passes:
         frame = [module, [], ctx]
         self.frames.append(frame)
         try:
-            for layer in self.mod_layers.get(module, ()):
+            for layer in self.fwd_layers.get(module, ()):
                 self.need(layer)
         except BaseException:
             self.post_forward(module, args, None)
