@@ -94,6 +94,20 @@ NVS_API int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer,
 				const void *const *init);
 
 /**
+ * nvs_param_add_layer_where() - nvs_param_add_layer() with the caller
+ * choosing which layers max_in_cpu keeps: @in_cpu false streams @layer
+ * from NVMe whatever max_in_cpu has left; true keeps it in CPU memory
+ * when it fits what is left (as nvs_param_add_layer() does, which is this
+ * with true). A server keeps its largest layers (embeddings) resident
+ * this way, so the pool buffers need only fit the streamed ones.
+ * Return: as nvs_param_add_layer().
+ */
+NVS_API int nvs_param_add_layer_where(struct nvs_param_swapper *p,
+				      unsigned layer, unsigned n,
+				      const size_t *nbytes,
+				      const void *const *init, bool in_cpu);
+
+/**
  * nvs_param_prefetch_layer() - start reading @layer without waiting for
  * buffers (as far as free buffers go). Return: 0, -ENOENT, or a submit
  * error; a short pool is not an error.

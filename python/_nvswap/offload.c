@@ -111,36 +111,43 @@ static int grad_init(PyObject *o, PyObject *args, PyObject *kwds)
 /* ---- shared method bodies --------------------------------------------- */
 
 typedef int (*add_cb)(void *p, unsigned group, unsigned n, const size_t *nbytes,
-		      const void *const *init);
+		      const void *const *init, bool in_cpu);
 
 static int param_add(void *p, unsigned g, unsigned n, const size_t *nbytes,
-		     const void *const *init)
+		     const void *const *init, bool in_cpu)
 {
-	return nvs_param_add_layer(p, g, n, nbytes, init);
+	return nvs_param_add_layer_where(p, g, n, nbytes, init, in_cpu);
 }
 
 static int optim_add(void *p, unsigned g, unsigned n, const size_t *nbytes,
-		     const void *const *init)
+		     const void *const *init, bool in_cpu)
 {
+	(void)in_cpu;
 	return nvs_optim_add_group(p, g, n, nbytes, init);
 }
 
-/* add_layer / add_group(group, tensors) */
+/* add_layer(layer, tensors, in_cpu=True) / add_group(group, tensors) */
 static PyObject *add(PyObject *o, const char *fname, add_cb fn,
 		     PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
 {
-	static const char *const names[] = {"group|layer", "tensors", NULL};
+	static const char *const pnames[] = {"group|layer", "tensors", "in_cpu",
+					     NULL};
+	static const char *const onames[] = {"group|layer", "tensors", NULL};
 	struct ext_role *r = ROLE(o);
 	struct ext_buf bufs[NVS_OFFLOAD_MAX_TENSORS];
 	size_t nbytes[NVS_OFFLOAD_MAX_TENSORS];
 	const void *init[NVS_OFFLOAD_MAX_TENSORS];
 	char msg[NVS_ERRMSG_MAX] = "";
-	PyObject *a[2], *spec;
+	PyObject *a[3] = {NULL, NULL, NULL}, *spec;
+	bool param = fn == param_add;
 	unsigned group, n;
-	int rc;
+	int in_cpu = 1, rc;
 
-	if (ext_bind(fname, args, nargs, kw, names, 2, 2, a) ||
+	if (ext_bind(fname, args, nargs, kw, param ? pnames : onames,
+		     param ? 3 : 2, 2, a) ||
 	    role_group_arg(a[0], &group))
+		return NULL;
+	if (a[2] && (in_cpu = PyObject_IsTrue(a[2])) < 0)
 		return NULL;
 	spec = role_tensors(a[1], &n, nbytes, init, bufs);
 	if (!spec)
@@ -150,7 +157,7 @@ static PyObject *add(PyObject *o, const char *fname, add_cb fn,
 		Py_DECREF(spec);
 		return NULL;
 	}
-	ROLE_RUN(r, rc, msg, fn(r->p, group, n, nbytes, init));
+	ROLE_RUN(r, rc, msg, fn(r->p, group, n, nbytes, init, in_cpu));
 	role_tensors_free(bufs, n);
 	if (rc == 0)
 		rc = role_set_spec(r, group, spec) < 0 ? 1 : 0;
@@ -399,7 +406,7 @@ static PyObject *param_layer_in_cpu(PyObject *o, PyObject *arg)
 
 static PyMethodDef param_methods[] = {
 	M(param, add_layer, FAST,
-	  "add_layer(layer, tensors) -> None\n\n"
+	  "add_layer(layer, tensors, in_cpu=True) -> None\n\n"
 	  "Add layer number layer (0 to 2**20-1) holding tensors: a list\n"
 	  "of up to 64 items, each an int (a byte count; reads as zeros),\n"
 	  "a torch tensor on the meta device (its dtype and shape; reads\n"
@@ -413,7 +420,8 @@ static PyMethodDef param_methods[] = {
 	  "nvswap.Error: EEXIST (the layer exists), EINVAL (no tensor, a\n"
 	  "zero size, layer too large), EFBIG (the packed layer is larger\n"
 	  "than the Swapper's buffer_size), ENOSPC/EIO. Nothing is added\n"
-	  "on failure."),
+	  "on failure. in_cpu=False: streamed from NVMe whatever\n"
+	  "max_in_cpu has left (choose which layers stay: the largest)."),
 	M(param, prefetch_layer, METH_O,
 	  "prefetch_layer(layer) -> None\n\n"
 	  "Start reading layer into free pool buffers and return; never\n"

@@ -144,6 +144,20 @@ def test_max_in_cpu_keeps_whole_layers_out_of_the_swapper(swapper):
     p.evict_layer(0)  # a no-op in CPU memory
 
 
+def test_add_layer_in_cpu_false_streams_it(swapper):
+    p = nvswap.ParamSwapper(swapper, max_in_cpu="8K")
+    p.add_layer(0, [blob(4000, 1)], in_cpu=False)  # would fit: streamed
+    p.add_layer(1, [blob(4000, 2)], in_cpu=True)
+    assert [p.layer_in_cpu(0), p.layer_in_cpu(1)] == [False, True]
+    assert swapper.stats()["tensors"] == 1
+    views = p.acquire_layer(0, memoryview=True)
+    assert bytes(views[0]) == blob(4000, 1)
+    p.release_layer(0, False)
+    with pytest.raises(TypeError):
+        nvswap.OptimizerSwapper(swapper, id_base=1 << 40).add_group(
+            0, [100], in_cpu=False)  # add_group has no such keyword
+
+
 def test_param_errors(swapper):
     p = nvswap.ParamSwapper(swapper)
     p.add_layer(0, [100])

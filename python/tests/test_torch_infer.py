@@ -122,9 +122,10 @@ def test_inference_makes_no_optimizer_pool(swapdir, tmp_path):
 
 def test_a_budget_keeps_whole_layers_resident(swapdir):
     """mlp(): 4 layers of 16,640 bytes (64 x 64 fp32 + 64). Buffers of
-    32 KiB: a budget of 3 buffers + 2 layers keeps the first 2 layers in
-    CPU memory (first fit in add order), and each forward reads exactly
-    the other 2; with the whole model beside 2 buffers nothing is read."""
+    32 KiB and lookahead=1: a budget of 3 buffers + 2 layers keeps the
+    first 2 layers in CPU memory (first fit in add order), and each
+    forward reads exactly the other 2; with the whole model beside 2
+    buffers nothing is read."""
     layer = 64 * 64 * 4 + 64 * 4
     ref = mlp()
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
@@ -132,7 +133,7 @@ def test_a_budget_keeps_whole_layers_resident(swapdir):
                          (4, 2 * 32768 + 4 * layer)):
         m = twin(ref)
         nvt.offload(m, nvme_path=swapdir, inference=True, memory=memory,
-                    buffer_size=32768)
+                    buffer_size=32768, lookahead=1)
         try:
             with torch.no_grad():
                 for _ in range(2):
@@ -307,3 +308,67 @@ def test_inference_reads_ahead_into_every_free_buffer(swapdir):
                 m(torch.randn(2, 64))
         finally:
             nvt.restore(m)
+
+
+def test_the_budget_keeps_the_largest_layers_when_that_streams_less():
+    """A Llama's shape in miniature: an embedding and a head of 100 KiB
+    around three 10 KiB layers. Kept resident, the two large ones let the
+    buffers shrink to the largest streamed layer, and the read-ahead
+    (lookahead 2: 4 buffers) comes before the bytes saved."""
+    from nvswap.torch import _infer
+    K = 1024
+    sizes = [100 * K, 10 * K, 10 * K, 10 * K, 100 * K]
+    # 200 KiB resident + 4 x 10 KiB buffers: only the small layers stream
+    assert _infer.budget(200 * K + 4 * 10 * K, sizes, 2) == \
+        (10 * K, 4, {0, 4})
+    # room for one small layer more: kept too (first fit)
+    five = [100 * K] + [10 * K] * 5 + [100 * K]
+    assert _infer.budget(210 * K + 4 * 10 * K, five, 2) == \
+        (10 * K, 4, {0, 1, 6})
+    # everything fits: the smallest pool (2 buffers of the smallest layer)
+    assert _infer.budget(10 * 100 * K, sizes, 2) == \
+        (10 * K, 2, {0, 1, 2, 3, 4})
+    # no choice holds the read-ahead's 4 buffers: the fewest bytes win
+    # (a small layer more kept beside 2 buffers, not 3 buffers)
+    assert _infer.budget(200 * K + 3 * 10 * K, sizes, 2) == \
+        (10 * K, 2, {0, 1, 4})
+    # a buffer_size given is kept: first fit beside its buffers
+    assert _infer.budget(4 * 100 * K + 25 * K, sizes, 2,
+                         buffer_size=100 * K) == (100 * K, 4, {1, 2})
+    with pytest.raises(ValueError, match=r"memory=153600 bytes cannot hold "
+                       r"two buffers of the largest layer \(2 x 102400 = "
+                       r"204800 bytes\), nor its largest layers resident "
+                       r"beside buffers of the next: give it at least "
+                       r"204800 bytes"):
+        _infer.budget(150 * K, sizes, 2)
+
+
+def test_an_embedding_larger_than_the_pool_buffers_stays_resident(swapdir):
+    """An Embedding of 1 MiB before four 64 x 64 layers, with memory= for
+    the embedding and a few small buffers: the pool's buffers are the
+    size of a small layer (not of the embedding), the embedding is never
+    read from NVMe, and the output equals the model's in memory."""
+    torch.manual_seed(5)
+    ref = torch.nn.Sequential(torch.nn.Embedding(4096, 64),
+                              *[torch.nn.Linear(64, 64) for _ in range(4)])
+    m = twin(ref)
+    layer, emb = 64 * 64 * 4 + 64 * 4, 4096 * 64 * 4
+    ids = torch.randint(0, 4096, (2, 5),
+                        generator=torch.Generator().manual_seed(6))
+    nvt.offload(m, nvme_path=swapdir, inference=True,
+                memory=emb + 4 * layer + layer // 2)
+    try:
+        with torch.no_grad():
+            for _ in range(2):
+                assert torch.equal(m(ids), ref(ids))
+        s = nvt.stats(m)
+        # a small layer, rounded up to the O_DIRECT alignment
+        assert s["param"]["buffer_size"] == (layer + 4095) // 4096 * 4096
+        assert s["param"]["buffer_count"] == 4
+        assert s["resident_layers"] == 1 and s["resident_bytes"] == emb
+        assert s["last_forward_bytes_read"] == 4 * layer
+        assert engine_of(m).params.layer_in_cpu(0)
+    finally:
+        nvt.restore(m)
+    for a, b in zip(ref.parameters(), m.parameters()):
+        assert torch.equal(a, b)

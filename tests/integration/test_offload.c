@@ -182,6 +182,45 @@ Test(offload, max_in_cpu_keeps_the_first_layers_off_the_disk)
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
+Test(offload, add_layer_where_chooses_which_layers_stay_in_cpu)
+{
+	struct nvs_swapper *s = core(16384, 2, NULL);
+	struct nvs_param_swapper_opts o;
+	struct nvs_param_swapper *p = NULL;
+	static unsigned char big[40000], small[1000];
+	size_t bsz = sizeof(big), ssz = sizeof(small);
+	const void *bi[1] = {big}, *si[1] = {small};
+	void *ptr[1];
+
+	tu_fill(big, bsz, 1);
+	tu_fill(small, ssz, 2);
+	nvs_param_swapper_opts_init(&o);
+	o.max_in_cpu = bsz + ssz;
+	cr_assert_eq(nvs_param_swapper_create(s, &o, &p), 0);
+	/* streamed whatever max_in_cpu has left */
+	cr_assert_eq(nvs_param_add_layer_where(p, 0, 1, &ssz, si, false), 0);
+	/* larger than a pool buffer (16 KiB): only as a CPU layer */
+	cr_assert_eq(nvs_param_add_layer_where(p, 1, 1, &bsz, bi, true), 0,
+		     "%s", nvs_last_error());
+	cr_assert_eq(nvs_param_add_layer_where(p, 2, 1, &ssz, si, true), 0);
+	/* max_in_cpu is spent: first fit streams it */
+	cr_assert_eq(nvs_param_add_layer_where(p, 3, 1, &ssz, si, true), 0);
+	cr_assert(!nvs_param_layer_in_cpu(p, 0));
+	cr_assert(nvs_param_layer_in_cpu(p, 1));
+	cr_assert(nvs_param_layer_in_cpu(p, 2));
+	cr_assert(!nvs_param_layer_in_cpu(p, 3));
+	cr_assert_eq(nvs_param_add_layer_where(p, 4, 1, &bsz, bi, false),
+		     -EFBIG, "%s", nvs_last_error());
+	cr_assert_eq(nvs_param_acquire_layer(p, 1, ptr), 0);
+	cr_assert(memcmp(ptr[0], big, bsz) == 0);
+	cr_assert_eq(nvs_param_release_layer(p, 1, false), 0);
+	cr_assert_eq(nvs_param_acquire_layer(p, 0, ptr), 0);
+	cr_assert(memcmp(ptr[0], small, ssz) == 0);
+	cr_assert_eq(nvs_param_release_layer(p, 0, false), 0);
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
 Test(offload, random_parameter_walks_match_a_reference)
 {
 	struct nvs_swapper *s = core(16384, 3, NULL);

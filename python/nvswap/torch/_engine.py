@@ -111,6 +111,7 @@ class Engine(Passes, Grads):
         # inference on the CPU (_infer.bind): layers acquired for good,
         # and module -> the layers its forward still acquires
         self.bound = set()
+        self.in_cpu = None  # memory=: the layers kept resident (_infer)
         self.fwd_layers = self.mod_layers
         self.live = {}  # storage pointer -> parameter, while acquired
         # forward stack: [module, [layers held], saved-tensor hooks it set]
@@ -165,7 +166,8 @@ class Engine(Passes, Grads):
             self.masters.add(layer, [n for n, _ in items], data)
         if self.dtype is not None:
             data = [cast(d, self.dtype) for d in data]
-        self.params.add_layer(layer, data)
+        self.params.add_layer(layer, data, in_cpu=self.in_cpu is None or
+                              layer in self.in_cpu)
         dtypes = [d.dtype for d in data]
         offs, off = [], 0
         for d in data:

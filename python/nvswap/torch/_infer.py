@@ -49,27 +49,71 @@ def check(inference, memory, persist, grad_hook, kw):
                              f"no optimizer pool: {k}= has no use")
 
 
-def budget(memory, buffer_size, layer_bytes, lookahead, buffer_count):
-    """(buffer_count, max_in_cpu) for a budget of memory bytes: a pool of
-    buffers of buffer_size (buffer_count of them if given, else the
-    read-ahead's lookahead + 2, or 2 when every layer fits beside them)
-    and whole layers resident with the rest. layer_bytes: each layer's
-    pool bytes, in the order they are added. Refused (ValueError naming
-    both sizes) when two buffers do not fit."""
-    if memory < 2 * buffer_size:
-        raise ValueError(f"nvswap.torch.offload: memory={memory} bytes "
-                         "cannot hold two buffers of the largest layer "
-                         f"(2 x {buffer_size} = {2 * buffer_size} bytes): "
-                         "give it at least that")
-    total = sum(layer_bytes)
-    if buffer_count is None:
-        want = 2 if total <= memory - 2 * buffer_size else lookahead + 2
-        buffer_count = max(2, min(want, memory // buffer_size))
-    elif buffer_count * buffer_size > memory:
+def budget(memory, layer_bytes, lookahead, buffer_count=None,
+           buffer_size=None):
+    """(buffer_size, buffer_count, in_cpu) for a budget of memory bytes:
+    a pool of buffer_count buffers of buffer_size (the read-ahead's
+    lookahead + 2, or 2 when every streamed layer fits beside them) and
+    in_cpu, the set of layers (indexes into layer_bytes, each layer's
+    pool bytes in add order) kept resident with the rest.
+
+    Without buffer_size, the t largest layers may be made resident so
+    that the buffers need only fit the largest streamed one (a Llama's
+    embedding and head are each several decoder layers): every t is
+    tried and, among those whose pool holds the read-ahead, the one
+    streaming the fewest bytes per forward wins (then the deeper pool,
+    then the smaller). Other layers stay first fit in add order. Refused
+    (ValueError naming the sizes) when no choice fits two buffers."""
+    n, total = len(layer_bytes), sum(layer_bytes)
+    order = sorted(range(n), key=lambda i: -layer_bytes[i])
+    best, least = None, None
+    for t in (range(n + 1) if buffer_size is None else [None]):
+        if t is None:
+            forced, size = [], buffer_size
+        else:
+            forced = order[:t]
+            size = layer_bytes[order[t]] if t < n else min(layer_bytes,
+                                                           default=ALIGN)
+            size = max(ALIGN, (size + ALIGN - 1) // ALIGN * ALIGN)
+        left = memory - sum(layer_bytes[i] for i in forced)
+        need = memory - left + (buffer_count or 2) * size
+        least = need if least is None else min(least, need)
+        if left < 2 * size:
+            continue
+        rest = total - (memory - left)
+        count, want = buffer_count, 2
+        if count is None:
+            want = 2 if rest <= left - 2 * size else lookahead + 2
+            count = max(2, min(want, left // size))
+        elif count * size > left:
+            continue
+        room, keep = left - count * size, set(forced)
+        for i, b in enumerate(layer_bytes):
+            if i not in keep and b <= room:
+                keep.add(i)
+                room -= b
+        streamed = total - sum(layer_bytes[i] for i in keep)
+        # a pool too shallow for the read-ahead exposes each read: the
+        # read-ahead's depth first, then the fewest bytes streamed
+        score = (count < want, streamed, -count, count * size, t or 0)
+        if best is None or score < best[0]:
+            best = (score, size, count, keep)
+    if best is not None:
+        return best[1:]
+    if buffer_size is not None and buffer_count is not None and \
+            memory >= 2 * buffer_size:
         raise ValueError(f"nvswap.torch.offload: memory={memory} bytes "
                          f"cannot hold buffer_count={buffer_count} buffers "
                          f"of {buffer_size} bytes")
-    return buffer_count, memory - buffer_count * buffer_size
+    big = buffer_size if buffer_size is not None else max(
+        [ALIGN] + [(b + ALIGN - 1) // ALIGN * ALIGN for b in layer_bytes])
+    also = "" if buffer_size is not None else (
+        ", nor its largest layers resident beside buffers of the next")
+    k = buffer_count or 2
+    raise ValueError(f"nvswap.torch.offload: memory={memory} bytes cannot "
+                     f"hold {'two' if k == 2 else k} buffers of the largest "
+                     f"layer ({k} x {big} = {k * big} bytes){also}: give it "
+                     f"at least {least} bytes")
 
 
 def layer_sizes(plan, size_of):

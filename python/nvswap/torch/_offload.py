@@ -220,18 +220,22 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     generate()): no gradient or optimizer pool is made and nothing is
     written back; unless lookahead= (or the config's nvswap.lookahead)
     says otherwise, the read-ahead fills every free pool buffer (the
-    walk of a decoding step is the same every time); a backward reaching its parameters, an nvswap.torch
-    optimizer over it, persist=, grad_hook= and the optimizer pool
-    keywords are refused. With dtype=, its parameters are cast (no fp32
-    masters). memory: (inference=True only) a host-memory budget in
-    bytes (or a str such as '6G') for the parameter pool and the layers
-    kept resident: the pool gets buffers of the largest layer (or
-    buffer_size=), as many as the read-ahead needs (lookahead + 2, or 2
-    when every layer fits beside them; buffer_count= overrides), and
-    whole layers, in the order they are added, stay in CPU memory with
-    the rest (never read from NVMe again); a budget that cannot hold two
-    buffers is refused naming both sizes. stats() reports
-    resident_layers, resident_bytes, forwards and
+    walk of a decoding step is the same every time); a backward
+    reaching its parameters, an nvswap.torch optimizer over it,
+    persist=, grad_hook= and the optimizer pool keywords are refused.
+    With dtype=, its parameters are cast (no fp32 masters). On the CPU,
+    layers kept in CPU memory are bound once (no per-forward hooks).
+    memory: (inference=True only) a host-memory budget in bytes (or a
+    str such as '6G') for the parameter pool and the layers kept
+    resident, chosen to stream the fewest bytes per forward once the
+    pool holds the read-ahead (lookahead + 2 buffers, lookahead at least
+    2 unless given; 2 when every streamed layer fits beside them;
+    buffer_count= overrides): the largest layers may stay so that the
+    buffers need only fit the largest streamed one (with buffer_size=
+    given, they keep that size), then whole layers first fit in the
+    order they are added (never read from NVMe again); a budget that
+    cannot hold two buffers is refused naming the least that serves.
+    stats() reports resident_layers, resident_bytes, forwards and
     last_forward_bytes_read.
 
     Raises ValueError (already offloaded, no path, another model than the
@@ -271,7 +275,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     optimizer_buffer_count = _pool_arg("optimizer_buffer_count",
                                        optimizer_buffer_count, False)
     cfg, raw = _pools.load_config(config)
-    if (cfg is None or memory is not None) and buffer_size is None:
+    if cfg is None and memory is None and buffer_size is None:
         buffer_size = _default_buffer_size(model, dtype)
     deepest = lookahead is None and inference and (
         cfg is None or "lookahead" not in (_pools.raw_key(raw, "nvswap")
@@ -279,15 +283,25 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     if lookahead is None:
         lookahead = (cfg.nvswap_options()["lookahead"]
                      if cfg is not None else 1)
+    plan_size = in_cpu = None  # memory=: layers planned for whole modules
     if memory is not None:
+        # decoding's walk is fixed: read at least 2 layers ahead (measured
+        # on a virtio disk, 4-6 buffers of an 11 MiB layer beat 2-3 by
+        # 3-7 %, more did not help)
+        if deepest:
+            lookahead = max(lookahead, 2)
         memory = _size_of(_pool_arg("memory", memory, True))
-        bs = _size_of(buffer_size)
-        plan0, _ = layer_plan(model, bs, lambda p: _mixed.cast_size(p, dtype))
-        buffer_count, max_in_cpu = _infer.budget(
-            memory, bs, _infer.layer_sizes(
-                plan0, lambda p: _mixed.cast_size(p, dtype)), lookahead,
-            buffer_count)
+        plan_size = _size_of(buffer_size if buffer_size is not None else
+                             _default_buffer_size(model, dtype))
+        plan0, _ = layer_plan(model, plan_size,
+                              lambda p: _mixed.cast_size(p, dtype))
+        sizes = _infer.layer_sizes(plan0,
+                                   lambda p: _mixed.cast_size(p, dtype))
         del plan0
+        buffer_size, buffer_count, in_cpu = _infer.budget(
+            memory, sizes, lookahead, buffer_count,
+            _size_of(buffer_size) if buffer_size is not None else None)
+        max_in_cpu = sum(sizes[i] for i in in_cpu)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
@@ -298,7 +312,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     try:
         if rec is not None:
             _durable.check_dtype(rec, dtype)
-        bs = pswap.stats()["buffer_size"]
+        bs = plan_size or pswap.stats()["buffer_size"]
         plan, tied = layer_plan(model, bs,
                                 lambda p: _mixed.cast_size(p, dtype))
         if max_in_cpu is None:
@@ -319,6 +333,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             device=device, dtype=dtype)
         eng.grad_hook = grad_hook
         eng.lookahead = lookahead
+        eng.in_cpu = in_cpu
     except BaseException:
         if gswap is not None:
             gswap.close()
