@@ -475,7 +475,8 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  * Checksums are always on in a persistent set (opts.checksum is implied).
  * At destroy a persistent set checkpoints first (tag "destroy") unless
  * nothing changed since its newest generation, then keeps its files.
- * Remove a set by deleting its directories.
+ * Remove a set with nvs_swapper_discard() (locked until its files are
+ * gone), or by deleting its directories when no process has it open.
  */
 
 /**
