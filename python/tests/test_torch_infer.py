@@ -292,6 +292,26 @@ def test_a_truncated_swap_file_names_the_layer_and_the_file(swapdir):
             pass  # restore reads every layer back: the file is gone
 
 
+def test_a_deleted_swap_file_still_serves_its_own_bytes(swapdir):
+    """Unlinked behind nvswap's back, the swap file lives on through the
+    descriptor nvswap holds: the outputs stay the model's own (never
+    garbage), and nothing of it is left when the model is restored."""
+    ref = mlp()
+    m = twin(ref)
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(4))
+    nvt.offload(m, nvme_path=swapdir, inference=True, buffer_size=32768)
+    try:
+        os.unlink(os.path.join(swapdir, "nvswap", "param", "rank0",
+                               "swap.0"))
+        with torch.no_grad():
+            for _ in range(2):
+                assert torch.equal(m(x), ref(x))
+        assert nvt.stats(m)["last_forward_bytes_read"] > 0
+    finally:
+        nvt.restore(m)
+    assert os.listdir(swapdir) == []
+
+
 def test_inference_reads_ahead_into_every_free_buffer(swapdir):
     """A decoding step walks the layers the same way each time: unless
     told otherwise, an inference model reads ahead as far as its pool
