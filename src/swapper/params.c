@@ -59,22 +59,31 @@ int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
 	return nvs__role_free(&p->gs);
 }
 
+static int add_layer(struct nvs_param_swapper *p, const char *call,
+		     unsigned layer, unsigned n, const size_t *nbytes,
+		     const void *const *init, bool in_cpu)
+{
+	uint64_t none = 0;
+
+	if (!p)
+		return nvs__err(-EINVAL, "%s: NULL swapper", call);
+	return nvs__gset_add(&p->gs, call, layer, n, nbytes, init,
+			     in_cpu ? &p->cpu_left : &none);
+}
+
 int nvs_param_add_layer(struct nvs_param_swapper *p, unsigned layer, unsigned n,
 			const size_t *nbytes, const void *const *init)
 {
-	return nvs_param_add_layer_where(p, layer, n, nbytes, init, true);
+	return add_layer(p, "nvs_param_add_layer", layer, n, nbytes, init,
+			 true);
 }
 
 int nvs_param_add_layer_where(struct nvs_param_swapper *p, unsigned layer,
 			      unsigned n, const size_t *nbytes,
 			      const void *const *init, bool in_cpu)
 {
-	uint64_t none = 0;
-
-	if (!p)
-		return nvs__err(-EINVAL, "nvs_param_add_layer: NULL swapper");
-	return nvs__gset_add(&p->gs, "nvs_param_add_layer", layer, n, nbytes,
-			     init, in_cpu ? &p->cpu_left : &none);
+	return add_layer(p, "nvs_param_add_layer_where", layer, n, nbytes, init,
+			 in_cpu);
 }
 
 int nvs_param_prefetch_layer(struct nvs_param_swapper *p, unsigned layer)

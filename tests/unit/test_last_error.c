@@ -70,6 +70,8 @@ ROW(nvs_config_swapper_opts,
     nvs_config_swapper_opts(NULL, NVS_OFFLOAD_PARAM, 0, NULL))
 ROW(nvs_param_swapper_create, nvs_param_swapper_create(NULL, NULL, NULL))
 ROW(nvs_param_add_layer, nvs_param_add_layer(NULL, 0, 1, NULL, NULL))
+ROW(nvs_param_add_layer_where,
+    nvs_param_add_layer_where(NULL, 0, 1, NULL, NULL, false))
 ROW(nvs_param_prefetch_layer, nvs_param_prefetch_layer(NULL, 0))
 ROW(nvs_param_set_walk, nvs_param_set_walk(NULL, 0, NULL))
 ROW(nvs_param_acquire_layer, nvs_param_acquire_layer(NULL, 0, NULL))
@@ -192,6 +194,7 @@ static const struct row rows[] = {
 	R(nvs_config_swapper_opts),
 	R(nvs_param_swapper_create),
 	R(nvs_param_add_layer),
+	R(nvs_param_add_layer_where),
 	R(nvs_param_prefetch_layer),
 	R(nvs_param_set_walk),
 	R(nvs_param_acquire_layer),
@@ -292,6 +295,7 @@ static const char *const cannot_fail[] = {
 	"nvs_grad_swapper_destroy",
 	"nvs_swapper_opts_init",
 	"nvs_swapper_destroy",
+	"nvs_swapper_discard",
 	"nvs_swapper_dir",
 	"nvs_version",
 	"nvs_build_features",
