@@ -119,12 +119,18 @@ demo-python: deps build/build.ninja
 # is not packaged by Debian: the PyPI interpreter's venv (pinned
 # packages, scripts/python-venv.sh) with the package pip-installed from
 # this tree, as make test-python does.
+# The PyPI interpreter's venv with this tree installed in it, for the
+# Python demos; $(1) names the demo in what it prints.
+define pypi_install
+@scripts/deps.sh $(PYTHON_PACKAGES)
+@scripts/python-venv.sh "$(PYPI_PYTHON)" $(CURDIR)/build/venv-pypi pypi
+@echo "$(1): pip install . into build/venv-pypi"
+@PATH="$(CURDIR)/build/venv-pypi/bin:$$PATH" build/venv-pypi/bin/pip \
+	install -q --no-build-isolation --force-reinstall --no-deps .
+endef
+
 demo-hf: deps
-	@scripts/deps.sh $(PYTHON_PACKAGES)
-	@scripts/python-venv.sh "$(PYPI_PYTHON)" $(CURDIR)/build/venv-pypi pypi
-	@echo "demo-hf: pip install . into build/venv-pypi"
-	@PATH="$(CURDIR)/build/venv-pypi/bin:$$PATH" build/venv-pypi/bin/pip \
-		install -q --no-build-isolation --force-reinstall --no-deps .
+	$(call pypi_install,demo-hf)
 	build/venv-pypi/bin/python examples/python/hf_trainer.py --dir nvme_swap
 
 # Serving from NVMe (examples/python/generate_offloaded.py): a 1.08 GB
@@ -134,11 +140,7 @@ demo-hf: deps
 # to the in-memory run's, tokens/s beside the disk- and compute-bound
 # limits. The PyPI interpreter's venv, as demo-hf.
 demo-infer: deps
-	@scripts/deps.sh $(PYTHON_PACKAGES)
-	@scripts/python-venv.sh "$(PYPI_PYTHON)" $(CURDIR)/build/venv-pypi pypi
-	@echo "demo-infer: pip install . into build/venv-pypi"
-	@PATH="$(CURDIR)/build/venv-pypi/bin:$$PATH" build/venv-pypi/bin/pip \
-		install -q --no-build-isolation --force-reinstall --no-deps .
+	$(call pypi_install,demo-infer)
 	build/venv-pypi/bin/python examples/python/generate_offloaded.py \
 		--dir nvme_swap
 
