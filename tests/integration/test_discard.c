@@ -47,6 +47,18 @@ static struct nvs_swapper *open_set(int persist, unsigned npaths)
 	return s;
 }
 
+/* nvs_swapper_create() of set "d" on path "a" with persist=resume. */
+static int resume_set(struct nvs_swapper **out)
+{
+	struct nvs_swapper_opts o;
+
+	tu_swapper_opts(&o, SZ, 4);
+	o.nvme_paths[0] = tu_path("a");
+	o.persist = NVS_PERSIST_RESUME;
+	o.name = "d";
+	return nvs_swapper_create(&o, out);
+}
+
 /* Tensor @id's bytes := @buf (dirty until evicted). */
 static int put(struct nvs_swapper *s, uint64_t id, const void *buf)
 {
@@ -110,14 +122,8 @@ Test(discard, a_persistent_set_goes_whole_with_its_made_directories)
 	cr_assert_str_empty(left, "left behind: %s", left);
 
 	/* Nothing to resume any more. */
-	struct nvs_swapper_opts o;
 	struct nvs_swapper *r = NULL;
-	tu_swapper_opts(&o, SZ, 4);
-	o.nvme_paths[0] = tu_path("a");
-	o.persist = NVS_PERSIST_RESUME;
-	o.name = "d";
-	cr_assert_eq(nvs_swapper_create(&o, &r), -ENOENT, "%s",
-		     nvs_last_error());
+	cr_assert_eq(resume_set(&r), -ENOENT, "%s", nvs_last_error());
 }
 
 Test(discard, a_users_directories_stay)
@@ -131,7 +137,6 @@ Test(discard, a_users_directories_stay)
 	cr_assert_eq(nvs_swapper_discard(s), 0, "%s", nvs_last_error());
 	listing(left, sizeof(left));
 	cr_assert_str_eq(left, "a ");
-	/* nvswap's own level goes even when another process made it. */
 	cr_assert_eq(access(tu_path("a/nvswap"), F_OK), -1);
 }
 
@@ -148,18 +153,11 @@ Test(discard, a_set_reopened_by_another_process_goes_too)
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
-		struct nvs_swapper_opts o;
 		struct nvs_swapper *r = NULL;
-		tu_swapper_opts(&o, SZ, 4);
-		o.nvme_paths[0] = tu_path("a");
-		o.persist = NVS_PERSIST_RESUME;
-		o.name = "d";
-		_exit(nvs_swapper_create(&o, &r) == 0 &&
-				      nvs_swapper_generations(r, NULL, 0) ==
-					      1 &&
-				      nvs_swapper_discard(r) == 0
-			      ? 0
-			      : 1);
+		bool ok = resume_set(&r) == 0 &&
+			  nvs_swapper_generations(r, NULL, 0) == 1 &&
+			  nvs_swapper_discard(r) == 0;
+		_exit(ok ? 0 : 1);
 	}
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
