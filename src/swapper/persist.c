@@ -643,7 +643,7 @@ static int unlink_manifests(int dirfd, const char *where)
 		if (fd >= 0)
 			close(fd);
 		return nvs__err(ret, "nvs_swapper_discard: %s: %s", where,
-				strerror(-ret));
+				nvs_strerror(-ret));
 	}
 	rewinddir(dir);
 	while ((e = readdir(dir))) {
@@ -653,7 +653,7 @@ static int unlink_manifests(int dirfd, const char *where)
 		if (unlinkat(dirfd, e->d_name, 0) < 0 && errno != ENOENT &&
 		    !ret)
 			ret = nvs__err(-errno, "nvs_swapper_discard: %s/%s: %s",
-				       where, e->d_name, strerror(errno));
+				       where, e->d_name, nvs_strerror(errno));
 	}
 	closedir(dir);
 	return ret;
@@ -675,7 +675,7 @@ int nvs__persist_unlink(struct nvs_swapper *s)
 		if (unlinkat(d->dirfd, DATA_FILE, 0) < 0 && errno != ENOENT &&
 		    !ret)
 			ret = nvs__err(-errno, "nvs_swapper_discard: %s/%s: %s",
-				       d->path, DATA_FILE, strerror(errno));
+				       d->path, DATA_FILE, nvs_strerror(errno));
 	}
 	return ret;
 }
