@@ -226,8 +226,9 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  * makes 0700 (an existing one is left as it is); a scratch swapper's
  * destroy, or a failed create, removes those levels again when empty.
  * Swap files of a process that died without cleaning up (its lock is
- * free) are removed first. Nothing else outside the rank directories is
- * touched.
+ * free) are removed first, and its <nvme_path>/nvswap is adopted: the
+ * last scratch swapper there removes it when empty. Nothing else outside
+ * the rank directories is touched.
  * Return: 0, or
  *   -EINVAL  NULL argument, opts not from nvs_swapper_opts_init(), no
  *            path or more than NVS_SWAPPER_MAX_PATHS, a zero buffer size

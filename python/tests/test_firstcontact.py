@@ -221,9 +221,10 @@ def test_a_killed_process_leaves_files_the_next_offload_removes(diskdir):
     assert "swap/nvswap/param/rank0/swap.0" in left
     model = nvt.offload(torch.nn.Linear(4, 4), nvme_path=path)
     nvt.restore(model)
-    # the files are reclaimed; the empty levels the killed process made
-    # (not this one) stay
-    assert tree(diskdir) == ["swap", "swap/nvswap"]
+    # the files are reclaimed and the dead run's nvswap/ level goes with
+    # them (adopted with its lock); the level of nvme_path the killed
+    # process made, not nvswap's own, stays
+    assert tree(diskdir) == ["swap"]
 
 
 def test_the_persistent_set_of_a_process_that_exits_stays(diskdir):
