@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "python"))
 import memcgroup  # noqa: E402
-from generate_offloaded import config  # noqa: E402
+from generate_offloaded import config, model_args  # noqa: E402
 from benchutil import fs_type, loadavg, parse_size  # noqa: E402
 
 GB = 1e9
@@ -168,12 +168,7 @@ def name(v):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default="/var/tmp/nvswap-gen")
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--inter", type=int, default=2816)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--prompt", type=int, default=32)
-    ap.add_argument("--new-tokens", type=int, default=16)
+    model_args(ap)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--budgets", default="0.25,0.5,2")
     ap.add_argument("--cgroup", type=parse_size, default=None)

@@ -121,15 +121,21 @@ def child(a):
     return 0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", default="nvme_swap")
+def model_args(ap):
+    """The model's shape and the generation's length (config(), prompt()),
+    shared with bench/generate.py."""
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--inter", type=int, default=2816)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=16)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default="nvme_swap")
+    model_args(ap)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--memory", type=size, default=size("384M"),
                     help="nvswap's budget: pool + resident layers")

@@ -2,6 +2,9 @@
 """Small helpers the tests share (importable: this directory is on
 sys.path under pytest's default import mode)."""
 import os
+import random
+import threading
+import time
 
 import pytest
 
@@ -43,3 +46,38 @@ def child_env():
     env["PYTHONPATH"] = os.pathsep.join(
         [pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
+
+
+def swap_write(s, i, data, evict=False):
+    """Swapper s's tensor i := data (written back at once with evict)."""
+    mv = s.acquire(i, memoryview=True)
+    mv[:] = data
+    s.release(i, True)
+    if evict:
+        s.evict(i)
+
+
+def swap_read(s, i):
+    """Swapper s's tensor i, read from NVMe (evicted afterwards)."""
+    mv = s.acquire(i, memoryview=True)
+    data = bytes(mv)
+    s.release(i, False)
+    s.evict(i)
+    return data
+
+
+def crash_rng(round_=0):
+    """random.Random for a kill test: NVSWAP_CRASH_SEED (else the clock)
+    plus round_, printed so that a failure can be run again."""
+    seed = int(os.environ.get("NVSWAP_CRASH_SEED", time.time_ns())) + round_
+    print(f"NVSWAP_CRASH_SEED={seed}")
+    return seed, random.Random(seed)
+
+
+def run_threads(worker, n, timeout=None):
+    """worker(0) .. worker(n - 1), each in its own thread, all joined."""
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)

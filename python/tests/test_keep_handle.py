@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import nvswap
-from filehelp import child_env, put, rand, slurp
+from filehelp import child_env, put, rand, run_threads, slurp
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -243,12 +243,7 @@ def test_eight_threads_on_one_handle_read_and_write_their_own_bytes(
             except BaseException as e:  # noqa: B902 - reported below
                 errors.append(e)
 
-        threads = [threading.Thread(target=worker, args=(t,))
-                   for t in range(nthreads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        run_threads(worker, nthreads, 120)
         assert errors == []
         assert got == [[True] * rounds] * nthreads
         h.wait()

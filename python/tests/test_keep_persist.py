@@ -5,9 +5,9 @@ C side has its own tests (tests/integration/test_persist.c,
 tests/tools/test_nvswap_fsck.c, tests/tools/test_crash.c); these keep
 what nvswap.Swapper and python -m nvswap fsck show a Python user."""
 import errno
+import functools
 import glob
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -18,7 +18,8 @@ import time
 import pytest
 
 import nvswap
-from filehelp import child_env, raises_errno
+from filehelp import (child_env, crash_rng, raises_errno, swap_read,
+                      swap_write)
 
 MiB = 1 << 20
 SIZES = {1: 5000, 2: 70000, 3: 4096}
@@ -36,19 +37,8 @@ def value(i, k):
                  for j in range(n))
 
 
-def write(s, i, data):
-    mv = s.acquire(i, memoryview=True)
-    mv[:] = data
-    s.release(i, True)
-    s.evict(i)
-
-
-def read(s, i):
-    mv = s.acquire(i, memoryview=True)
-    data = bytes(mv)
-    s.release(i, False)
-    s.evict(i)
-    return data
+write = functools.partial(swap_write, evict=True)  # LOOP imports it
+read = swap_read
 
 
 def rank_dir(path):
@@ -315,9 +305,7 @@ LOOP = """
 
 @pytest.mark.parametrize("round_", range(3))
 def test_kill_9_in_a_checkpoint_loop_resumes_bit_exact(diskdir, round_):
-    seed = int(os.environ.get("NVSWAP_CRASH_SEED", time.time_ns())) + round_
-    rng = random.Random(seed)
-    print(f"NVSWAP_CRASH_SEED={seed}")
+    seed, rng = crash_rng(round_)
     here = os.path.dirname(os.path.abspath(__file__))
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOOP),
                           diskdir, here], stdout=subprocess.PIPE,

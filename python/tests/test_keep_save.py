@@ -5,7 +5,6 @@ and loadable after a full disk or a kill -9 at any point, and a symlink
 at the target replaced, its target untouched."""
 import io
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import time
 import pytest
 
 import nvswap
-from filehelp import child_env
+from filehelp import child_env, crash_rng
 
 torch = pytest.importorskip("torch")
 MiB = 1 << 20
@@ -134,9 +133,7 @@ SAVER = """
 
 @pytest.mark.parametrize("round_", range(3))
 def test_a_kill_9_anywhere_leaves_a_whole_loadable_file(diskdir, round_):
-    seed = int(os.environ.get("NVSWAP_CRASH_SEED", time.time_ns())) + round_
-    rng = random.Random(seed)
-    print(f"NVSWAP_CRASH_SEED={seed}")
+    seed, rng = crash_rng(round_)
     path = os.path.join(diskdir, "c.pt")
     torch.save({"k": torch.tensor(0), "w": torch.zeros(2 << 20),
                 "small": torch.arange(0, 100)}, path)

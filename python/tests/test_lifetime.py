@@ -15,6 +15,7 @@ import weakref
 import pytest
 
 import nvswap
+from filehelp import run_threads
 
 MiB = 1 << 20
 N = 8 * MiB
@@ -361,12 +362,7 @@ def test_threads_share_a_handle(diskdir):
             except BaseException as e:  # noqa: B902 - reported below
                 errors.append(e)
 
-        threads = [threading.Thread(target=worker, args=(t,))
-                   for t in range(nthreads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(worker, nthreads)
         assert errors == []
         # each op counted by exactly one wait(), whichever thread's
         assert sum(counts) + h.wait() == nthreads * rounds * per

@@ -11,6 +11,7 @@ import pytest
 
 import nvswap
 from filehelp import pattern, raises_errno
+from filehelp import swap_read as read, swap_write as write
 
 MiB = 1 << 20
 
@@ -18,20 +19,6 @@ MiB = 1 << 20
 def open_set(swapdir, persist="persistent", **kw):
     return nvswap.Swapper(nvme_path=swapdir, name="set", buffer_size=MiB,
                           buffer_count=2, persist=persist, **kw)
-
-
-def write(s, i, data):
-    mv = s.acquire(i, memoryview=True)
-    mv[:] = data
-    s.release(i, True)
-
-
-def read(s, i):
-    mv = s.acquire(i, memoryview=True)
-    data = bytes(mv)
-    s.release(i, False)
-    s.evict(i)
-    return data
 
 
 def test_a_set_reopens_with_its_tensors_tags_and_bytes(swapdir):
