@@ -339,37 +339,45 @@ def test_the_budget_keeps_the_largest_layers_when_that_streams_less():
     K = 1024
     sizes = [100 * K, 10 * K, 10 * K, 10 * K, 100 * K]
     # 200 KiB resident + 4 x 10 KiB buffers: only the small layers stream
-    assert _infer.budget(200 * K + 4 * 10 * K, sizes, 2) == \
+    assert _infer.fit(200 * K + 4 * 10 * K, sizes, 2) == \
         (10 * K, 4, {0, 4})
     # room for one small layer more: kept too (first fit)
     five = [100 * K] + [10 * K] * 5 + [100 * K]
-    assert _infer.budget(210 * K + 4 * 10 * K, five, 2) == \
+    assert _infer.fit(210 * K + 4 * 10 * K, five, 2) == \
         (10 * K, 4, {0, 1, 6})
     # everything fits: the smallest pool (2 buffers of the smallest layer)
-    assert _infer.budget(10 * 100 * K, sizes, 2) == \
+    assert _infer.fit(10 * 100 * K, sizes, 2) == \
         (10 * K, 2, {0, 1, 2, 3, 4})
     # no choice holds the read-ahead's 4 buffers: the fewest bytes win
     # (a small layer more kept beside 2 buffers, not 3 buffers)
-    assert _infer.budget(200 * K + 3 * 10 * K, sizes, 2) == \
+    assert _infer.fit(200 * K + 3 * 10 * K, sizes, 2) == \
         (10 * K, 2, {0, 1, 4})
     # a buffer_size given is kept: first fit beside its buffers
-    assert _infer.budget(4 * 100 * K + 25 * K, sizes, 2,
+    assert _infer.fit(4 * 100 * K + 25 * K, sizes, 2,
                          buffer_size=100 * K) == (100 * K, 4, {1, 2})
     with pytest.raises(ValueError, match=r"memory=153600 bytes cannot hold "
                        r"two buffers of the largest layer \(2 x 102400 = "
                        r"204800 bytes\), nor its largest layers resident "
                        r"beside buffers of the next: give it at least "
                        r"204800 bytes"):
-        _infer.budget(150 * K, sizes, 2)
+        _infer.fit(150 * K, sizes, 2)
+
+
+class ScaledEmbedding(torch.nn.Embedding):
+    """Gemma's kind: a forward of its own, so not read by rows."""
+
+    def forward(self, ids):
+        return super().forward(ids) * 2.0
 
 
 def test_an_embedding_larger_than_the_pool_buffers_stays_resident(swapdir):
-    """An Embedding of 1 MiB before four 64 x 64 layers, with memory= for
-    the embedding and a few small buffers: the pool's buffers are the
-    size of a small layer (not of the embedding), the embedding is never
-    read from NVMe, and the output equals the model's in memory."""
+    """An Embedding of 1 MiB (one that cannot be read by rows) before
+    four 64 x 64 layers, with memory= for the embedding and a few small
+    buffers: the pool's buffers are the size of a small layer (not of
+    the embedding), the embedding is never read from NVMe, and the
+    output equals the model's in memory."""
     torch.manual_seed(5)
-    ref = torch.nn.Sequential(torch.nn.Embedding(4096, 64),
+    ref = torch.nn.Sequential(ScaledEmbedding(4096, 64),
                               *[torch.nn.Linear(64, 64) for _ in range(4)])
     m = twin(ref)
     layer, emb = 64 * 64 * 4 + 64 * 4, 4096 * 64 * 4
@@ -386,6 +394,7 @@ def test_an_embedding_larger_than_the_pool_buffers_stays_resident(swapdir):
         assert s["param"]["buffer_size"] == (layer + 4095) // 4096 * 4096
         assert s["param"]["buffer_count"] == 4
         assert s["resident_layers"] == 1 and s["resident_bytes"] == emb
+        assert s["row_layers"] == 0
         assert s["last_forward_bytes_read"] == 4 * layer
         assert engine_of(m).params.layer_in_cpu(0)
     finally:

@@ -18,8 +18,10 @@ def stats(model):
     inference=True), inference, lookahead (the read-ahead in layers),
     resident_layers and resident_bytes
     (layers kept in CPU memory: memory=, max_in_cpu=), forwards (top-level
-    forwards run) and last_forward_bytes_read (parameter bytes the last
-    one read from NVMe)."""
+    forwards run), last_forward_bytes_read (parameter bytes the last
+    one read from NVMe, embedding rows included), row_layers, row_bytes
+    and rows_read (input embeddings read by rows, their tables' bytes,
+    the distinct rows read)."""
     return engine_of(model).stats()
 
 

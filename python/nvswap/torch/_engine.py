@@ -18,7 +18,7 @@ import torch
 
 import nvswap
 
-from . import _infer
+from . import _infer, _rows
 from ._common import (ALIGN, GRAD_BASE, MAX_TENSORS, STATE_BASE, error,
                       nbytes, storage_ptr)
 from ._grads import Grads
@@ -112,6 +112,11 @@ class Engine(Passes, Grads):
         # and module -> the layers its forward still acquires
         self.bound = set()
         self.in_cpu = None  # memory=: the layers kept resident (_infer)
+        # inference on the CPU: layer -> the _rows.Table of an embedding
+        # read by rows (not in the ParamSwapper); by_rows: the qualified
+        # names of the weights offload() chose for that
+        self.rows, self.by_rows, self.row_handle = {}, set(), None
+        self.backend = None
         self.fwd_layers = self.mod_layers
         self.live = {}  # storage pointer -> parameter, while acquired
         # forward stack: [module, [layers held], saved-tensor hooks it set]
@@ -166,8 +171,15 @@ class Engine(Passes, Grads):
             self.masters.add(layer, [n for n, _ in items], data)
         if self.dtype is not None:
             data = [cast(d, self.dtype) for d in data]
-        self.params.add_layer(layer, data, in_cpu=self.in_cpu is None or
-                              layer in self.in_cpu)
+        if len(items) == 1 and items[0][0] in self.by_rows:
+            if self.row_handle is None:
+                self.row_handle = _rows.handle(self.backend)
+            self.rows[layer] = _rows.Table(self.row_handle,
+                                           self.pswap.dirs[0], items[0][0],
+                                           data[0])
+        else:
+            self.params.add_layer(layer, data, in_cpu=self.in_cpu is None
+                                  or layer in self.in_cpu)
         dtypes = [d.dtype for d in data]
         offs, off = [], 0
         for d in data:
@@ -241,7 +253,11 @@ class Engine(Passes, Grads):
         """host: the caller (the optimizer, a state dict) wants the pool
         buffers themselves even when the model computes on a device."""
         stage = self.device is not None and not host
-        if self.refs[layer] == 0 and layer not in self.bound:
+        if self.refs[layer] == 0 and layer in self.rows:
+            # an embedding read by rows, used whole (a state dict, or a
+            # module reading it in its forward): a copy of its own
+            self._set_live(layer, [self.rows[layer].read_all()])
+        elif self.refs[layer] == 0 and layer not in self.bound:
             t0 = time.perf_counter_ns()
             try:
                 tensors = self.params.acquire_layer(layer)
@@ -310,6 +326,13 @@ class Engine(Passes, Grads):
             # an inference model's layer kept in CPU memory: read-only,
             # acquired for good (_infer.bind)
             self.dirty.discard(layer)
+        elif self.refs[layer] == 0 and layer in self.rows:
+            p = self.layers[layer][0]
+            self.live.pop(storage_ptr(p.data), None)
+            data, p.data = p.data, p._nvswap.placeholder
+            if layer in self.dirty:
+                self.dirty.discard(layer)
+                self.rows[layer].write_all(data)
         elif self.refs[layer] == 0:
             dirty = layer in self.dirty
             self.dirty.discard(layer)
@@ -342,6 +365,13 @@ class Engine(Passes, Grads):
         finally:
             self.release(layer)
 
+    def param_bytes_read(self):
+        """Bytes read for the parameters: the pool's, and the rows of the
+        embeddings read by rows."""
+        rows = (self.row_handle.stats()["bytes_read"]
+                if self.row_handle is not None else 0)
+        return self.pswap.stats()["bytes_read"] + rows
+
     def stats(self):
         ps = self.pswap.stats()
         gs = (self.gswap.stats() if self.gswap is not None else
@@ -353,7 +383,7 @@ class Engine(Passes, Grads):
             "parameters": sum(len(x) for x in self.layers),
             "parameter_bytes": sum(nbytes(p) for x in self.layers
                                    for p in x),
-            "bytes_read": ps["bytes_read"] + gs["bytes_read"],
+            "bytes_read": self.param_bytes_read() + gs["bytes_read"],
             "bytes_written": ps["bytes_written"] + gs["bytes_written"],
             "io_exposed_s": (ps["acquire_wait_ns"] + ps["buffer_wait_ns"] +
                              gs["acquire_wait_ns"] + gs["buffer_wait_ns"])
@@ -405,6 +435,13 @@ class Engine(Passes, Grads):
             except nvswap.Error as e:
                 err = err or e
         self.bound = set()
+        for table in self.rows.values():
+            table.close()
+        if self.row_handle is not None:
+            try:
+                self.row_handle.close()
+            except nvswap.Error as e:
+                err = err or e
         for obj in (self.grads, self.masters, self.params, self.gswap,
                     self.pswap):
             if obj is None:

@@ -13,11 +13,13 @@ the read-ahead needs) and, with the rest, whole layers kept resident in
 CPU memory (the C ParamSwapper's max_in_cpu: in the order they are added,
 while they fit; they are never read from NVMe again). A model that fits
 runs at in-memory speed; one that does not streams only what does not
-fit."""
+fit. An input embedding is read by rows instead (_rows.py): it needs
+neither a buffer nor residency."""
 import errno
 
 import nvswap
 
+from . import _rows
 from ._common import ALIGN, error
 
 _OPTIMIZER_KW = ("optimizer_buffer_size", "optimizer_buffer_count")
@@ -50,7 +52,38 @@ def check(inference, memory, persist, grad_hook, kw):
 
 
 def budget(memory, layer_bytes, lookahead, buffer_count=None,
-           buffer_size=None):
+           buffer_size=None, rows=()):
+    """(buffer_size, buffer_count, in_cpu, by_rows) for a budget of
+    memory bytes: fit()'s plan of every layer when it keeps them all
+    resident; else, with rows (the indexes of layers that can be read by
+    rows, _rows.candidates), fit()'s plan of the others in what reading
+    by rows leaves (_rows.MEMORY), and by_rows those layers: they then
+    need no buffer, no residency and stream only the rows a forward
+    uses. Without rows, or when what reading by rows takes leaves too
+    little, by_rows is empty."""
+    rows, plan = set(rows), None
+    try:
+        plan = fit(memory, layer_bytes, lookahead, buffer_count,
+                   buffer_size)
+        if not rows or len(plan[2]) == len(layer_bytes):
+            return plan + (set(),)
+    except ValueError:
+        if not rows:
+            raise
+    rest = [i for i in range(len(layer_bytes)) if i not in rows]
+    try:
+        size, count, keep = fit(memory, [layer_bytes[i] for i in rest],
+                                lookahead, buffer_count, buffer_size,
+                                _rows.MEMORY)
+    except ValueError:
+        if plan is None:
+            raise
+        return plan + (set(),)  # a budget too small to read by rows
+    return size, count, {rest[i] for i in keep}, rows
+
+
+def fit(memory, layer_bytes, lookahead, buffer_count=None,
+        buffer_size=None, reserve=0):
     """(buffer_size, buffer_count, in_cpu) for a budget of memory bytes:
     a pool of buffer_count buffers of buffer_size (the read-ahead's
     lookahead + 2, or 2 when every streamed layer fits beside them) and
@@ -63,7 +96,9 @@ def budget(memory, layer_bytes, lookahead, buffer_count=None,
     tried and, among those whose pool holds the read-ahead, the one
     streaming the fewest bytes per forward wins (then the deeper pool,
     then the smaller). Other layers stay first fit in add order. Refused
-    (ValueError naming the sizes) when no choice fits two buffers."""
+    (ValueError naming the sizes) when no choice fits two buffers.
+    reserve: bytes of memory taken by something else."""
+    avail = memory - reserve
     n, total = len(layer_bytes), sum(layer_bytes)
     order = sorted(range(n), key=lambda i: -layer_bytes[i])
     best, least = None, None
@@ -75,12 +110,12 @@ def budget(memory, layer_bytes, lookahead, buffer_count=None,
             size = layer_bytes[order[t]] if t < n else min(layer_bytes,
                                                            default=ALIGN)
             size = max(ALIGN, (size + ALIGN - 1) // ALIGN * ALIGN)
-        left = memory - sum(layer_bytes[i] for i in forced)
-        need = memory - left + (buffer_count or 2) * size
+        left = avail - sum(layer_bytes[i] for i in forced)
+        need = avail - left + (buffer_count or 2) * size + reserve
         least = need if least is None else min(least, need)
         if left < 2 * size:
             continue
-        rest = total - (memory - left)
+        rest = total - (avail - left)
         count, want = buffer_count, 2
         if count is None:
             want = 2 if rest <= left - 2 * size else lookahead + 2
@@ -100,11 +135,13 @@ def budget(memory, layer_bytes, lookahead, buffer_count=None,
             best = (score, size, count, keep)
     if best is not None:
         return best[1:]
+    beside = (f" beside {reserve} bytes for reading embeddings by rows"
+              if reserve else "")
     if buffer_size is not None and buffer_count is not None and \
-            memory >= 2 * buffer_size:
+            avail >= 2 * buffer_size:
         raise ValueError(f"nvswap.torch.offload: memory={memory} bytes "
                          f"cannot hold buffer_count={buffer_count} buffers "
-                         f"of {buffer_size} bytes")
+                         f"of {buffer_size} bytes{beside}")
     big = buffer_size if buffer_size is not None else max(
         [ALIGN] + [(b + ALIGN - 1) // ALIGN * ALIGN for b in layer_bytes])
     also = "" if buffer_size is not None else (
@@ -112,8 +149,8 @@ def budget(memory, layer_bytes, lookahead, buffer_count=None,
     k = buffer_count or 2
     raise ValueError(f"nvswap.torch.offload: memory={memory} bytes cannot "
                      f"hold {'two' if k == 2 else k} buffers of the largest "
-                     f"layer ({k} x {big} = {k * big} bytes){also}: give it "
-                     f"at least {least} bytes")
+                     f"layer ({k} x {big} = {k * big} bytes){also}{beside}: "
+                     f"give it at least {least} bytes")
 
 
 def layer_sizes(plan, size_of):
@@ -144,7 +181,9 @@ def bind(eng):
     memory (read-only: nothing is written back), and modules whose layers
     are all such get no forward hooks: the acquire and release of every
     module in every forward cost a small model a fifth of its decoding
-    step. Streamed layers keep their hooks; the walk is theirs alone."""
+    step. Streamed layers keep their hooks; the walk is theirs alone.
+    An embedding read by rows (_rows.py) gets its forward replaced by
+    the lookup, and no hooks either."""
     if eng.gswap is not None or eng.device is not None:
         return
     for layer in range(len(eng.layers)):
@@ -157,7 +196,11 @@ def bind(eng):
         for p, t in zip(eng.layers[layer], tensors):
             p.data = t
         eng.bound.add(layer)
-    eng.fwd_layers = {m: [x for x in ls if x not in eng.bound]
+    for m, ls in eng.mod_layers.items():
+        if ls and ls[0] in eng.rows:
+            _rows.forward_by_rows(m, eng.rows[ls[0]])
+    eng.fwd_layers = {m: [x for x in ls if x not in eng.bound and
+                          x not in eng.rows]
                       for m, ls in eng.mod_layers.items()}
     eng.fwd_layers = {m: ls for m, ls in eng.fwd_layers.items() if ls}
 
@@ -173,5 +216,8 @@ def stats(eng):
         "resident_bytes": sum(eng.layer_bytes[i] for i in resident),
         "forwards": eng.forwards,
         "last_forward_bytes_read": eng.last_forward_read,
+        "row_layers": len(eng.rows),
+        "row_bytes": sum(t.nbytes for t in eng.rows.values()),
+        "rows_read": sum(t.rows_read for t in eng.rows.values()),
     }
 

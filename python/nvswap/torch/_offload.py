@@ -12,7 +12,8 @@ import torch
 
 import nvswap
 
-from . import _clip, _durable, _infer, _load, _mixed, _pools, _statedict
+from . import (_clip, _durable, _infer, _load, _mixed, _pools, _rows,
+               _statedict)
 from ._engine import ALIGN, Engine, ParamDict, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors)
@@ -93,12 +94,14 @@ def _pool_arg(name, value, size):
     return value
 
 
-def _default_buffer_size(model, dtype):
+def _default_buffer_size(model, dtype, skip=()):
     """Bytes of the largest module's own parameters in the pool, each
     rounded up as a layer places it: every module then fits one buffer,
-    whole."""
+    whole (but the modules in skip, which need no buffer)."""
     seen, most = set(), 0
     for m in model.modules():
+        if m in skip:
+            continue
         n = 0
         for p in m._parameters.values():
             if p is None or id(p) in seen:
@@ -235,8 +238,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     given, they keep that size), then whole layers first fit in the
     order they are added (never read from NVMe again); a budget that
     cannot hold two buffers is refused naming the least that serves.
-    stats() reports resident_layers, resident_bytes, forwards and
-    last_forward_bytes_read.
+    On the CPU, an input nn.Embedding whose weight no other module uses
+    is read by rows (each forward reads its ids' rows from the table's
+    own unnamed O_DIRECT file): it takes no pool buffer and, with
+    memory=, 1 MiB of the budget, unless the budget keeps the whole
+    model resident (not with max_in_cpu=). stats() reports
+    resident_layers, resident_bytes, forwards, last_forward_bytes_read,
+    row_layers, row_bytes and rows_read.
 
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
@@ -275,8 +283,15 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     optimizer_buffer_count = _pool_arg("optimizer_buffer_count",
                                        optimizer_buffer_count, False)
     cfg, raw = _pools.load_config(config)
+    # embeddings read by rows: the candidates, unless memory= keeps them
+    # resident (whole: any size, the pool never holds them) or layers are
+    # kept by hand (max_in_cpu=: each one whole, fitting a buffer)
+    whole = rows = _rows.candidates(model, inference, device)
+    if max_in_cpu or _pools.raw_key(raw, "zero_optimization",
+                                    "offload_param", "max_in_cpu"):
+        whole = rows = set()
     if cfg is None and memory is None and buffer_size is None:
-        buffer_size = _default_buffer_size(model, dtype)
+        buffer_size = _default_buffer_size(model, dtype, rows)
     deepest = lookahead is None and inference and (
         cfg is None or "lookahead" not in (_pools.raw_key(raw, "nvswap")
                                            or {}))
@@ -292,15 +307,17 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             lookahead = max(lookahead, 2)
         memory = _size_of(_pool_arg("memory", memory, True))
         plan_size = _size_of(buffer_size if buffer_size is not None else
-                             _default_buffer_size(model, dtype))
+                             _default_buffer_size(model, dtype, rows))
         plan0, _ = layer_plan(model, plan_size,
-                              lambda p: _mixed.cast_size(p, dtype))
+                              lambda p: _mixed.cast_size(p, dtype), whole)
         sizes = _infer.layer_sizes(plan0,
                                    lambda p: _mixed.cast_size(p, dtype))
-        del plan0
-        buffer_size, buffer_count, in_cpu = _infer.budget(
+        buffer_size, buffer_count, in_cpu, by_rows = _infer.budget(
             memory, sizes, lookahead, buffer_count,
-            _size_of(buffer_size) if buffer_size is not None else None)
+            _size_of(buffer_size) if buffer_size is not None else None,
+            {i for i, (_, m, _) in enumerate(plan0) if m in rows})
+        rows = {plan0[i][1] for i in by_rows}
+        del plan0
         max_in_cpu = sum(sizes[i] for i in in_cpu)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
@@ -314,7 +331,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             _durable.check_dtype(rec, dtype)
         bs = plan_size or pswap.stats()["buffer_size"]
         plan, tied = layer_plan(model, bs,
-                                lambda p: _mixed.cast_size(p, dtype))
+                                lambda p: _mixed.cast_size(p, dtype), whole)
         if max_in_cpu is None:
             mic = _pools.raw_key(raw, "zero_optimization",
                                  "offload_param", "max_in_cpu")
@@ -334,6 +351,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.grad_hook = grad_hook
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu
+        eng.backend = backend
+        eng.by_rows = {c[0][0] for _, m, c in plan if m in rows}
     except BaseException:
         if gswap is not None:
             gswap.close()
@@ -431,6 +450,7 @@ def _undo(model, eng, from_meta=()):
         for p, d in zip(ps, data):
             p.data = d if eng.device is None else d.to(eng.device)
             del p._nvswap
+    _rows.unbind(eng)
     try:
         eng.close(save=False)
     except nvswap.Error:
@@ -498,5 +518,6 @@ def restore(model):
             m._parameters = _PLAIN_DICT(m._parameters)
     for name in ("zero_grad", "forward", "_nvswap_engine"):
         model.__dict__.pop(name, None)
+    _rows.unbind(eng)
     eng.close()
     return model

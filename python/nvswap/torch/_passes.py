@@ -173,7 +173,7 @@ class Passes:
             self._set_walk(self.fwd_trace + self.bw_trace)
         self.bw_trace, self.bw_recomputed = [], False
         self.trace = []
-        self.fwd_read0 = self.pswap.stats()["bytes_read"]
+        self.fwd_read0 = self.param_bytes_read()
 
     def _exit(self):
         if self.recomputing:
@@ -181,8 +181,7 @@ class Passes:
             return
         trace, self.trace = self.trace, []
         self.forwards += 1
-        self.last_forward_read = (self.pswap.stats()["bytes_read"] -
-                                  self.fwd_read0)
+        self.last_forward_read = self.param_bytes_read() - self.fwd_read0
         if not trace:
             return
         self.fwd_trace = trace

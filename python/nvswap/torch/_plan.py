@@ -7,11 +7,12 @@ import torch
 from ._engine import check_layer_fits
 
 
-def layer_plan(model, buffer_size, size_of=None):
+def layer_plan(model, buffer_size, size_of=None, whole=()):
     """[(owner name, owner module, [(qualified name, param)])] in
     named_modules order, each fitting a pool buffer (size_of(p): its
-    bytes there); and the tied uses [(module, attribute, param)]. Raises
-    before anything is written."""
+    bytes there), but the modules in whole: their parameters one layer
+    of any size (an embedding read by rows, _rows.py); and the tied uses
+    [(module, attribute, param)]. Raises before anything is written."""
     plan, tied, seen = [], [], set()
     for mname, m in model.named_modules():
         own = []
@@ -23,6 +24,9 @@ def layer_plan(model, buffer_size, size_of=None):
                 continue
             seen.add(id(p))
             own.append((f"{mname}.{pname}" if mname else pname, p))
+        if m in whole and own:
+            plan.append((mname, m, own))
+            continue
         for chunk in check_layer_fits(own, buffer_size,
                                       *([size_of] if size_of else [])):
             plan.append((mname, m, chunk))

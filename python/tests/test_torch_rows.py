@@ -1,0 +1,226 @@
+# SPDX-License-Identifier: MIT
+"""An inference model's input embedding read by rows (issue 35): each
+forward reads the rows of the ids it is given from the embedding's own
+unnamed file, so the table takes neither a pool buffer nor the budget.
+The outputs are the in-memory model's, bit for bit; every other use of
+the weight (state_dict, restore, weights=) sees the whole table."""
+import errno
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+from nvswap.torch import _rows  # noqa: E402
+from nvswap.torch._engine import engine_of  # noqa: E402
+
+ROWS, WIDTH = 8192, 64  # 2 MiB: more than what reading by rows takes
+LAYER = 64 * 64 * 4 + 64 * 4  # a Linear(64, 64) in fp32
+BUF = (LAYER + 4095) // 4096 * 4096  # its pool buffer, O_DIRECT-aligned
+
+
+def model():
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Embedding(ROWS, WIDTH),
+                               *[torch.nn.Linear(64, 64) for _ in range(4)])
+
+
+def twin(ref):
+    m = model()
+    m.load_state_dict(ref.state_dict())
+    return m
+
+
+def ids(*shape, seed=6):
+    return torch.randint(0, ROWS, shape,
+                         generator=torch.Generator().manual_seed(seed))
+
+
+def listing(top):
+    return sorted(os.path.relpath(os.path.join(d, f), top)
+                  for d, _, fs in os.walk(top) for f in fs)
+
+
+def test_a_forward_reads_only_the_rows_of_its_ids(swapdir):
+    """A 2 MiB table before four small layers, with memory= for the four
+    layers, two buffers and what reading by rows takes: the table is
+    read by rows (its own file, nothing in the swap directory's
+    listing), the four layers stay resident, and a forward reads exactly
+    its distinct ids' rows; the outputs are the in-memory model's."""
+    ref = model()
+    m = twin(ref)
+    nvt.offload(m, nvme_path=swapdir, inference=True,
+                memory=_rows.MEMORY + 4 * LAYER + 2 * BUF)
+    try:
+        s = nvt.stats(m)
+        assert s["row_layers"] == 1 and s["row_bytes"] == ROWS * WIDTH * 4
+        assert s["resident_layers"] == 4, s
+        assert s["param"]["buffer_size"] == BUF  # not the table's size
+        assert listing(swapdir) == ["nvswap/param/rank0/lock",
+                                    "nvswap/param/rank0/swap.0"]
+        read = 0
+        for seed, shape in ((1, (2, 5)), (2, (1, 1)), (3, (3, 40))):
+            x = ids(*shape, seed=seed)
+            x[0, 0] = x[-1, -1]  # a repeated id is read once
+            with torch.no_grad():
+                assert torch.equal(m(x), ref(x))
+            s = nvt.stats(m)
+            distinct = len(set(x.flatten().tolist()))
+            read += distinct
+            assert s["last_forward_bytes_read"] == distinct * WIDTH * 4, s
+            assert s["rows_read"] == read
+        # consecutive ids (read as one run) and int32 ids
+        x = torch.arange(100, 300, dtype=torch.int32).view(4, 50)
+        with torch.no_grad():
+            assert torch.equal(m(x), ref(x))
+        assert nvt.stats(m)["last_forward_bytes_read"] == 200 * WIDTH * 4
+        assert nvt.stats(m)["rows_read"] == read + 200
+    finally:
+        nvt.restore(m)
+    for a, b in zip(ref.parameters(), m.parameters()):
+        assert torch.equal(a, b)
+    assert type(m[0]).forward is torch.nn.Embedding.forward
+    assert "forward" not in m[0].__dict__
+    assert listing(swapdir) == []
+
+
+def test_every_other_use_sees_the_whole_table(swapdir):
+    """state_dict() and load_state_dict() read and write the whole table;
+    a module reading the weight by attribute inside its forward (a head
+    tied by hand) gets it whole; bad ids are refused as F.embedding
+    refuses them, before any read."""
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(ROWS, WIDTH)
+
+        def forward(self, x):
+            return self.emb(x) @ self.emb.weight.t()
+
+    torch.manual_seed(7)
+    ref = Tied()
+    m = Tied()
+    m.load_state_dict(ref.state_dict())
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    try:
+        assert nvt.stats(m)["row_layers"] == 1
+        x = ids(2, 3)
+        with torch.no_grad():
+            assert torch.equal(m(x), ref(x))
+        sd = m.state_dict()
+        assert torch.equal(sd["emb.weight"], ref.emb.weight)
+        new = torch.randn(ROWS, WIDTH)
+        m.load_state_dict({"emb.weight": new})
+        with torch.no_grad():
+            assert torch.equal(m.emb(x), new[x])
+        for bad in (torch.tensor([[0, ROWS]]), torch.tensor([-1])):
+            with pytest.raises(IndexError, match="out of range for "
+                               f"embedding 'emb.weight' of {ROWS} rows"):
+                m.emb(bad)
+        with pytest.raises(TypeError, match="takes integer ids"):
+            m.emb(torch.zeros(2))
+        assert m.emb(torch.zeros(0, 3, dtype=torch.long)).shape == \
+            (0, 3, WIDTH)
+    finally:
+        nvt.restore(m)
+    assert torch.equal(m.emb.weight, new)
+
+
+def test_without_memory_the_default_buffer_is_a_small_layer(swapdir):
+    """offload(inference=True) with no sizes: buffer_size is the largest
+    module's parameters but the embedding's (read by rows)."""
+    m = model()
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    try:
+        s = nvt.stats(m)
+        assert s["row_layers"] == 1
+        assert s["param"]["buffer_size"] == BUF
+        x = ids(3, 4)
+        with torch.no_grad():
+            assert torch.equal(m(x), twin(model())(x))
+    finally:
+        nvt.restore(m)
+
+
+def test_what_is_not_read_by_rows(swapdir):
+    """A training offload, a budget holding the whole model, max_in_cpu=
+    (layers kept by hand), and an embedding tied to another module."""
+    for kw in (dict(), dict(inference=True, memory=64 << 20),
+               dict(inference=True, max_in_cpu=1 << 30)):
+        m = model()
+        nvt.offload(m, nvme_path=swapdir, **kw)
+        try:
+            assert nvt.stats(m)["row_layers"] == 0, kw
+            assert engine_of(m).rows == {}
+        finally:
+            nvt.restore(m)
+    m = torch.nn.Sequential(torch.nn.Embedding(ROWS, WIDTH),
+                            torch.nn.Linear(WIDTH, ROWS, bias=False))
+    m[1].weight = m[0].weight
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    try:
+        assert nvt.stats(m)["row_layers"] == 0
+    finally:
+        nvt.restore(m)
+
+
+def test_a_failed_row_read_raises_naming_the_embedding(swapdir):
+    """The table's file made to end early (its descriptor pointed at an
+    empty file, as a truncation would): nvswap.Error naming the
+    embedding, not rows of zeros."""
+    m = model()
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    try:
+        table = next(iter(engine_of(m).rows.values()))
+        empty = os.open(swapdir, os.O_TMPFILE | os.O_RDWR, 0o600)
+        os.dup2(empty, table.fd)
+        os.close(empty)
+        with pytest.raises(nvswap.Error) as e, torch.no_grad():
+            m(ids(2, 2))
+        assert e.value.errno == errno.EIO, e.value
+        assert e.value.strerror.startswith(
+            "nvswap.torch: reading rows of the row table of '0.weight' "
+            f"(an unnamed file in {swapdir}/nvswap/param/rank0): its file "
+            f"is 0 bytes, not {ROWS * WIDTH * 4}: truncated behind "
+            "nvswap's back ("), e.value
+    finally:
+        try:
+            nvt.restore(m)
+        except nvswap.Error:
+            pass  # restore reads the whole table back: it is gone
+
+
+def test_a_meta_model_from_safetensors_reads_its_embedding_by_rows(
+        swapdir, tmp_path):
+    """A Llama built on the meta device, weights= from save_pretrained:
+    the embedding goes from the file to its own table, and generate()
+    gives the in-memory tokens."""
+    t = pytest.importorskip("transformers", reason="transformers is not "
+                            "installed for this interpreter")
+    torch.manual_seed(0)
+    cfg = t.LlamaConfig(vocab_size=8192, hidden_size=64,
+                        intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2,
+                        max_position_embeddings=64)
+    ref = t.LlamaForCausalLM(cfg).eval()
+    ref.save_pretrained(str(tmp_path / "w"))
+    with torch.device("meta"):
+        m = t.LlamaForCausalLM(cfg).eval()
+    nvt.offload(m, weights=str(tmp_path / "w"), nvme_path=swapdir,
+                inference=True, memory=_rows.MEMORY + (3 << 20))
+    try:
+        s = nvt.stats(m)
+        assert s["row_layers"] == 1 and s["row_bytes"] == 8192 * 64 * 4
+        x = torch.randint(0, 8192, (2, 7),
+                          generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            kw = dict(attention_mask=torch.ones_like(x), max_new_tokens=5,
+                      do_sample=False, pad_token_id=0)
+            assert torch.equal(m.generate(x, **kw), ref.generate(x, **kw))
+    finally:
+        nvt.restore(m)
+    for (k, a), b in zip(ref.state_dict().items(),
+                         m.state_dict().values()):
+        assert torch.equal(a, b), k
