@@ -9,6 +9,8 @@ separate processes, interleaved, page cache dropped before each:
               offload_folder=...): accelerate's disk offload
   nvswap      a meta-device model, offload(weights=, inference=True,
               memory=B)
+  nvswap+pc   the same with page_cache=True (--page-cache; unconstrained
+              runs only): swap files through the page cache
 
 B, the host-memory budget, is given as fractions of the model (--budgets;
 accelerate takes the same B for its max_memory). Each runs unconstrained
@@ -22,7 +24,8 @@ per token (nvswap reports its bytes per forward; accelerate's come from
     PYTHONPATH=build/python python3 bench/generate.py [--dir /var/tmp/gen]
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
         [--prompt 32] [--new-tokens 16] [--batches 1,8]
-        [--budgets 0.25,0.5,2] [--cgroup 1G] [--repeats 3] [--json FILE]
+        [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache]
+        [--repeats 3] [--json FILE]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
 needed for the cgroup and for dropping the page cache.
@@ -74,8 +77,9 @@ def child(a, v):
         import nvswap.torch as nvt
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config(a))
+        pc = {"page_cache": True} if v["kind"] == "nvswap+pc" else {}
         nvt.offload(model, weights=weights, nvme_path=a.dir,
-                    inference=True, memory=v["budget"])
+                    inference=True, memory=v["budget"], **pc)
     model.eval()
     load_s = time.perf_counter() - t0
     g = torch.Generator().manual_seed(1)
@@ -89,7 +93,7 @@ def child(a, v):
                              pad_token_id=0)
     secs = time.perf_counter() - t0
     step = (read_bytes() - r0) / a.new_tokens
-    if v["kind"] == "nvswap":
+    if v["kind"].startswith("nvswap"):
         import nvswap.torch as nvt
         s = nvt.stats(model)
         step = s["last_forward_bytes_read"]
@@ -151,7 +155,10 @@ def variants(a, nbytes):
             for cg in ([False, True] if a.cgroup else [False]):
                 if cg and budget >= a.cgroup:
                     continue  # the budget must fit the cgroup
-                for kind in ("accelerate", "nvswap"):
+                kinds = ["accelerate", "nvswap"]
+                if a.page_cache and not cg:
+                    kinds.append("nvswap+pc")
+                for kind in kinds:
                     vs.append({"kind": kind, "batch": b, "budget": budget,
                                "frac": frac, "cgroup": cg})
     return vs
@@ -172,6 +179,7 @@ def main():
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--budgets", default="0.25,0.5,2")
     ap.add_argument("--cgroup", type=parse_size, default=None)
+    ap.add_argument("--page-cache", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--child")
@@ -235,7 +243,7 @@ def main():
         bound = (v["batch"] * fio_gbps * GB / step) if step and fio_gbps \
             else None
         rel = ""
-        if v["kind"] == "nvswap":
+        if v["kind"].startswith("nvswap"):
             peer = dict(v, kind="accelerate")
             pk = [r["tps"] for r in runs.get(name(peer), [])
                   if "error" not in r]

@@ -90,6 +90,9 @@ struct nvs_nvswap_config {
 				      rank's aio queue_depth becomes
 				      max(1, this / local_size)); default 0:
 				      aio.queue_depth for every rank */
+	bool page_cache;	   /* "page_cache": swap files through the
+				      page cache (nvs_swapper_opts); default
+				      false */
 };
 
 /* ------------------------------------------------------------ launchers */

@@ -105,7 +105,15 @@ struct nvs_swapper_opts {
 				  (default: files removed at destroy),
 				  NVS_PERSIST_PERSISTENT or NVS_PERSIST_RESUME
 				  (see "Persistent swap sets" below) */
-	uint8_t reserved8[4];
+	bool page_cache;       /* default false: swap files are opened
+				  O_DIRECT (where the filesystem allows),
+				  so what the swapper holds is its pool.
+				  true: through the page cache, which the
+				  kernel may fill with the files beside
+				  the pool (memory no budget counts): a
+				  server with memory to spare reads
+				  recent tensors at memory speed */
+	uint8_t reserved8[3];
 	/* How long prefetch/acquire wait at most for another thread to give
 	 * a buffer back (evict, or release when auto_evict is on) when the
 	 * pool is empty; then -ETIMEDOUT. Default (and 0)

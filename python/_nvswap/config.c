@@ -227,6 +227,7 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 	    ext_dict_put(&d, "stripe_size",
 			 PyLong_FromUnsignedLongLong(nv.stripe_size)) ||
 	    ext_dict_put(&d, "checksum", PyBool_FromLong(nv.checksum)) ||
+	    ext_dict_put(&d, "page_cache", PyBool_FromLong(nv.page_cache)) ||
 	    ext_dict_put(&d, "auto_evict", PyBool_FromLong(nv.auto_evict)) ||
 	    ext_dict_put(&d, "nvme_paths", paths) ||
 	    ext_dict_put(&d, "wait_ms", PyLong_FromUnsignedLong(nv.wait_ms)) ||
@@ -328,7 +329,8 @@ static PyMethodDef config_methods[] = {
 	{"nvswap_options", config_nvswap_options, METH_NOARGS,
 	 "nvswap_options() -> dict\n\n"
 	 "The nvswap section, defaults filled in: backend, stripe_size\n"
-	 "(bytes), checksum, auto_evict, nvme_paths (a list, empty when\n"
+	 "(bytes), checksum, page_cache, auto_evict, nvme_paths (a list,\n"
+	 "empty when\n"
 	 "absent), wait_ms, lookahead (ParamSwapper's), persist\n"
 	 "('scratch', 'persistent' or 'resume'), keep_generations, rank\n"
 	 "(None: the launcher's, see nvswap.launch()), node_queue_depth\n"

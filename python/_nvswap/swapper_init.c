@@ -102,19 +102,31 @@ static int persist_arg(PyObject *v, uint8_t *out)
 
 int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {
-		"config",	    "kind",	  "rank",
-		"nvme_path",	    "name",	  "buffer_size",
-		"buffer_count",	    "elem_size",  "stripe_size",
-		"pin_memory",	    "auto_evict", "checksum",
-		"wait_ms",	    "backend",	  "persist",
-		"keep_generations", "generation", NULL};
+	static char *kwlist[] = {"config",
+				 "kind",
+				 "rank",
+				 "nvme_path",
+				 "name",
+				 "buffer_size",
+				 "buffer_count",
+				 "elem_size",
+				 "stripe_size",
+				 "pin_memory",
+				 "auto_evict",
+				 "checksum",
+				 "wait_ms",
+				 "backend",
+				 "persist",
+				 "keep_generations",
+				 "generation",
+				 "page_cache",
+				 NULL};
 	struct ext_swapper *self = SW(o);
 	PyObject *config = Py_None, *kind = NULL, *rank = NULL, *paths = NULL,
 		 *name = NULL, *bsize = NULL, *bcount = NULL, *esize = NULL,
 		 *ssize = NULL, *pin = NULL, *autoev = NULL, *csum = NULL,
 		 *wait = NULL, *backend = NULL, *persist = NULL, *keep = NULL,
-		 *gen = NULL;
+		 *gen = NULL, *pcache = NULL;
 	PyObject *bpaths[NVS_SWAPPER_MAX_PATHS] = {NULL};
 	char msg[NVS_ERRMSG_MAX] = "";
 	struct nvs_swapper_opts opts;
@@ -123,10 +135,11 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	uint64_t r = 0, count, elem = 0, wms, kept;
 	int rc = -1, rk;
 
-	if (!PyArg_ParseTupleAndKeywords(
-		    args, kwds, "|OOO$OOOOOOOOOOOOOO", kwlist, &config, &kind,
-		    &rank, &paths, &name, &bsize, &bcount, &esize, &ssize, &pin,
-		    &autoev, &csum, &wait, &backend, &persist, &keep, &gen))
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$OOOOOOOOOOOOOOO",
+					 kwlist, &config, &kind, &rank, &paths,
+					 &name, &bsize, &bcount, &esize, &ssize,
+					 &pin, &autoev, &csum, &wait, &backend,
+					 &persist, &keep, &gen, &pcache))
 		return -1;
 	if (self->s || self->gate.closing) {
 		PyErr_SetString(PyExc_RuntimeError,
@@ -198,6 +211,7 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    opt_bool(pin, &opts.pin_memory) ||
 	    opt_bool(autoev, &opts.auto_evict) ||
 	    opt_bool(csum, &opts.checksum) ||
+	    opt_bool(pcache, &opts.page_cache) ||
 	    opt_uint(wait, "wait_ms", UINT32_MAX, &wms) ||
 	    ext_parse_backend(backend, &opts.aio.backend) ||
 	    persist_arg(persist, &opts.persist) ||

@@ -182,6 +182,7 @@ class Swapper:
         persist: Optional[str] = None,
         keep_generations: Optional[int] = None,
         generation: Optional[int] = None,
+        page_cache: Optional[bool] = None,
     ) -> None: ...
     closed: bool
     dirs: list[str]

@@ -81,3 +81,24 @@ def run_threads(worker, n, timeout=None):
         t.start()
     for t in threads:
         t.join(timeout)
+
+
+def fd_direct(fd):
+    """Whether descriptor fd of this process has O_DIRECT (its flags in
+    /proc/self/fdinfo)."""
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        return bool([int(x.split()[1], 8) for x in f
+                     if x.startswith("flags:")][0] & os.O_DIRECT)
+
+
+def held_direct(path):
+    """Whether this process holds path open with O_DIRECT; None when it
+    does not hold it open."""
+    path, found = os.path.realpath(path), None
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == path:
+                found = fd_direct(fd)
+        except OSError:
+            continue  # closed meanwhile (the listing's own fd)
+    return found

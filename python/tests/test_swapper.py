@@ -13,7 +13,7 @@ import weakref
 import pytest
 
 import nvswap
-from filehelp import pattern, raises_errno
+from filehelp import held_direct, pattern, raises_errno, swap_read, swap_write
 
 MiB = 1 << 20
 
@@ -94,6 +94,22 @@ def test_creation_errors(swapdir):
 
 
 # ---- bytes round-trip -------------------------------------------------------
+
+
+def test_page_cache_opens_the_swap_file_without_o_direct(swapdir):
+    """page_cache=True: the swap file is held without O_DIRECT (the
+    default holds it with), and bytes round-trip through it."""
+    for page_cache in (None, False, True):
+        with nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB,
+                            buffer_count=2, page_cache=page_cache) as s:
+            swap = os.path.join(s.dirs[0], "swap.0")
+            assert held_direct(swap) is (not page_cache), page_cache
+            s.register(1, MiB)
+            data = pattern(MiB, seed=3)
+            swap_write(s, 1, data, evict=True)
+            s.wait_all()  # written: the read below is from the file
+            assert swap_read(s, 1) == data
+            assert s.stats()["bytes_read"] == MiB
 
 
 def test_bytes_round_trip_through_evict_and_acquire_as_memoryview(swapper):

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
+from filehelp import fd_direct, held_direct  # noqa: E402
 from nvswap.torch import _rows  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 
@@ -224,3 +225,28 @@ def test_a_meta_model_from_safetensors_reads_its_embedding_by_rows(
     for (k, a), b in zip(ref.state_dict().items(),
                          m.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def test_page_cache_opens_the_swap_file_and_the_table_without_o_direct(
+        swapdir):
+    """offload(page_cache=True): the swap file and the embedding's table
+    are held without O_DIRECT (by default, with), and the outputs stay
+    the in-memory model's."""
+    ref = model()
+    for page_cache in (False, True):
+        m = twin(ref)
+        nvt.offload(m, nvme_path=swapdir, inference=True,
+                    page_cache=page_cache)
+        try:
+            eng = engine_of(m)
+            swap = os.path.join(eng.pswap.dirs[0], "swap.0")
+            assert held_direct(swap) is (not page_cache)
+            table = next(iter(eng.rows.values()))
+            assert fd_direct(table.fd) is (not page_cache)
+            x = ids(2, 6)
+            with torch.no_grad():
+                assert torch.equal(m(x), ref(x))
+        finally:
+            nvt.restore(m)
+    with pytest.raises(TypeError, match="page_cache must be True or False"):
+        nvt.offload(model(), nvme_path=swapdir, page_cache=1)

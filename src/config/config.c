@@ -280,6 +280,7 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 	opts->pin_memory = off->pin_memory;
 	opts->stripe_size = cfg->nv.stripe_size;
 	opts->checksum = cfg->nv.checksum;
+	opts->page_cache = cfg->nv.page_cache;
 	opts->auto_evict = cfg->nv.auto_evict;
 	opts->wait_ms = cfg->nv.wait_ms;
 	opts->persist = cfg->nv.persist;

@@ -89,6 +89,7 @@ static const struct keydef nvswap_keys[] = {
 	/* multiple: nvs_swapper_create's rule, judged here at its position */
 	{"stripe_size", V_COUNT, OFF(stripe_size), 0, 4096, NULL},
 	{"checksum", V_BOOL, OFF(checksum), 0, 0, NULL},
+	{"page_cache", V_BOOL, OFF(page_cache), 0, 0, NULL},
 	{"nvme_paths", V_PATHS, 0, 0, 0, NULL}, /* the whole struct */
 	{"auto_evict", V_BOOL, OFF(auto_evict), 0, 0, NULL},
 	{"wait_ms", V_U32, OFF(wait_ms), NVS_WAIT_FOREVER - 1, 0, NULL},

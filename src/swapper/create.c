@@ -58,7 +58,8 @@ static int open_path(struct nvs_swapper *s, unsigned i, const char *nvme_path,
 		if (ret < 0)
 			return ret;
 	} else {
-		p->fd = nvs__swapdir_create(&p->dir, "0", O_DIRECT);
+		p->fd = nvs__swapdir_create(&p->dir, "0",
+					    o->page_cache ? 0 : O_DIRECT);
 		if (p->fd < 0)
 			return nvs__err(p->fd, "nvswap: %s/swap.0: %s",
 					p->dir.path, nvs_strerror(-p->fd));
@@ -203,6 +204,7 @@ static int create(const struct nvs_swapper_opts *o,
 	s->max_bytes = o->buffer_size;
 	s->auto_evict = o->auto_evict;
 	s->checksum = o->checksum;
+	s->page_cache = o->page_cache;
 	s->wait_ms = o->wait_ms ? o->wait_ms : NVS_SWAPPER_WAIT_MS_DEFAULT;
 	for (unsigned i = 0; i < o->npaths; i++) {
 		ret = open_path(s, i, o->nvme_paths[i], o);

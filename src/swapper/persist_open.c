@@ -298,8 +298,9 @@ int nvs__persist_data_file(struct nvs_swapper *s, unsigned i)
 	if (ngens)
 		flags &= ~O_CREAT;
 	/* Never blocks: a FIFO planted there is refused by type below. */
-	path->fd = nvs__open_file(path->dir.dirfd, DATA_FILE, flags | O_DIRECT,
-				  0600, &st);
+	path->fd = nvs__open_file(path->dir.dirfd, DATA_FILE,
+				  flags | (s->page_cache ? 0 : O_DIRECT), 0600,
+				  &st);
 	if (path->fd < 0 && errno == EINVAL)
 		path->fd = nvs__open_file(path->dir.dirfd, DATA_FILE, flags,
 					  0600, &st);

@@ -101,6 +101,7 @@ struct nvs_swapper {
 	size_t max_bytes; /* largest tensor (opts.buffer_size) */
 	size_t buf_size;  /* pool buffer: max_bytes rounded to align */
 	bool auto_evict, checksum;
+	bool page_cache; /* opts.page_cache: swap files without O_DIRECT */
 	uint32_t wait_ms;
 	struct tensor *table;
 	struct tlist lru;    /* least recently released first */

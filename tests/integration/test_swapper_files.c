@@ -3,11 +3,14 @@
  * The swap manager's files and processes: the scratch directory removed
  * at destroy, a second swapper on the same rank, stale files of a killed
  * process reclaimed, every failed allocation, and the param and optimizer
- * swappers of one config sharing a path.
+ * swappers of one config sharing a path, and page_cache's swap files
+ * without O_DIRECT.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,4 +214,97 @@ Test(swapper, param_and_optimizer_swappers_from_one_config_share_a_path)
 	cr_assert_eq(nvs_swapper_destroy(q), 0);
 	nvs_config_free(c);
 	free(a);
+}
+
+/* ------------------------------------------------------- page_cache */
+
+/* Whether this process holds @path open with O_DIRECT (its flags in
+ * /proc/self/fdinfo); -1 when it does not hold it open. */
+static int held_direct(const char *path)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int found = -1;
+
+	cr_assert(d);
+	while ((e = readdir(d))) {
+		char link[300], target[PATH_MAX], line[128];
+		unsigned flags;
+		ssize_t n;
+		FILE *f;
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (e->d_name[0] == '.' || n < 0)
+			continue;
+		target[n] = 0;
+		if (strcmp(target, path))
+			continue;
+		snprintf(link, sizeof(link), "/proc/self/fdinfo/%s", e->d_name);
+		f = fopen(link, "r");
+		cr_assert(f);
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "flags: %o", &flags) == 1)
+				found = (flags & O_DIRECT) != 0;
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* Whether the filesystem of @dir takes O_DIRECT (tmpfs before Linux 6.6
+ * does not: the swapper then falls back to the page cache anyway). */
+static int takes_direct(const char *dir)
+{
+	char probe[PATH_MAX + 16];
+	int fd;
+
+	snprintf(probe, sizeof(probe), "%s/probe", dir);
+	fd = open(probe, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EINVAL)
+		return 0;
+	cr_assert_geq(fd, 0, "%s: %s", probe, strerror(errno));
+	close(fd);
+	unlink(probe);
+	return 1;
+}
+
+Test(swapper, page_cache_opens_the_swap_files_without_o_direct)
+{
+	static unsigned char ref[BUF];
+
+	for (int pc = 0; pc < 2; pc++) {
+		for (int persist = 0; persist < 2; persist++) {
+			struct nvs_swapper_opts o;
+			struct nvs_swapper *s;
+			char dir[PATH_MAX], file[PATH_MAX + 16];
+
+			opts(&o, 2);
+			o.page_cache = pc;
+			if (persist) {
+				o.persist = NVS_PERSIST_PERSISTENT;
+				o.name = "pc";
+			}
+			s = mk_with(&o);
+			cr_assert(realpath(nvs_swapper_dir(s, 0), dir));
+			snprintf(file, sizeof(file), "%s/%s", dir,
+				 persist ? "set.data" : "swap.0");
+			cr_assert_eq(held_direct(file),
+				     pc ? 0 : takes_direct(dir),
+				     "page_cache %d persist %d: %s", pc,
+				     persist, file);
+			tu_fill(ref, BUF, 11u + (unsigned)(2 * pc + persist));
+			cr_assert_eq(nvs_swapper_register(s, 1, BUF, ref), 0,
+				     "%s", nvs_last_error());
+			cr_assert_eq(nvs_swapper_evict(s, 1), 0);
+			cr_assert_eq(nvs_swapper_wait_all(s), 0);
+			expect(s, 1, ref, BUF); /* read back from the file */
+			cr_assert_geq(stats(s).bytes_read, BUF);
+			if (persist)
+				cr_assert_eq(nvs_swapper_discard(s), 0, "%s",
+					     nvs_last_error());
+			else
+				cr_assert_eq(nvs_swapper_destroy(s), 0);
+		}
+	}
 }

@@ -77,6 +77,7 @@ Test(config, an_empty_config_has_deepspeeds_defaults)
 	cr_assert_eq(n.stripe_size, 1 << 20);
 	cr_assert_eq(n.npaths, 0);
 	cr_assert_not(n.checksum);
+	cr_assert_not(n.page_cache);
 	cr_assert_null(nvs_config_warning(c, 0));
 	nvs_config_free(c);
 }
@@ -572,7 +573,8 @@ Test(config, offload_sections_become_swapper_options)
 		 "\"offload_optimizer\": {\"device\": \"nvme\", "
 		 "\"nvme_path\": \"%s\"}}, \"aio\": {\"block_size\": 262144, "
 		 "\"queue_depth\": 16}, \"nvswap\": {\"stripe_size\": 2097152, "
-		 "\"checksum\": true, \"auto_evict\": true}}",
+		 "\"checksum\": true, \"auto_evict\": true, "
+		 "\"page_cache\": true}}",
 		 tu_path("p"), tu_path("p"));
 	c = load(json);
 	nvs_swapper_opts_init(&o);
@@ -588,6 +590,7 @@ Test(config, offload_sections_become_swapper_options)
 	cr_assert(!o.pin_memory);
 	cr_assert_eq(o.stripe_size, 2 << 20);
 	cr_assert(o.checksum);
+	cr_assert(o.page_cache);
 	cr_assert(o.auto_evict);
 	cr_assert_eq(o.aio.block_size, 262144);
 	cr_assert_eq(o.aio.queue_depth, 16);

@@ -116,7 +116,7 @@ class Engine(Passes, Grads):
         # read by rows (not in the ParamSwapper); by_rows: the qualified
         # names of the weights offload() chose for that
         self.rows, self.by_rows, self.row_handle = {}, set(), None
-        self.backend = None
+        self.backend, self.page_cache = None, False  # offload()'s
         self.fwd_layers = self.mod_layers
         self.live = {}  # storage pointer -> parameter, while acquired
         # forward stack: [module, [layers held], saved-tensor hooks it set]
@@ -174,9 +174,9 @@ class Engine(Passes, Grads):
         if len(items) == 1 and items[0][0] in self.by_rows:
             if self.row_handle is None:
                 self.row_handle = _rows.handle(self.backend)
-            self.rows[layer] = _rows.Table(self.row_handle,
-                                           self.pswap.dirs[0], items[0][0],
-                                           data[0])
+            self.rows[layer] = _rows.Table(
+                self.row_handle, self.pswap.dirs[0], items[0][0], data[0],
+                direct=not self.page_cache)
         else:
             self.params.add_layer(layer, data, in_cpu=self.in_cpu is None
                                   or layer in self.in_cpu)

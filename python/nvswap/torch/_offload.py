@@ -118,7 +118,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
             persist=None, device=None, grad_hook=None, dtype=None,
-            weights=None, inference=False, memory=None):
+            weights=None, inference=False, memory=None, page_cache=False):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -246,6 +246,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     resident_layers, resident_bytes, forwards, last_forward_bytes_read,
     row_layers, row_bytes and rows_read.
 
+    page_cache: True (or the config's nvswap.page_cache) opens the swap
+    files without O_DIRECT (both pools; nvswap.Swapper(page_cache=True)): the kernel may then cache them in
+    memory beside the pools, memory that memory= does not count, as
+    accelerate's disk offload does with its files. Default False: what
+    nvswap holds is what memory= (or the pool keywords) say.
+
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
     nvswap.Error(ENOTDIR, EACCES...) naming a level of nvme_path that is
@@ -261,6 +267,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
                              "already offloaded (offload() was called on "
                              "this model or one sharing its parameters)")
+    if not isinstance(page_cache, bool):
+        raise TypeError("nvswap.torch.offload: page_cache must be True or "
+                        f"False, not {type(page_cache).__name__}")
     if grad_hook is not None and not callable(grad_hook):
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
@@ -324,7 +333,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
               buffer_count=buffer_count, backend=backend,
               optimizer_buffer_size=optimizer_buffer_size,
               optimizer_buffer_count=optimizer_buffer_count,
-              persist=persist, dtype=dtype, inference=inference)
+              persist=persist, dtype=dtype, inference=inference,
+              page_cache=page_cache or None)
     pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw)
     try:
         if rec is not None:
@@ -352,6 +362,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu
         eng.backend = backend
+        eng.page_cache = page_cache or (  # the config's nvswap.page_cache
+            cfg is not None and cfg.nvswap_options()["page_cache"])
         eng.by_rows = {c[0][0] for _, m, c in plan if m in rows}
     except BaseException:
         if gswap is not None:

@@ -53,7 +53,8 @@ def persist_mode(cfg, kw):
 def swappers(cfg, raw, rank, kw, generations=(None, None)):
     """The parameter Swapper and the gradient/optimizer-state Swapper
     (each opened at the given generation of a persistent set)."""
-    common = {k: kw[k] for k in ("backend",) if kw.get(k) is not None}
+    common = {k: kw[k] for k in ("backend", "page_cache")
+              if kw.get(k) is not None}
     persist, keep = persist_mode(cfg, kw)
     if persist != "scratch":
         common.update(persist=persist, keep_generations=keep)

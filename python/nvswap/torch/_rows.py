@@ -58,11 +58,11 @@ def candidates(model, inference, device):
     return out
 
 
-def _open(directory):
-    """An unnamed file in directory, O_DIRECT where the filesystem allows:
-    O_TMPFILE, else a named one unlinked at once."""
+def _open(directory, direct=True):
+    """An unnamed file in directory, O_DIRECT where the filesystem allows
+    (unless not direct): O_TMPFILE, else a named one unlinked at once."""
     flags = os.O_RDWR | os.O_CLOEXEC
-    for direct in ((os.O_DIRECT,) if hasattr(os, "O_DIRECT") else ()) + (0,):
+    for direct in ((os.O_DIRECT,) if direct else ()) + (0,):
         try:
             return os.open(directory, flags | direct | os.O_TMPFILE, 0o600)
         except OSError as e:
@@ -86,15 +86,16 @@ def _open(directory):
 class Table:
     """One embedding's weight on NVMe, read by rows or whole."""
 
-    def __init__(self, handle, directory, name, data):
+    def __init__(self, handle, directory, name, data, direct=True):
         """data: the weight in the compute dtype (on the meta device: the
-        table starts as zeros, without I/O)."""
+        table starts as zeros, without I/O); direct False: through the
+        page cache (offload(page_cache=True))."""
         self.h, self.name = handle, name
         self.shape, self.dtype = tuple(data.shape), data.dtype
         self.nbytes = nbytes(data)
         self.row_bytes = self.nbytes // max(1, self.shape[0])
         self.where = directory
-        self.fd = _open(directory)
+        self.fd = _open(directory, direct)
         self.fresh = True  # all zeros, never written
         self.reads = 0  # forwards that read rows
         self.rows_read = 0  # distinct rows they read
