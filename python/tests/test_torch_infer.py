@@ -122,15 +122,15 @@ def test_inference_makes_no_optimizer_pool(swapdir, tmp_path):
 
 def test_a_budget_keeps_whole_layers_resident(swapdir):
     """mlp(): 4 layers of 16,640 bytes (64 x 64 fp32 + 64). Buffers of
-    32 KiB and lookahead=1: a budget of 3 buffers + 2 layers keeps the
-    first 2 layers in CPU memory (first fit in add order), and each
-    forward reads exactly the other 2; with the whole model beside 2
-    buffers nothing is read."""
+    32 KiB and lookahead=1: a budget of 3 buffers + 2 layers keeps 2
+    layers in CPU memory, spread along the walk (1 and 3: the disk reads
+    ahead while each computes), and each forward reads exactly the other
+    2; with the whole model beside 2 buffers nothing is read."""
     layer = 64 * 64 * 4 + 64 * 4
     ref = mlp()
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
-    for kept, memory in ((2, 3 * 32768 + 2 * layer),
-                         (4, 2 * 32768 + 4 * layer)):
+    for kept, memory in (({1, 3}, 3 * 32768 + 2 * layer),
+                         ({0, 1, 2, 3}, 2 * 32768 + 4 * layer)):
         m = twin(ref)
         nvt.offload(m, nvme_path=swapdir, inference=True, memory=memory,
                     buffer_size=32768, lookahead=1)
@@ -141,18 +141,20 @@ def test_a_budget_keeps_whole_layers_resident(swapdir):
             s = nvt.stats(m)
             assert s["layers"] == 4
             assert engine_of(m).layer_bytes == [layer] * 4
-            assert s["resident_layers"] == kept, s
-            assert s["resident_bytes"] == kept * layer
-            assert s["last_forward_bytes_read"] == (4 - kept) * layer
-            assert s["pool_bytes"] == (3 if kept < 4 else 2) * 32768
+            assert s["resident_layers"] == len(kept), s
+            assert {i for i in range(4)
+                    if engine_of(m).params.layer_in_cpu(i)} == kept
+            assert s["resident_bytes"] == len(kept) * layer
+            assert s["last_forward_bytes_read"] == (4 - len(kept)) * layer
+            assert s["pool_bytes"] == (3 if len(kept) < 4 else 2) * 32768
             # resident layers are bound once: a forward acquires only the
             # streamed ones, and their modules carry no forward hooks
             a0 = s["param"]["acquires"]
             with torch.no_grad():
                 assert torch.equal(m(x), ref(x))
-            assert nvt.stats(m)["param"]["acquires"] - a0 == 4 - kept
+            assert nvt.stats(m)["param"]["acquires"] - a0 == 4 - len(kept)
             assert [bool(m[i]._forward_pre_hooks) for i in range(4)] == \
-                [i >= kept for i in range(4)]
+                [i not in kept for i in range(4)]
             assert nvt.stats(m)["layers_held"] == 0
         finally:
             nvt.restore(m)
@@ -341,10 +343,14 @@ def test_the_budget_keeps_the_largest_layers_when_that_streams_less():
     # 200 KiB resident + 4 x 10 KiB buffers: only the small layers stream
     assert _infer.fit(200 * K + 4 * 10 * K, sizes, 2) == \
         (10 * K, 4, {0, 4})
-    # room for one small layer more: kept too (first fit)
+    # room for one small layer more: kept too, where its share along the
+    # walk covers it (the last of the five)
     five = [100 * K] + [10 * K] * 5 + [100 * K]
     assert _infer.fit(210 * K + 4 * 10 * K, five, 2) == \
-        (10 * K, 4, {0, 1, 6})
+        (10 * K, 4, {0, 5, 6})
+    # room for two of the five: spread, 3rd and 5th (not the 1st and 2nd)
+    assert _infer.fit(220 * K + 4 * 10 * K, five, 2) == \
+        (10 * K, 4, {0, 3, 5, 6})
     # everything fits: the smallest pool (2 buffers of the smallest layer)
     assert _infer.fit(10 * 100 * K, sizes, 2) == \
         (10 * K, 2, {0, 1, 2, 3, 4})
@@ -352,7 +358,8 @@ def test_the_budget_keeps_the_largest_layers_when_that_streams_less():
     # (a small layer more kept beside 2 buffers, not 3 buffers)
     assert _infer.fit(200 * K + 3 * 10 * K, sizes, 2) == \
         (10 * K, 2, {0, 1, 4})
-    # a buffer_size given is kept: first fit beside its buffers
+    # a buffer_size given is kept: spread, then first fit, beside its
+    # buffers
     assert _infer.fit(4 * 100 * K + 25 * K, sizes, 2,
                          buffer_size=100 * K) == (100 * K, 4, {1, 2})
     with pytest.raises(ValueError, match=r"memory=153600 bytes cannot hold "

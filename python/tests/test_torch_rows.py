@@ -147,7 +147,8 @@ def test_without_memory_the_default_buffer_is_a_small_layer(swapdir):
 
 def test_what_is_not_read_by_rows(swapdir):
     """A training offload, a budget holding the whole model, max_in_cpu=
-    (layers kept by hand), and an embedding tied to another module."""
+    (layers kept by hand), an embedding with a forward set on it, and
+    one tied to another module."""
     for kw in (dict(), dict(inference=True, memory=64 << 20),
                dict(inference=True, max_in_cpu=1 << 30)):
         m = model()
@@ -157,6 +158,14 @@ def test_what_is_not_read_by_rows(swapdir):
             assert engine_of(m).rows == {}
         finally:
             nvt.restore(m)
+    m = model()  # a forward set on the instance is the caller's: kept
+    m[0].forward = lambda x: torch.nn.functional.embedding(x, m[0].weight)
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    try:
+        assert nvt.stats(m)["row_layers"] == 0
+        assert torch.equal(m(ids(2, 2)), twin(model())(ids(2, 2)))
+    finally:
+        nvt.restore(m)
     m = torch.nn.Sequential(torch.nn.Embedding(ROWS, WIDTH),
                             torch.nn.Linear(WIDTH, ROWS, bias=False))
     m[1].weight = m[0].weight

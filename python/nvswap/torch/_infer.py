@@ -95,7 +95,8 @@ def fit(memory, layer_bytes, lookahead, buffer_count=None,
     embedding and head are each several decoder layers): every t is
     tried and, among those whose pool holds the read-ahead, the one
     streaming the fewest bytes per forward wins (then the deeper pool,
-    then the smaller). Other layers stay first fit in add order. Refused
+    then the smaller). Other layers stay spread along the add order
+    (spread()). Refused
     (ValueError naming the sizes) when no choice fits two buffers.
     reserve: bytes of memory taken by something else."""
     avail = memory - reserve
@@ -122,11 +123,8 @@ def fit(memory, layer_bytes, lookahead, buffer_count=None,
             count = max(2, min(want, left // size))
         elif count * size > left:
             continue
-        room, keep = left - count * size, set(forced)
-        for i, b in enumerate(layer_bytes):
-            if i not in keep and b <= room:
-                keep.add(i)
-                room -= b
+        keep = set(forced) | spread(layer_bytes, forced,
+                                    left - count * size)
         streamed = total - sum(layer_bytes[i] for i in keep)
         # a pool too shallow for the read-ahead exposes each read: the
         # read-ahead's depth first, then the fewest bytes streamed
@@ -151,6 +149,35 @@ def fit(memory, layer_bytes, lookahead, buffer_count=None,
                      f"hold {'two' if k == 2 else k} buffers of the largest "
                      f"layer ({k} x {big} = {k * big} bytes){also}{beside}: "
                      f"give it at least {least} bytes")
+
+
+def spread(layer_bytes, taken, room):
+    """Layers (not in taken) to keep resident in room bytes, spread evenly
+    along the add order (the walk of a forward) rather than the first
+    that fit: while a resident layer computes, the disk reads ahead into
+    the free buffers, so resident layers bunched at the start leave the
+    disk idle there, and the streamed ones bunched later leave it
+    behind. A running share of each layer's bytes (room over the bytes
+    left) picks a layer once its share covers it; room still left then
+    goes first fit."""
+    rest = [i for i in range(len(layer_bytes)) if i not in set(taken)]
+    avail = sum(layer_bytes[i] for i in rest)
+    if avail <= room:
+        return set(rest)
+    # in integers: acc counts bytes x avail, each layer adds its share
+    share, acc, out = room, 0, set()
+    for i in rest:
+        b = layer_bytes[i]
+        acc += b * share
+        if b * avail <= acc and b <= room:
+            out.add(i)
+            room -= b
+            acc -= b * avail
+    for i in rest:
+        if i not in out and layer_bytes[i] <= room:
+            out.add(i)
+            room -= layer_bytes[i]
+    return out
 
 
 def layer_sizes(plan, size_of):

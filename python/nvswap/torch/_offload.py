@@ -235,8 +235,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     2 unless given; 2 when every streamed layer fits beside them;
     buffer_count= overrides): the largest layers may stay so that the
     buffers need only fit the largest streamed one (with buffer_size=
-    given, they keep that size), then whole layers first fit in the
-    order they are added (never read from NVMe again); a budget that
+    given, they keep that size), then whole layers spread evenly along
+    the order they are added (the disk reads ahead while a resident
+    layer computes) (never read from NVMe again); a budget that
     cannot hold two buffers is refused naming the least that serves.
     On the CPU, an input nn.Embedding whose weight no other module uses
     is read by rows (each forward reads its ids' rows from the table's

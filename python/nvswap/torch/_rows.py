@@ -13,8 +13,9 @@ SIGKILL), and each forward reads the rows of the distinct ids it is given
 (runs of consecutive ids in one read) with an nvswap.aio_handle straight
 into the rows it returns, which are weight[ids] bit for bit.
 
-Only a plain nn.Embedding qualifies (its forward is nn.Embedding's, no
-max_norm, which rewrites the table in forward) whose weight is used by no
+Only a plain nn.Embedding qualifies (its forward is nn.Embedding's, not
+one of its class or instance, and no max_norm, which rewrites the table
+in forward) whose weight is used by no
 other module: a table tied to the output head (GPT-2) is read whole by
 the head every step anyway. Every other use of the weight (state_dict(),
 restore(), gathered(), save_pretrained, a load of weights=) reads or
@@ -50,8 +51,8 @@ def candidates(model, inference, device):
     for m in model.modules():
         if not isinstance(m, torch.nn.Embedding) or \
                 type(m).forward is not torch.nn.Embedding.forward or \
-                m.max_norm is not None:
-            continue
+                "forward" in m.__dict__ or m.max_norm is not None:
+            continue  # a forward of its own, or one rewriting the table
         own = [p for p in m._parameters.values() if p is not None]
         if len(own) == 1 and own[0] is m.weight and uses[id(m.weight)] == 1:
             out.add(m)
