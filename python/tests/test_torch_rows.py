@@ -176,6 +176,22 @@ def test_what_is_not_read_by_rows(swapdir):
         nvt.restore(m)
 
 
+def test_a_budget_too_small_to_read_by_rows_streams_it_or_refuses(swapdir):
+    """Below what reading by rows takes, the embedding is an ordinary
+    layer again: with buffer_size= smaller than it, refused (EFBIG naming
+    it) before anything is written, as any layer larger than a buffer."""
+    m = model()
+    with pytest.raises(nvswap.Error) as e:
+        nvt.offload(m, nvme_path=swapdir, inference=True, buffer_size=32768,
+                    memory=4 * 32768 + 2 * LAYER)
+    assert e.value.errno == errno.EFBIG
+    assert e.value.strerror.startswith(
+        f"nvswap.torch.offload: parameter '0.weight' is {ROWS * WIDTH * 4} "
+        "bytes, larger than a pool buffer (32768 bytes)"), e.value
+    assert not any(hasattr(p, "_nvswap") for p in m.parameters())
+    assert listing(swapdir) == []
+
+
 def test_a_failed_row_read_raises_naming_the_embedding(swapdir):
     """The table's file made to end early (its descriptor pointed at an
     empty file, as a truncation would): nvswap.Error naming the

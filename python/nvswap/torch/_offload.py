@@ -14,7 +14,7 @@ import nvswap
 
 from . import (_clip, _durable, _infer, _load, _mixed, _pools, _rows,
                _statedict)
-from ._engine import ALIGN, Engine, ParamDict, engine_of
+from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors)
 
@@ -236,8 +236,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     buffer_count= overrides): the largest layers may stay so that the
     buffers need only fit the largest streamed one (with buffer_size=
     given, they keep that size), then whole layers spread evenly along
-    the order they are added (the disk reads ahead while a resident
-    layer computes) (never read from NVMe again); a budget that
+    the order they are added, so that the disk reads ahead while a
+    resident layer computes (never read from NVMe again); a budget that
     cannot hold two buffers is refused naming the least that serves.
     On the CPU, an input nn.Embedding whose weight no other module uses
     is read by rows (each forward reads its ids' rows from the table's
@@ -248,8 +248,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     row_layers, row_bytes and rows_read.
 
     page_cache: True (or the config's nvswap.page_cache) opens the swap
-    files without O_DIRECT (both pools; nvswap.Swapper(page_cache=True)): the kernel may then cache them in
-    memory beside the pools, memory that memory= does not count, as
+    files without O_DIRECT (both pools, as nvswap.Swapper(page_cache=
+    True), and the embeddings' tables): the kernel may then cache them
+    in memory beside the pools, memory that memory= does not count, as
     accelerate's disk offload does with its files. Default False: what
     nvswap holds is what memory= (or the pool keywords) say.
 
@@ -327,6 +328,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             _size_of(buffer_size) if buffer_size is not None else None,
             {i for i, (_, m, _) in enumerate(plan0) if m in rows})
         rows = {plan0[i][1] for i in by_rows}
+        for i, (_, m, chunk) in enumerate(plan0):
+            if m in whole and m not in rows and i not in in_cpu:
+                # planned whole, but streamed after all (a budget too
+                # small to read it by rows): it must fit a buffer
+                check_layer_fits(chunk, buffer_size,
+                                 lambda p: _mixed.cast_size(p, dtype))
         del plan0
         max_in_cpu = sum(sizes[i] for i in in_cpu)
     _fix_mmap_threshold(malloc_mmap_threshold)
