@@ -54,7 +54,8 @@ def candidates(model, inference, device):
                 "forward" in m.__dict__ or m.max_norm is not None:
             continue  # a forward of its own, or one rewriting the table
         own = [p for p in m._parameters.values() if p is not None]
-        if len(own) == 1 and own[0] is m.weight and uses[id(m.weight)] == 1:
+        if len(own) == 1 and own[0] is m.weight and \
+                uses[id(m.weight)] == 1 and m.weight.numel() > 0:
             out.add(m)
     return out
 
@@ -98,7 +99,6 @@ class Table:
         self.where = directory
         self.fd = _open(directory, direct)
         self.fresh = True  # all zeros, never written
-        self.reads = 0  # forwards that read rows
         self.rows_read = 0  # distinct rows they read
         self.broken = None  # a failed write: the table's bytes are unknown
         try:
@@ -191,7 +191,6 @@ class Table:
                 raise self._fail(e, "reading rows of") from e
         else:
             rows.zero_()
-        self.reads += 1
         self.rows_read += uniq.numel()
         return rows[inverse].reshape(tuple(ids.shape) + width)
 
