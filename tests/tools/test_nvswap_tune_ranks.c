@@ -137,10 +137,10 @@ Test(nvswap_tune_ranks, ctrl_c_stops_every_rank_and_removes_their_files)
 /* SIGKILL leaves the parent no handler: the ranks end by the death
  * signal they asked the kernel for, and remove their own files. This
  * test process adopts them (a subreaper) to see them end. The ranks
- * loop far longer than the test waits (100, the most): with 5 loops, rank 1 (started
- * first) sometimes finished in the 300 ms after rank 2's file showed,
- * was reaped by the parent, and only one rank was left to adopt (fresh
- * CI, ASan, 86afc37). */
+ * loop far longer than the test waits (100 loops, the most): with 5,
+ * rank 1 (started first) sometimes finished in the 300 ms after rank
+ * 2's file showed, was reaped by the parent, and only one rank was left
+ * to adopt (fresh CI, ASan, 86afc37). */
 Test(nvswap_tune_ranks, a_killed_parent_leaves_no_rank_running)
 {
 	const char *bin = getenv("NVSWAP_TUNE");
