@@ -218,6 +218,42 @@ def test_a_failed_row_read_raises_naming_the_embedding(swapdir):
             pass  # restore reads the whole table back: it is gone
 
 
+def test_a_failed_table_write_and_a_closed_offload_are_refused(swapdir):
+    """A write to the table that fails (its descriptor pointed at the
+    same file open read-only) raises naming the embedding, and the table is then
+    refused (EIO), never read as if whole. A forward after the offload was closed (without restore())
+    raises ValueError, not a read of a closed descriptor."""
+    ref = model()
+    m = twin(ref)
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    eng = engine_of(m)
+    table = next(iter(eng.rows.values()))
+    good = os.dup(table.fd)
+    try:
+        # the table itself, reopened read-only: reads work, writes fail
+        ro = os.open(f"/proc/self/fd/{good}", os.O_RDONLY)
+        os.dup2(ro, table.fd)
+        os.close(ro)
+        with pytest.raises(nvswap.Error) as e:
+            m.load_state_dict(ref.state_dict())
+        assert e.value.strerror.startswith(
+            "nvswap.torch: writing the row table of '0.weight' (an unnamed "
+            f"file in {swapdir}/nvswap/param/rank0): "), e.value
+        os.dup2(good, table.fd)
+        with pytest.raises(nvswap.Error) as e, torch.no_grad():
+            m(ids(2, 2))
+        assert e.value.errno == errno.EIO
+        assert "the row table of '0.weight' is unknown since a write to " \
+            "it failed (" in e.value.strerror, e.value
+    finally:
+        os.close(good)
+    eng.close(save=False)
+    with pytest.raises(ValueError, match="the model's offload was closed "
+                       r"\(restore\(\) was called\): '0.weight' has no "
+                       "table to read"):
+        m(ids(1, 1))
+
+
 def test_a_meta_model_from_safetensors_reads_its_embedding_by_rows(
         swapdir, tmp_path):
     """A Llama built on the meta device, weights= from save_pretrained:

@@ -15,9 +15,8 @@ into the rows it returns, which are weight[ids] bit for bit.
 
 Only a plain nn.Embedding qualifies (its forward is nn.Embedding's, not
 one of its class or instance, and no max_norm, which rewrites the table
-in forward) whose weight is used by no
-other module: a table tied to the output head (GPT-2) is read whole by
-the head every step anyway. Every other use of the weight (state_dict(),
+in forward) whose weight is used by no other module: a table tied to
+the output head (GPT-2) is read whole by the head every step anyway. Every other use of the weight (state_dict(),
 restore(), gathered(), save_pretrained, a load of weights=) reads or
 writes the whole table through the engine's acquire and release, in a
 tensor of its own for as long as it is held."""
@@ -64,9 +63,10 @@ def _open(directory, direct=True):
     """An unnamed file in directory, O_DIRECT where the filesystem allows
     (unless not direct): O_TMPFILE, else a named one unlinked at once."""
     flags = os.O_RDWR | os.O_CLOEXEC
-    for direct in ((os.O_DIRECT,) if direct else ()) + (0,):
+    for odirect in ((os.O_DIRECT,) if direct else ()) + (0,):
         try:
-            return os.open(directory, flags | direct | os.O_TMPFILE, 0o600)
+            return os.open(directory, flags | odirect | os.O_TMPFILE,
+                           0o600)
         except OSError as e:
             if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP,
                                errno.EISDIR):
@@ -99,7 +99,7 @@ class Table:
         self.where = directory
         self.fd = _open(directory, direct)
         self.fresh = True  # all zeros, never written
-        self.rows_read = 0  # distinct rows they read
+        self.rows_read = 0  # distinct rows the forwards read
         self.broken = None  # a failed write: the table's bytes are unknown
         try:
             os.ftruncate(self.fd, self.nbytes)
