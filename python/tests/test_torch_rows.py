@@ -218,36 +218,63 @@ def test_a_failed_row_read_raises_naming_the_embedding(swapdir):
             pass  # restore reads the whole table back: it is gone
 
 
-def test_a_failed_table_write_and_a_closed_offload_are_refused(swapdir):
+def test_a_failed_table_write_loses_nothing(swapdir):
     """A write to the table that fails (its descriptor pointed at the
-    same file open read-only) raises naming the embedding, and the table is then
-    refused (EIO), never read as if whole. A forward after the offload was closed (without restore())
-    raises ValueError, not a read of a closed descriptor."""
+    same file open read-only, so reads work and writes fail with EBADF)
+    raises naming the embedding and keeps the values it was given: the
+    state dict has them, a forward tries the write again and raises
+    while it fails, then reads them by rows once it succeeds; restore()
+    after a failed write gives them back."""
     ref = model()
     m = twin(ref)
+    torch.manual_seed(7)
+    new = torch.nn.Embedding(ROWS, WIDTH)
     nvt.offload(m, nvme_path=swapdir, inference=True)
-    eng = engine_of(m)
-    table = next(iter(eng.rows.values()))
+    table = next(iter(engine_of(m).rows.values()))
     good = os.dup(table.fd)
-    try:
-        # the table itself, reopened read-only: reads work, writes fail
+
+    def read_only():
         ro = os.open(f"/proc/self/fd/{good}", os.O_RDONLY)
         os.dup2(ro, table.fd)
         os.close(ro)
+
+    want = ("nvswap.torch: writing the row table of '0.weight' (an unnamed "
+            f"file in {swapdir}/nvswap/param/rank0): ")
+    x = ids(3, 5)
+    try:
+        read_only()
         with pytest.raises(nvswap.Error) as e:
-            m.load_state_dict(ref.state_dict())
-        assert e.value.strerror.startswith(
-            "nvswap.torch: writing the row table of '0.weight' (an unnamed "
-            f"file in {swapdir}/nvswap/param/rank0): "), e.value
-        os.dup2(good, table.fd)
+            m[0].load_state_dict(new.state_dict())
+        assert e.value.errno == errno.EBADF, e.value
+        assert e.value.strerror.startswith(want), e.value
+        assert torch.equal(m.state_dict()["0.weight"], new.weight)
         with pytest.raises(nvswap.Error) as e, torch.no_grad():
-            m(ids(2, 2))
-        assert e.value.errno == errno.EIO
-        assert "the row table of '0.weight' is unknown since a write to " \
-            "it failed (" in e.value.strerror, e.value
+            m(x)
+        assert e.value.errno == errno.EBADF, e.value
+        assert e.value.strerror.startswith(want), e.value
+        os.dup2(good, table.fd)
+        with torch.no_grad():
+            out = m(x)
+        assert table.pending is None
+        with torch.no_grad():
+            assert torch.equal(out, m[1:](new(x)))
+        read_only()
+        with pytest.raises(nvswap.Error):
+            m[0].load_state_dict(ref[0].state_dict())
     finally:
         os.close(good)
-    eng.close(save=False)
+    nvt.restore(m)
+    assert torch.equal(m[0].weight, ref[0].weight)
+    with torch.no_grad():
+        assert torch.equal(m(x), ref(x))
+
+
+def test_a_forward_after_the_offload_was_closed_is_refused(swapdir):
+    """A forward after the offload was closed (without restore()) raises
+    ValueError, not a read of a closed descriptor."""
+    m = model()
+    nvt.offload(m, nvme_path=swapdir, inference=True)
+    engine_of(m).close(save=False)
     with pytest.raises(ValueError, match="the model's offload was closed "
                        r"\(restore\(\) was called\): '0.weight' has no "
                        "table to read"):

@@ -16,10 +16,11 @@ into the rows it returns, which are weight[ids] bit for bit.
 Only a plain nn.Embedding qualifies (its forward is nn.Embedding's, not
 one of its class or instance, and no max_norm, which rewrites the table
 in forward) whose weight is used by no other module: a table tied to
-the output head (GPT-2) is read whole by the head every step anyway. Every other use of the weight (state_dict(),
-restore(), gathered(), save_pretrained, a load of weights=) reads or
-writes the whole table through the engine's acquire and release, in a
-tensor of its own for as long as it is held."""
+the output head (GPT-2) is read whole by the head every step anyway.
+Every other use of the weight (state_dict(), restore(), gathered(),
+save_pretrained, a load of weights=) reads or writes the whole table
+through the engine's acquire and release, in a tensor of its own for as
+long as it is held; a failed write keeps its values (Table.pending)."""
 import errno
 import os
 import types
@@ -100,7 +101,9 @@ class Table:
         self.fd = _open(directory, direct)
         self.fresh = True  # all zeros, never written
         self.rows_read = 0  # distinct rows the forwards read
-        self.broken = None  # a failed write: the table's bytes are unknown
+        # a failed write's data: the table's bytes are unknown, and these
+        # are its values until a write of them succeeds
+        self.pending = None
         try:
             os.ftruncate(self.fd, self.nbytes)
             if not data.is_meta:
@@ -128,14 +131,13 @@ class Table:
             raise ValueError("nvswap.torch: the model's offload was closed "
                              f"(restore() was called): '{self.name}' has "
                              "no table to read")
-        if self.broken is not None:
-            raise error(errno.EIO, f"nvswap.torch: the row table of "
-                        f"'{self.name}' is unknown since a write to it "
-                        f"failed ({self.broken})")
 
     def read_all(self):
-        """The whole table in a tensor of its own."""
+        """The whole table in a tensor of its own (after a failed write,
+        a copy of the values that write was given)."""
         self._check()
+        if self.pending is not None:
+            return self.pending.clone()
         if self.fresh:
             return torch.zeros(self.shape, dtype=self.dtype)
         out = torch.empty(self.shape, dtype=self.dtype)
@@ -146,20 +148,26 @@ class Table:
         return out
 
     def write_all(self, data):
-        if self.fd < 0:
-            self._check()
+        """The whole table written. When the write fails, data is kept
+        (pending) and serves every read until a write succeeds: nothing
+        is lost, and restore() or a state dict has the values given."""
+        self._check()
         data = data.detach().to("cpu", self.dtype).contiguous()
         try:
             self.h.sync_pwrite(data, self.fd, 0)
         except nvswap.Error as e:
-            self.broken = e.strerror
+            self.pending = data
             raise self._fail(e, "writing") from e
-        self.fresh, self.broken = False, None
+        self.fresh, self.pending = False, None
 
     def lookup(self, ids):
         """weight[ids]: the rows of the distinct ids read from the table.
-        An id outside the table raises IndexError, as F.embedding does."""
+        An id outside the table raises IndexError, as F.embedding does.
+        After a failed write the write is tried again first, and raises
+        again while it fails (the values stay pending)."""
         self._check()
+        if self.pending is not None:
+            self.write_all(self.pending)
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"nvswap.torch: embedding '{self.name}' takes "
                             "integer ids (torch.long or torch.int), not "
