@@ -3,6 +3,7 @@
 sys.path under pytest's default import mode)."""
 import os
 import random
+import signal
 import threading
 import time
 
@@ -102,3 +103,11 @@ def held_direct(path):
         except OSError:
             continue  # closed meanwhile (the listing's own fd)
     return found
+
+
+def sigint_default():
+    """A child's preexec_fn: SIGINT at its default, as a terminal's
+    Ctrl-C finds it, whatever this process inherited (a shell starting
+    a job in the background without job control ignores it, and Python
+    then installs no KeyboardInterrupt handler in the child)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import pytest
+from filehelp import sigint_default
 
 import nvswap
 
@@ -108,7 +109,8 @@ def big_file(diskdir):
 def interrupt(code, path, sig):
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code),
                           path], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
     try:
         assert p.stdout.readline() == "ready\n"
         time.sleep(0.3)  # inside a wait, most likely, or between

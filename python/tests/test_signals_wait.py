@@ -15,6 +15,7 @@ import textwrap
 import time
 
 import pytest
+from filehelp import sigint_default
 
 pytest.importorskip("torch")
 
@@ -50,7 +51,7 @@ def run(diskdir, sig, setup="pass", timeout="None"):
     p = subprocess.Popen([sys.executable, "-c", code,
                           os.path.join(diskdir, "ck.pt")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=sigint_default)
     try:
         assert p.stdout.readline() == "ready\n", p.stderr.read()
         time.sleep(0.5)  # in wait(): the save cannot finish
