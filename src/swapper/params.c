@@ -177,10 +177,38 @@ static void drop_kept(struct nvs_param_swapper *p)
 			      false);
 }
 
+/* Whether @layer (@g) is being read: read ahead and not yet resident. */
+static bool in_flight(const struct nvs_param_swapper *p, const struct group *g,
+		      unsigned layer)
+{
+	struct nvs_tensor_info ti;
+
+	return !g->in_cpu && !g->acquired &&
+	       nvs_swapper_info(p->gs.core, nvs__gset_id(&p->gs, layer), &ti) ==
+		       0 &&
+	       ti.state == NVS_TENSOR_READING;
+}
+
+/* The acquire of @layer moves the position (along the walk, or by number
+ * in @dir) and reads ahead from there: 0 or the first submit error. */
+static int move(struct nvs_param_swapper *p, unsigned layer, int dir)
+{
+	p->last = layer;
+	p->dir = dir;
+	p->walked = true;
+	/* A layer not in the walk: nothing known ahead, the position stays
+	 * (and the read-ahead at its release is not tried). */
+	p->ahead = !p->walk.n || nvs__walk_step(&p->walk, layer);
+	if (p->walk.n && p->ahead)
+		count_end(p);
+	return p->ahead ? read_ahead(p) : 0;
+}
+
 int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 			    void **ptrs)
 {
 	int ret, dir;
+	bool early;
 	struct group *g;
 
 	if (!p || !ptrs)
@@ -194,21 +222,24 @@ int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 	p->keeping = false;
 	/* Without a walk, its direction: backward after a higher layer. */
 	dir = p->walked && layer < p->last ? -1 : 1;
-	/* This layer first: when it still has to be read, it gets the disk
-	 * to itself (read-ahead issued alongside would share the bandwidth
-	 * and delay it); then the read-ahead, which overlaps the compute. */
+	/* A layer still to be read gets the disk to itself first (read-ahead
+	 * issued alongside would share the bandwidth and delay it), then the
+	 * read-ahead, which overlaps the compute. One already being read
+	 * (read ahead) is queued before anything submitted now: its
+	 * read-ahead goes in first, so the disk keeps the pool's depth while
+	 * this one finishes (after the wait, the buffer the last release
+	 * freed would sit idle through it: in an I/O-bound decoding step
+	 * the disk's average queue went from 3.5 to 4.3 requests). */
+	early = in_flight(p, g, layer);
+	if (early) {
+		ret = move(p, layer, dir);
+		if (ret < 0)
+			return ret;
+	}
 	ret = nvs__gset_acquire(&p->gs, "nvs_param_acquire_layer", layer, ptrs);
 	if (ret < 0)
 		return ret;
-	p->last = layer;
-	p->dir = dir;
-	p->walked = true;
-	/* A layer not in the walk: nothing known ahead, the position stays
-	 * (and the read-ahead at its release is not tried). */
-	p->ahead = !p->walk.n || nvs__walk_step(&p->walk, layer);
-	if (p->walk.n && p->ahead)
-		count_end(p);
-	ret = p->ahead ? read_ahead(p) : 0;
+	ret = early ? 0 : move(p, layer, dir);
 	if (ret < 0)
 		nvs__gset_release(&p->gs, "nvs_param_acquire_layer", layer,
 				  false);
