@@ -15,7 +15,10 @@ memory=)).
    parameter pool and the layers kept resident; generate() again. Its
    tokens must equal the in-memory run's; its tokens/s are printed beside
    the disk-bound limit (the disk's O_DIRECT read speed, measured on the
-   swap file, over the bytes each step reads).
+   swap file before generate() and twice after, the median, over the
+   bytes each step reads), for the whole run and for the decoding steps
+   after the first token (the prompt's forward computes 32 tokens' worth:
+   serving figures give the two apart).
 4. Everything made under --dir is removed.
 
     python3 examples/python/generate_offloaded.py [--dir nvme_swap]
@@ -68,14 +71,42 @@ def prompt(a):
     return torch.randint(0, a.vocab, (a.batch, a.prompt), generator=g)
 
 
+class Clock:
+    """A generate() streamer noting when each step's tokens came: its
+    first put() is the prompt, each later one a step's new tokens."""
+
+    def __init__(self):
+        self.t0, self.at, self.prompt = time.perf_counter(), [], True
+
+    def put(self, value):
+        if self.prompt:
+            self.prompt = False
+        else:
+            self.at.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+    def first_s(self):
+        """Seconds to the first new token (the prompt's forward)."""
+        return self.at[0] - self.t0
+
+    def decode_tps(self, batch):
+        """Tokens/s after the first: the decoding steps alone."""
+        if len(self.at) < 2:
+            return None
+        return batch * (len(self.at) - 1) / (self.at[-1] - self.at[0])
+
+
 def generate(model, ids, new_tokens):
-    t0 = time.perf_counter()
+    """(new tokens, seconds, Clock)."""
+    clock = Clock()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids),
                              max_new_tokens=new_tokens,
                              min_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=0)
-    return out[:, ids.shape[1]:], time.perf_counter() - t0
+                             pad_token_id=0, streamer=clock)
+    return out[:, ids.shape[1]:], time.perf_counter() - clock.t0, clock
 
 
 def disk_read_gbps(path, limit=1 << 30):
@@ -105,19 +136,28 @@ def child(a):
     nvt.offload(model, weights=os.path.join(a.dir, "weights"),
                 nvme_path=a.dir, inference=True, memory=a.memory)
     load_s = time.perf_counter() - t0
-    out, secs = generate(model, prompt(a), a.new_tokens)
-    s = nvt.stats(model)
+    # the disk read before generate() and twice after: its median (a
+    # virtual disk's speed drifts within a minute)
     swap = os.path.join(a.dir, "nvswap", "param", "rank0", "swap.0")
-    gbps = disk_read_gbps(swap) if os.path.exists(swap) else None
+    there = os.path.exists(swap)
+    gbps = [disk_read_gbps(swap)] if there else []
+    out, secs, clock = generate(model, prompt(a), a.new_tokens)
+    s = nvt.stats(model)
+    gbps += [disk_read_gbps(swap) for _ in range(2 if there else 0)]
+    gbps = sorted(g for g in gbps if g)
     # No restore(): it would read the whole model into memory, which the
     # cgroup does not have. The offload is closed at exit, its swap
     # files and directories removed.
     print(json.dumps({
         "tokens": out.tolist(), "seconds": secs, "load_s": load_s,
+        "first_s": clock.first_s(),
+        "decode_tps": clock.decode_tps(a.batch),
         "layers": s["layers"], "resident_layers": s["resident_layers"],
         "resident_bytes": s["resident_bytes"],
         "step_bytes": s["last_forward_bytes_read"],
-        "pool_bytes": s["pool_bytes"], "disk_gbps": gbps}), flush=True)
+        "pool_bytes": s["pool_bytes"],
+        "disk_gbps": gbps[len(gbps) // 2] if gbps else None,
+        "disk_all": gbps}), flush=True)
     return 0
 
 
@@ -159,12 +199,15 @@ def main():
         print(f"model: {nparams / 1e6:.0f}M parameters, "
               f"{nbytes / GB:.2f} GB, saved as safetensors in {weights}")
         ids = prompt(a)
-        want, secs = generate(model, ids, a.new_tokens)
+        want, secs, clock = generate(model, ids, a.new_tokens)
         del model
         mem_tps = a.batch * a.new_tokens / secs
+        mem_dec = clock.decode_tps(a.batch)
         print(f"in memory: {a.batch} x {a.new_tokens} tokens in "
               f"{secs:.2f} s: {mem_tps:.2f} tokens/s (the compute-bound "
-              "limit)", flush=True)
+              "limit)" + (f"; decoding {mem_dec:.2f} tokens/s after the "
+                          f"first token at {clock.first_s():.2f} s"
+                          if mem_dec else ""), flush=True)
         return offloaded(a, want, mem_tps, nbytes)
     finally:
         shutil.rmtree(weights, ignore_errors=True)
@@ -198,15 +241,22 @@ def offloaded(a, want, mem_tps, nbytes):
           + f": loaded in {res['load_s']:.1f} s; {a.batch} x "
           f"{a.new_tokens} tokens in {res['seconds']:.2f} s: {tps:.2f} "
           f"tokens/s ({tps / mem_tps:.2f} of in memory)")
+    dec = res["decode_tps"]
+    if dec:
+        print(f"  first token at {res['first_s']:.2f} s (the prompt's "
+              f"forward), then decoding at {dec:.2f} tokens/s")
     print(f"  {res['resident_layers']} of {res['layers']} layers resident "
           f"({res['resident_bytes'] / GB:.2f} GB), pool "
           f"{res['pool_bytes'] / 2**20:.0f} MiB; each step reads "
           f"{res['step_bytes'] / GB:.3f} GB from NVMe")
     if res["disk_gbps"] and res["step_bytes"]:
         bound = a.batch * res["disk_gbps"] * GB / res["step_bytes"]
+        spread = "-".join(f"{g:.2f}" for g in res["disk_all"])
         print(f"  disk: {res['disk_gbps']:.2f} GB/s O_DIRECT read of the "
-              f"swap file: disk-bound limit {bound:.2f} tokens/s "
-              f"({tps / bound:.2f} of it)")
+              f"swap file (median of {spread}, before and after): "
+              f"disk-bound limit {bound:.2f} tokens/s; "
+              + (f"decoding at {dec / bound:.2f} of it, " if dec else "")
+              + f"the whole run at {tps / bound:.2f}")
     same = res["tokens"] == want.tolist()
     n = sum(x == y for r1, r2 in zip(res["tokens"], want.tolist())
             for x, y in zip(r1, r2))
