@@ -17,8 +17,8 @@ memory=)).
    the disk-bound limit (the disk's O_DIRECT read speed, measured on the
    swap file before generate() and twice after, the median, over the
    bytes each step reads), for the whole run and for the decoding steps
-   after the first token (the prompt's forward computes 32 tokens' worth:
-   serving figures give the two apart).
+   after the first token (the prompt's forward computes every prompt
+   token: serving figures give the two apart).
 4. Everything made under --dir is removed.
 
     python3 examples/python/generate_offloaded.py [--dir nvme_swap]
@@ -89,7 +89,7 @@ class Clock:
 
     def first_s(self):
         """Seconds to the first new token (the prompt's forward)."""
-        return self.at[0] - self.t0
+        return self.at[0] - self.t0 if self.at else None
 
     def decode_tps(self, batch):
         """Tokens/s after the first: the decoding steps alone."""
