@@ -163,14 +163,18 @@ NVS_API int nvs_param_set_walk(struct nvs_param_swapper *p, unsigned n,
  * nvs_param_acquire_layer() - the resident tensors of @layer.
  * @ptrs: receives one pointer per tensor, in add order.
  *
- * Once the layer is resident (read with the disk to itself when it was
- * not) it starts reading the next lookahead layers in the walk's
- * direction into free buffers only, so the reads overlap the caller's
- * compute: along the walk given to nvs_param_set_walk(), or without
- * one by number (upwards after acquiring a lower layer, downwards after
- * a higher one: forward and backward passes both read ahead).
- * Return: 0, -ENOENT (no such layer), or nvs_swapper_acquire()'s errors;
- * on failure nothing stays acquired.
+ * It starts reading the next lookahead layers in the walk's direction
+ * into free buffers only, so the reads overlap the caller's compute:
+ * along the walk given to nvs_param_set_walk(), or without one by
+ * number (upwards after acquiring a lower layer, downwards after a
+ * higher one: forward and backward passes both read ahead). A layer
+ * not yet read is read first with the disk to itself, the read-ahead
+ * starting once it is resident; one already being read (read ahead)
+ * has its read queued first, and the read-ahead starts before the
+ * wait for it, so the disk's queue stays as deep as the free buffers
+ * allow.
+ * Return: 0, -ENOENT (no such layer), nvs_swapper_acquire()'s errors,
+ * or a read-ahead's submit error; on failure nothing stays acquired.
  */
 NVS_API int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 				    void **ptrs);
