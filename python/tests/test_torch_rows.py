@@ -5,7 +5,10 @@ unnamed file, so the table takes neither a pool buffer nor the budget.
 The outputs are the in-memory model's, bit for bit; every other use of
 the weight (state_dict, restore, weights=) sees the whole table."""
 import errno
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -338,3 +341,109 @@ def test_page_cache_opens_the_swap_file_and_the_table_without_o_direct(
             nvt.restore(m)
     with pytest.raises(TypeError, match="page_cache must be True or False"):
         nvt.offload(model(), nvme_path=swapdir, page_cache=1)
+
+
+# A load of weights= whose embedding table is large: the child measures
+# its peak resident memory (VmHWM, reset through /proc/self/clear_refs)
+# across offload(), then checks every byte of the table.
+BIG = 65536  # rows of 1024 fp32: a 256 MiB table
+LOAD_CHILD = """
+import json, sys, torch
+import nvswap.torch as nvt
+from nvswap.torch import _rows, _weights
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) << 10
+
+m = torch.nn.Sequential(torch.nn.Embedding(BIG, 1024, device="meta"),
+                        torch.nn.Linear(1024, 16, device="meta")).eval()
+dtype = getattr(torch, sys.argv[3]) if sys.argv[3] != "None" else None
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # VmHWM := VmRSS
+before = status("VmRSS")
+nvt.offload(m, weights=sys.argv[1], nvme_path=sys.argv[2], inference=True,
+            memory=_rows.MEMORY + (4 << 20), dtype=dtype)
+peak = status("VmHWM") - before
+s = nvt.stats(m)
+w = _weights.open_weights(sys.argv[1])
+want = w.tensor("0.weight").to(dtype or torch.float32)
+x = torch.randint(0, BIG, (3, 50), generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    rows_equal = torch.equal(m[0](x), want[x])
+    whole_equal = torch.equal(m.state_dict()["0.weight"], want)
+nvt.restore(m)
+print(json.dumps({"peak": peak, "row_layers": s["row_layers"],
+                  "rows_equal": rows_equal, "whole_equal": whole_equal}))
+""".replace("BIG", str(BIG))
+
+
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+def test_a_large_table_loads_a_piece_at_a_time(diskdir, dtype):
+    """weights= with a 256 MiB embedding read by rows: offload() writes
+    its table from the file in pieces (_rows.PIECE), so the process's
+    peak memory grows by far less than the table (before: the whole
+    table, and a cast copy of it, at once); every row comes back equal,
+    in the file's dtype and cast to bfloat16 (read through staging)."""
+    torch.manual_seed(3)
+    ref = torch.nn.Sequential(torch.nn.Embedding(BIG, 1024),
+                              torch.nn.Linear(1024, 16))
+    nvt.save_pretrained(ref, os.path.join(diskdir, "w"))
+    del ref
+    script = os.path.join(diskdir, "child.py")
+    with open(script, "w") as f:
+        f.write(LOAD_CHILD)
+    os.mkdir(os.path.join(diskdir, "swap"))
+    r = subprocess.run([sys.executable, script,
+                        os.path.join(diskdir, "w", "model.safetensors"),
+                        os.path.join(diskdir, "swap"), str(dtype)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.splitlines()[-1])
+    table = BIG * 1024 * (2 if dtype else 4)
+    print(f"table {table >> 20} MiB: peak grew {got['peak'] >> 20} MiB")
+    assert got["row_layers"] == 1
+    assert got["rows_equal"] and got["whole_equal"]
+    # what any load takes whatever the table: the reader's aio handle
+    # (32 x 1 MiB bounce buffers) and, to cast, its two 16 MiB staging
+    # buffers; then one 8 MiB piece (_rows.PIECE)
+    assert got["peak"] < 80 << 20 < table
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torch"])
+@pytest.mark.parametrize("width", [3, 32])  # rows of 12 or 128 fp32 bytes
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_table_fills_in_pieces_of_whole_rows(diskdir, monkeypatch, fmt,
+                                               width, dtype):
+    """Table.fill from Weights.read_rows, in pieces of a few KiB: rows of
+    12 bytes (pieces unaligned in the file) and of 128 (pieces cut at
+    4 KiB boundaries), a short last piece, from a safetensors file (read
+    straight in, or staged and cast) and from a torch.save'd one: the
+    table holds the file's rows exactly, cast as copy_ casts. A range
+    past the tensor's rows is refused."""
+    from nvswap.torch import _weights
+    monkeypatch.setattr(_rows, "PIECE", 10000)
+    torch.manual_seed(4)
+    ref = torch.nn.Embedding(1001, width)
+    if fmt == "torch":
+        path = os.path.join(diskdir, "w.bin")
+        torch.save(ref.state_dict(), path)
+    else:
+        nvt.save_pretrained(ref, os.path.join(diskdir, "w"))
+        path = os.path.join(diskdir, "w", "model.safetensors")
+    w = _weights.open_weights(path)
+    h = _rows.handle(None)
+    table = _rows.Table(h, diskdir, "weight",
+                        torch.empty((1001, width), dtype=dtype,
+                                    device="meta"))
+    try:
+        table.fill(lambda start, dest: w.read_rows("weight", start, dest))
+        assert torch.equal(table.read_all(), ref.weight.detach().to(dtype))
+        with pytest.raises(ValueError, match=r"rows 1000\.\.1002 of "
+                           r"'weight', \[1001, " + str(width)):
+            w.read_rows("weight", 1000, torch.empty(2, width))
+    finally:
+        table.close()
+        w.close()
+        h.close()

@@ -8,7 +8,9 @@ parameters' shapes (typed zeros, no I/O), acquires it, reads its tensors
 from the file straight into the pinned pool buffer and releases it dirty:
 its write to the swap file goes behind while the next layers are read.
 Up to buffer_count - 1 layers are being read at once, so the memory used
-is the pools', whatever the model's size.
+is the pools', whatever the model's size. An embedding read by rows
+(_rows.py) has no pool buffer: its rows go from the file to its table a
+piece at a time (Table.fill), so its size does not count either.
 """
 import re
 
@@ -254,6 +256,16 @@ class Loader:
             out.append((name, p))
         layer = self.eng.add_layer_from(out)
         if not self.read:
+            return layer, out
+        table = self.eng.rows.get(layer)
+        if table is not None:  # an embedding read by rows: piece by piece
+            orig = chunk[0][1]
+            if id(orig) in keep:
+                table.write_all(keep[id(orig)])
+            else:
+                key = self.b.params[id(orig)]
+                table.fill(lambda start, dest:
+                           self.w.read_rows(key, start, dest))
             return layer, out
         self.eng.acquire(layer, host=True)
         ops, masters = [], {}

@@ -22,6 +22,7 @@ save_pretrained, a load of weights=) reads or writes the whole table
 through the engine's acquire and release, in a tensor of its own for as
 long as it is held; a failed write keeps its values (Table.pending)."""
 import errno
+import math
 import os
 import types
 
@@ -35,6 +36,9 @@ from ._common import error, nbytes
 # buffers (512 KiB for a block size of 64 KiB) and the rows of a forward.
 MEMORY = 1 << 20
 _BLOCK = 64 << 10
+# Table.fill's piece: the memory a load of a table takes, whatever its
+# size (a 256k-token vocabulary's table is gigabytes)
+PIECE = 8 << 20
 
 
 def candidates(model, inference, device):
@@ -158,6 +162,30 @@ class Table:
         except nvswap.Error as e:
             self.pending = data
             raise self._fail(e, "writing") from e
+        self.fresh, self.pending = False, None
+
+    def fill(self, read):
+        """The table written from read(start, dest), which fills dest
+        with rows start .. start + len(dest) in the table's dtype: a piece
+        of PIECE bytes at a time (whole rows, at least one; 4 KiB-aligned
+        in the file where a few rows make it so), never the whole table
+        in memory. A failed read or write raises (the load fails, and
+        offload() is undone)."""
+        self._check()
+        rows, row = self.shape[0], self.row_bytes
+        step = max(1, PIECE // max(1, row))
+        align = 4096 // math.gcd(row, 4096) if row else 1
+        if step >= align:
+            step = step // align * align
+        piece = torch.empty((min(step, rows),) + self.shape[1:],
+                            dtype=self.dtype)
+        for start in range(0, rows, step):
+            part = piece[:min(step, rows - start)]
+            read(start, part)
+            try:
+                self.h.sync_pwrite(part, self.fd, start * row)
+            except nvswap.Error as e:
+                raise self._fail(e, "writing") from e
         self.fresh, self.pending = False, None
 
     def lookup(self, ids):

@@ -87,14 +87,20 @@ class Weights:
         return False
 
     def _check_dest(self, key, dest):
-        if key not in self._entries:
-            raise KeyError(f"nvswap.torch: {self.path} holds no tensor "
-                           f"'{key}'")
+        self._check_key(key)
         shape = self.shape(key)
         if tuple(dest.shape) != shape:
             raise ValueError(f"nvswap.torch: '{key}' is {list(shape)} in "
                              f"{self.file(key)}, the destination "
                              f"{list(dest.shape)}")
+        self._check_dtype(key)
+
+    def _check_key(self, key):
+        if key not in self._entries:
+            raise KeyError(f"nvswap.torch: {self.path} holds no tensor "
+                           f"'{key}'")
+
+    def _check_dtype(self, key):
         if self.dtype(key) is None:
             raise ValueError(f"nvswap.torch: '{key}' is "
                              f"{self.dtype_name(key)} in {self.file(key)}, "
@@ -103,9 +109,7 @@ class Weights:
 
     def tensor(self, key):
         """A new CPU tensor holding key."""
-        if key not in self._entries:
-            raise KeyError(f"nvswap.torch: {self.path} holds no tensor "
-                           f"'{key}'")
+        self._check_key(key)
         t = torch.empty(self.shape(key), dtype=self.dtype(key) or
                         torch.uint8)
         self.read_into(key, t)
@@ -116,6 +120,25 @@ class Weights:
         any device). Blocks until done."""
         for op in self.submit_into(key, dest):
             op.wait()
+
+    def read_rows(self, key, start, dest):
+        """Rows start .. start + len(dest) of key (along its first
+        dimension) into dest, a contiguous CPU tensor of those rows' shape
+        (any dtype, cast as copy_ does). Blocks until done: a table is
+        loaded a piece at a time this way, never whole."""
+        self._check_rows(key, start, dest)
+        dest.copy_(self._entries[key][start:start + dest.shape[0]])
+
+    def _check_rows(self, key, start, dest):
+        self._check_key(key)
+        shape = self.shape(key)
+        if not shape or tuple(dest.shape[1:]) != tuple(shape[1:]) or \
+                start < 0 or start + dest.shape[0] > shape[0]:
+            raise ValueError(f"nvswap.torch: rows {start}.."
+                             f"{start + (dest.shape[0] if dest.dim() else 0)}"
+                             f" of '{key}', {list(shape)} in "
+                             f"{self.file(key)}, into {list(dest.shape)}")
+        self._check_dtype(key)
 
     def close(self):
         pass
@@ -268,6 +291,20 @@ class Safetensors(Weights):
             return [self.handle().submit_read(dest, e.path, e.offset)]
         self._staged(e, dest)
         return []
+
+    def read_rows(self, key, start, dest):
+        self._check_rows(key, start, dest)
+        e = self._entries[key]
+        n = dest.shape[0]
+        row = e.nbytes // max(1, e.shape[0])
+        part = _stformat.Entry(e.path, e.dtype, (n,) + tuple(e.shape[1:]),
+                               e.offset + start * row, n * row)
+        if part.nbytes == 0:
+            return
+        if dest.is_contiguous() and dest.dtype == self.dtype(key):
+            self._read_whole(part, dest)
+        else:
+            self._staged(part, dest)
 
     def _chunks(self, e, step):
         """(file offset, nbytes, element offset) of e in pieces of at most
