@@ -9,8 +9,9 @@ separate processes, interleaved, page cache dropped before each:
               offload_folder=...): accelerate's disk offload
   nvswap      a meta-device model, offload(weights=, inference=True,
               memory=B)
-  nvswap+pc   the same with page_cache=True (--page-cache; unconstrained
-              runs only): swap files through the page cache
+  nvswap+pc   the same with page_cache=True (--page-cache): swap files
+              through the page cache (in the cgroup, the cache is
+              charged to it and reclaimed under its limit)
 
 B, the host-memory budget, is given as fractions of the model (--budgets;
 accelerate takes the same B for its max_memory). Each runs unconstrained
@@ -156,7 +157,7 @@ def variants(a, nbytes):
                 if cg and budget >= a.cgroup:
                     continue  # the budget must fit the cgroup
                 kinds = ["accelerate", "nvswap"]
-                if a.page_cache and not cg:
+                if a.page_cache:
                     kinds.append("nvswap+pc")
                 for kind in kinds:
                     vs.append({"kind": kind, "batch": b, "budget": budget,

@@ -380,7 +380,7 @@ print(json.dumps({"peak": peak, "row_layers": s["row_layers"],
 
 
 @pytest.mark.parametrize("dtype", [None, "bfloat16"])
-def test_a_large_table_loads_a_piece_at_a_time(diskdir, dtype):
+def test_peak_memory_of_a_large_table_load_is_one_piece(diskdir, dtype):
     """weights= with a 256 MiB embedding read by rows: offload() writes
     its table from the file in pieces (_rows.PIECE), so the process's
     peak memory grows by far less than the table (before: the whole
