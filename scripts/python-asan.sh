@@ -9,9 +9,9 @@
 # Leaks are not checked (CPython keeps objects to exit by design); every
 # memory error and undefined behaviour in the extension fails the run.
 # Left out: the DeepSpeed, example and docs tests (they start other
-# processes, which would inherit the preload), the peak-memory bounds (pools, loads), the
-# flat-RSS check (test_keep_torch: ASan's quarantine grew it 11 MiB over
-# 50 steps) and the larger-than-memory cgroup run (ASan's shadow memory and
+# processes, which would inherit the preload), the peak-memory bounds
+# (pools, loads), the flat-RSS check (test_keep_torch: ASan's quarantine
+# grew it 11 MiB over 50 steps) and the larger-than-memory cgroup run (ASan's shadow memory and
 # quarantine are not the library's: under a 640 MiB limit the child is
 # OOM-killed).
 #
