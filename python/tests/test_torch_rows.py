@@ -360,32 +360,43 @@ def status(field):
 m = torch.nn.Sequential(torch.nn.Embedding(BIG, 1024, device="meta"),
                         torch.nn.Linear(1024, 16, device="meta")).eval()
 dtype = getattr(torch, sys.argv[3]) if sys.argv[3] != "None" else None
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # VmHWM := VmRSS
-before = status("VmRSS")
-nvt.offload(m, weights=sys.argv[1], nvme_path=sys.argv[2], inference=True,
-            memory=_rows.MEMORY + (4 << 20), dtype=dtype)
-peak = status("VmHWM") - before
+def peak_of(call):
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    before = status("VmRSS")
+    call()
+    return status("VmHWM") - before
+
+peak = peak_of(lambda: nvt.offload(
+    m, weights=sys.argv[1], nvme_path=sys.argv[2], inference=True,
+    memory=_rows.MEMORY + (4 << 20), dtype=dtype))
 s = nvt.stats(m)
+out = sys.argv[2] + "/saved"
+save_peak = peak_of(lambda: nvt.save_pretrained(m, out))
 w = _weights.open_weights(sys.argv[1])
 want = w.tensor("0.weight").to(dtype or torch.float32)
 x = torch.randint(0, BIG, (3, 50), generator=torch.Generator().manual_seed(1))
 with torch.no_grad():
     rows_equal = torch.equal(m[0](x), want[x])
     whole_equal = torch.equal(m.state_dict()["0.weight"], want)
+saved = _weights.open_weights(out)
+saved_equal = torch.equal(saved.tensor("0.weight"), want)
 nvt.restore(m)
-print(json.dumps({"peak": peak, "row_layers": s["row_layers"],
-                  "rows_equal": rows_equal, "whole_equal": whole_equal}))
+print(json.dumps({"peak": peak, "save_peak": save_peak,
+                  "row_layers": s["row_layers"], "rows_equal": rows_equal,
+                  "whole_equal": whole_equal, "saved_equal": saved_equal}))
 """.replace("BIG", str(BIG))
 
 
 @pytest.mark.parametrize("dtype", [None, "bfloat16"])
 def test_peak_memory_of_a_large_table_load_is_one_piece(diskdir, dtype):
     """weights= with a 256 MiB embedding read by rows: offload() writes
-    its table from the file in pieces (_rows.PIECE), so the process's
-    peak memory grows by far less than the table (before: the whole
-    table, and a cast copy of it, at once); every row comes back equal,
-    in the file's dtype and cast to bfloat16 (read through staging)."""
+    its table from the file in pieces (_rows.PIECE), and save_pretrained
+    writes the file from the table so, so the process's peak memory
+    grows by far less than the table in both (before: the whole table,
+    and a cast copy of it, at once); every row comes back equal, in the
+    file's dtype and cast to bfloat16 (read through staging), and in the
+    file saved."""
     torch.manual_seed(3)
     ref = torch.nn.Sequential(torch.nn.Embedding(BIG, 1024),
                               torch.nn.Linear(1024, 16))
@@ -402,9 +413,12 @@ def test_peak_memory_of_a_large_table_load_is_one_piece(diskdir, dtype):
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.splitlines()[-1])
     table = BIG * 1024 * (2 if dtype else 4)
-    print(f"table {table >> 20} MiB: peak grew {got['peak'] >> 20} MiB")
+    print(f"table {table >> 20} MiB: peak grew {got['peak'] >> 20} MiB "
+          f"loading, {got['save_peak'] >> 20} MiB saving")
     assert got["row_layers"] == 1
-    assert got["rows_equal"] and got["whole_equal"]
+    assert got["rows_equal"] and got["whole_equal"] and got["saved_equal"]
+    # the writer's staging buffers (4 x 16 MiB, pinned) and one piece
+    assert got["save_peak"] < 96 << 20 < table
     # what any load takes whatever the table: the reader's aio handle
     # (32 x 1 MiB bounce buffers) and, to cast, its two 16 MiB staging
     # buffers; then one 8 MiB piece (_rows.PIECE)
@@ -420,8 +434,10 @@ def test_a_table_fills_in_pieces_of_whole_rows(diskdir, monkeypatch, fmt,
     12 bytes (pieces unaligned in the file) and of 128 (pieces cut at
     4 KiB boundaries), a short last piece, from a safetensors file (read
     straight in, or staged and cast) and from a torch.save'd one: the
-    table holds the file's rows exactly, cast as copy_ casts. A range
-    past the tensor's rows is refused."""
+    table holds the file's rows exactly, cast as copy_ casts, and gives
+    them back in pieces (Table.pieces: zeros before the fill, a failed
+    write's values after one). A range past the tensor's rows is
+    refused."""
     from nvswap.torch import _weights
     monkeypatch.setattr(_rows, "PIECE", 10000)
     torch.manual_seed(4)
@@ -437,9 +453,18 @@ def test_a_table_fills_in_pieces_of_whole_rows(diskdir, monkeypatch, fmt,
     table = _rows.Table(h, diskdir, "weight",
                         torch.empty((1001, width), dtype=dtype,
                                     device="meta"))
+    want = ref.weight.detach().to(dtype)
+
+    def pieces():  # each piece a view of one reused tensor: copied
+        return torch.cat([p.clone() for p in table.pieces()])
+
     try:
+        assert torch.equal(pieces(), torch.zeros_like(want))  # fresh
         table.fill(lambda start, dest: w.read_rows("weight", start, dest))
-        assert torch.equal(table.read_all(), ref.weight.detach().to(dtype))
+        assert torch.equal(table.read_all(), want)
+        assert torch.equal(pieces(), want)
+        table.pending = -want  # a failed write's values: they are served
+        assert torch.equal(pieces(), -want)
         with pytest.raises(ValueError, match=r"rows 1000\.\.1002 of "
                            r"'weight', \[1001, " + str(width)):
             w.read_rows("weight", 1000, torch.empty(2, width))

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """save_pretrained(): an offloaded model written out as safetensors the
 way Hugging Face's save_pretrained writes them (shards, index, tied
-weights once, config), one layer in memory at a time."""
+weights once, config), one layer in memory at a time (of an embedding
+read by rows, a piece of its table)."""
 import json
 import os
 import re
@@ -122,6 +123,15 @@ class _Layers:
             self.layer = rec.layer
         return p.data  # the pool buffer, while acquired
 
+    def table(self, p):
+        """The row table of p, an embedding read by rows that nothing
+        holds now (_rows.py): it is written a piece at a time, not
+        acquired whole. None for any other tensor."""
+        rec = getattr(p, "_nvswap", None)
+        if rec is None or self.eng.refs[rec.layer]:
+            return None
+        return self.eng.rows.get(rec.layer)
+
     def let_go(self):
         if self.layer is not None:
             layer, self.layer = self.layer, None
@@ -141,6 +151,12 @@ def _write(path, part, layers):
                                  f"'{k}' is on the meta device: nothing "
                                  "to save")
             if t.numel() == 0:
+                continue
+            table = layers.table(t)
+            if table is not None:
+                layers.let_go()
+                for piece in table.pieces():
+                    w.write(piece)
                 continue
             d = layers.data(t)
             if d.device.type != "cpu":
@@ -166,8 +182,9 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
 
     An offloaded model is never gathered: each layer is acquired in turn
     and its tensors are copied into nvswap.CkptWriter's staging buffers
-    (O_DIRECT, each file under its name only once complete); a model in
-    memory works too. Call it between steps. Shard files of an earlier
+    (O_DIRECT, each file under its name only once complete; an embedding
+    read by rows goes from its table 8 MiB of rows at a time); a model
+    in memory works too. Call it between steps. Shard files of an earlier
     save that this one does not rewrite are removed, and the index is
     written last: a failure leaves the shards already written and no
     index of this save. Returns the paths written.

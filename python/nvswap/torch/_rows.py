@@ -167,11 +167,40 @@ class Table:
     def fill(self, read):
         """The table written from read(start, dest), which fills dest
         with rows start .. start + len(dest) in the table's dtype: a piece
-        of PIECE bytes at a time (whole rows, at least one; 4 KiB-aligned
-        in the file where a few rows make it so), never the whole table
-        in memory. A failed read or write raises (the load fails, and
+        of PIECE bytes at a time (_pieces()), never the whole table in
+        memory. A failed read or write raises (the load fails, and
         offload() is undone)."""
         self._check()
+        for start, part in self._pieces():
+            read(start, part)
+            try:
+                self.h.sync_pwrite(part, self.fd, start * self.row_bytes)
+            except nvswap.Error as e:
+                raise self._fail(e, "writing") from e
+        self.fresh, self.pending = False, None
+
+    def pieces(self):
+        """The whole table in row order, a piece of PIECE bytes at a time
+        (save_pretrained writes it so, never whole): views of one tensor,
+        each valid until the next is asked for. After a failed write,
+        the values that write was given."""
+        self._check()
+        for start, part in self._pieces():
+            if self.pending is not None:
+                part.copy_(self.pending[start:start + part.shape[0]])
+            elif self.fresh:
+                part.zero_()
+            else:
+                try:
+                    self.h.sync_pread(part, self.fd, start * self.row_bytes)
+                except nvswap.Error as e:
+                    raise self._fail(e, "reading") from e
+            yield part
+
+    def _pieces(self):
+        """(first row, a view of one reused tensor holding the rows from
+        there): whole rows, PIECE bytes at most (at least one row), cut at
+        4 KiB boundaries of the file where a few rows make it so."""
         rows, row = self.shape[0], self.row_bytes
         step = max(1, PIECE // max(1, row))
         align = 4096 // math.gcd(row, 4096) if row else 1
@@ -180,13 +209,7 @@ class Table:
         piece = torch.empty((min(step, rows),) + self.shape[1:],
                             dtype=self.dtype)
         for start in range(0, rows, step):
-            part = piece[:min(step, rows - start)]
-            read(start, part)
-            try:
-                self.h.sync_pwrite(part, self.fd, start * row)
-            except nvswap.Error as e:
-                raise self._fail(e, "writing") from e
-        self.fresh, self.pending = False, None
+            yield start, piece[:min(step, rows - start)]
 
     def lookup(self, ids):
         """weight[ids]: the rows of the distinct ids read from the table.
