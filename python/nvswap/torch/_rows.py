@@ -17,10 +17,13 @@ Only a plain nn.Embedding qualifies (its forward is nn.Embedding's, not
 one of its class or instance, and no max_norm, which rewrites the table
 in forward) whose weight is used by no other module: a table tied to
 the output head (GPT-2) is read whole by the head every step anyway.
-Every other use of the weight (state_dict(), restore(), gathered(),
-save_pretrained, a load of weights=) reads or writes the whole table
-through the engine's acquire and release, in a tensor of its own for as
-long as it is held; a failed write keeps its values (Table.pending)."""
+A load of weights= writes the table from the file, and save_pretrained
+the file from the table, a piece of rows at a time (Table.fill,
+Table.pieces: a table of gigabytes never passes through memory whole).
+Every other use of the weight (state_dict(), restore(), gathered())
+reads or writes the whole table through the engine's acquire and
+release, in a tensor of its own for as long as it is held; a failed
+write keeps its values (Table.pending)."""
 import errno
 import math
 import os
@@ -36,8 +39,9 @@ from ._common import error, nbytes
 # buffers (512 KiB for a block size of 64 KiB) and the rows of a forward.
 MEMORY = 1 << 20
 _BLOCK = 64 << 10
-# Table.fill's piece: the memory a load of a table takes, whatever its
-# size (a 256k-token vocabulary's table is gigabytes)
+# The piece of Table.fill and Table.pieces: the memory a load or a save
+# of a table takes, whatever its size (a 256k-token vocabulary's table
+# is gigabytes)
 PIECE = 8 << 20
 
 
