@@ -12,6 +12,8 @@ separate processes, interleaved, page cache dropped before each:
   nvswap+pc   the same with page_cache=True (--page-cache): swap files
               through the page cache (in the cgroup, the cache is
               charged to it and reclaimed under its limit)
+  nvswap+auto the same with page_cache="auto" (--auto): the page cache
+              where the memory left holds what a forward streams
 
 B, the host-memory budget, is given as fractions of the model (--budgets;
 accelerate takes the same B for its max_memory). Each runs unconstrained
@@ -25,7 +27,7 @@ per token (nvswap reports its bytes per forward; accelerate's come from
     PYTHONPATH=build/python python3 bench/generate.py [--dir /var/tmp/gen]
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
         [--prompt 32] [--new-tokens 16] [--batches 1,8]
-        [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache]
+        [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache] [--auto]
         [--repeats 3] [--json FILE]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
@@ -78,7 +80,8 @@ def child(a, v):
         import nvswap.torch as nvt
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config(a))
-        pc = {"page_cache": True} if v["kind"] == "nvswap+pc" else {}
+        pc = {"nvswap+pc": {"page_cache": True},
+              "nvswap+auto": {"page_cache": "auto"}}.get(v["kind"], {})
         nvt.offload(model, weights=weights, nvme_path=a.dir,
                     inference=True, memory=v["budget"], **pc)
     model.eval()
@@ -99,7 +102,8 @@ def child(a, v):
         s = nvt.stats(model)
         step = s["last_forward_bytes_read"]
         extra = {"resident_layers": s["resident_layers"],
-                 "layers": s["layers"], "pool_bytes": s["pool_bytes"]}
+                 "layers": s["layers"], "pool_bytes": s["pool_bytes"],
+                 "page_cache": s["page_cache"]}
     print(json.dumps({"tps": v["batch"] * a.new_tokens / secs,
                       "load_s": load_s, "step_bytes": step,
                       "tokens": out[:, a.prompt:].tolist(), **extra}),
@@ -159,6 +163,8 @@ def variants(a, nbytes):
                 kinds = ["accelerate", "nvswap"]
                 if a.page_cache:
                     kinds.append("nvswap+pc")
+                if a.auto:
+                    kinds.append("nvswap+auto")
                 for kind in kinds:
                     vs.append({"kind": kind, "batch": b, "budget": budget,
                                "frac": frac, "cgroup": cg})
@@ -181,6 +187,7 @@ def main():
     ap.add_argument("--budgets", default="0.25,0.5,2")
     ap.add_argument("--cgroup", type=parse_size, default=None)
     ap.add_argument("--page-cache", action="store_true")
+    ap.add_argument("--auto", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--child")
@@ -215,7 +222,10 @@ def main():
             runs[name(v)].append(res)
             print(f"  {rep} {name(v)}: "
                   + (res["error"] if "error" in res else
-                     f"{res['tps']:.2f} tok/s"), flush=True)
+                     f"{res['tps']:.2f} tok/s")
+                  + (f" (page cache: {res['page_cache']})"
+                     if v["kind"] == "nvswap+auto" and "page_cache" in res
+                     else ""), flush=True)
         drop_caches()
         fio.append(fio_read_gbps(st))
     want = {}
@@ -253,7 +263,8 @@ def main():
         same = all(r["tokens"] == want.get(v["batch"]) for r in ok)
         row = {"variant": name(v), "tps": tps, "vs_accelerate": rel,
                "bound": bound, "step_bytes": step, "equal": same,
-               "peak": [r.get("peak") for r in ok]}
+               "peak": [r.get("peak") for r in ok],
+               "page_cache": [r.get("page_cache") for r in ok]}
         table.append(row)
         print(f"| {name(v)} | {statistics.median(tps):.2f} "
               f"[{min(tps):.2f}-{max(tps):.2f}] | {rel} | "

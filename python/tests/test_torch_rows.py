@@ -339,7 +339,8 @@ def test_page_cache_opens_the_swap_file_and_the_table_without_o_direct(
                 assert torch.equal(m(x), ref(x))
         finally:
             nvt.restore(m)
-    with pytest.raises(TypeError, match="page_cache must be True or False"):
+    with pytest.raises(TypeError,
+                       match="page_cache must be True, False or 'auto'"):
         nvt.offload(model(), nvme_path=swapdir, page_cache=1)
 
 

@@ -21,7 +21,8 @@ def stats(model):
     forwards run), last_forward_bytes_read (parameter bytes the last
     one read from NVMe, embedding rows included), row_layers, row_bytes
     and rows_read (input embeddings read by rows, their tables' bytes,
-    the distinct rows read)."""
+    the distinct rows read), page_cache (whether the swap files go
+    through the page cache: page_cache=True, or 'auto' deciding so)."""
     return engine_of(model).stats()
 
 

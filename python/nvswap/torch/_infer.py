@@ -19,7 +19,7 @@ import errno
 
 import nvswap
 
-from . import _rows
+from . import _room, _rows
 from ._common import ALIGN, error
 
 _OPTIMIZER_KW = ("optimizer_buffer_size", "optimizer_buffer_count")
@@ -180,6 +180,30 @@ def spread(layer_bytes, taken, room):
     return out
 
 
+def streamed_bytes(model, size_of, rows, kept):
+    """Without memory=: the bytes a forward of model streams, its
+    parameters' but those of embeddings read by rows (rows, modules) and
+    kept (max_in_cpu= bytes, or None)."""
+    skip = {id(p) for m in rows for p in m.parameters()}
+    seen, total = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen and id(p) not in skip:
+            seen.add(id(p))
+            total += (size_of(p) + ALIGN - 1) // ALIGN * ALIGN
+    return max(0, total - (kept or 0))
+
+
+def cache_fits(streamed, held):
+    """page_cache='auto': True when the memory this process may still
+    fill (_room.available()), less held (the budget nvswap is about to
+    take), holds every streamed byte with an eighth to spare. A cache
+    that cannot hold them all is cycled through by each forward's walk
+    (every read a miss, plus the reclaim): measured in a memory cgroup
+    below the model, 0.77 x O_DIRECT's tokens/s (bench/RESULTS.md)."""
+    room = _room.available()
+    return room is not None and room - held >= streamed + streamed // 8
+
+
 def layer_sizes(plan, size_of):
     """Each planned layer's bytes in its pool buffer."""
     return [sum((size_of(p) + ALIGN - 1) // ALIGN * ALIGN for _, p in chunk)
@@ -238,6 +262,7 @@ def stats(eng):
                 if eng.params.layer_in_cpu(i)]
     return {
         "inference": eng.gswap is None,
+        "page_cache": bool(eng.page_cache),
         "lookahead": eng.lookahead,
         "resident_layers": len(resident),
         "resident_bytes": sum(eng.layer_bytes[i] for i in resident),

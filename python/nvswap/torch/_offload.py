@@ -245,14 +245,19 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     memory=, 1 MiB of the budget, unless the budget keeps the whole
     model resident (not with max_in_cpu=). stats() reports
     resident_layers, resident_bytes, forwards, last_forward_bytes_read,
-    row_layers, row_bytes and rows_read.
+    row_layers, row_bytes, rows_read and page_cache.
 
     page_cache: True (or the config's nvswap.page_cache) opens the swap
     files without O_DIRECT (both pools, as nvswap.Swapper(page_cache=
     True), and the embeddings' tables): the kernel may then cache them
     in memory beside the pools, memory that memory= does not count, as
     accelerate's disk offload does with its files. Default False: what
-    nvswap holds is what memory= (or the pool keywords) say.
+    nvswap holds is what memory= (or the pool keywords) say. 'auto'
+    (inference=True only): True when the memory this process may still
+    fill (MemAvailable, and the room its memory cgroups leave), less
+    memory=, holds every byte a forward streams with an eighth to
+    spare; else False (a cache smaller than the stream is cycled
+    through, every read a miss: slower than O_DIRECT).
 
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
@@ -269,9 +274,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
                              "already offloaded (offload() was called on "
                              "this model or one sharing its parameters)")
-    if not isinstance(page_cache, bool):
-        raise TypeError("nvswap.torch.offload: page_cache must be True or "
-                        f"False, not {type(page_cache).__name__}")
+    if not isinstance(page_cache, bool) and page_cache != "auto":
+        raise TypeError("nvswap.torch.offload: page_cache must be True, "
+                        f"False or 'auto', not {page_cache!r}")
+    if page_cache == "auto" and not inference:
+        raise ValueError("nvswap.torch.offload: page_cache='auto' decides "
+                         "from the bytes a forward streams: inference="
+                         "True only (give True or False)")
     if grad_hook is not None and not callable(grad_hook):
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
@@ -336,6 +345,14 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                                  lambda p: _mixed.cast_size(p, dtype))
         del plan0
         max_in_cpu = sum(sizes[i] for i in in_cpu)
+        streamed = sum(b for i, b in enumerate(sizes)
+                       if i not in in_cpu and i not in by_rows)
+    if page_cache == "auto":
+        if memory is None:
+            streamed = _infer.streamed_bytes(
+                model, lambda p: _mixed.cast_size(p, dtype), rows,
+                max_in_cpu)
+        page_cache = _infer.cache_fits(streamed, memory or 0)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
