@@ -421,8 +421,8 @@ def test_peak_memory_of_a_large_table_load_is_one_piece(diskdir, dtype):
     # the writer's staging buffers (4 x 16 MiB, pinned) and one piece
     assert got["save_peak"] < 96 << 20 < table
     # what any load takes whatever the table: the reader's aio handle
-    # (32 x 1 MiB bounce buffers) and, to cast, its two 16 MiB staging
-    # buffers; then one 8 MiB piece (_rows.PIECE)
+    # (its bounce memory, up to 8 MiB) and, to cast, its two 16 MiB
+    # staging buffers; the small pool; one 8 MiB piece (_rows.PIECE)
     assert got["peak"] < 80 << 20 < table
 
 
