@@ -8,12 +8,12 @@ separate processes, interleaved, page cache dropped before each:
   accelerate  from_pretrained(device_map="auto", max_memory={"cpu": B},
               offload_folder=...): accelerate's disk offload
   nvswap      a meta-device model, offload(weights=, inference=True,
-              memory=B)
+              memory=B): page_cache="auto", the default (page cache
+              where the memory left holds what a forward streams)
   nvswap+pc   the same with page_cache=True (--page-cache): swap files
               through the page cache (in the cgroup, the cache is
               charged to it and reclaimed under its limit)
-  nvswap+auto the same with page_cache="auto" (--auto): the page cache
-              where the memory left holds what a forward streams
+  nvswap+direct the same with page_cache=False (--direct): O_DIRECT
 
 B, the host-memory budget, is given as fractions of the model (--budgets;
 accelerate takes the same B for its max_memory). Each runs unconstrained
@@ -27,7 +27,7 @@ per token (nvswap reports its bytes per forward; accelerate's come from
     PYTHONPATH=build/python python3 bench/generate.py [--dir /var/tmp/gen]
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
         [--prompt 32] [--new-tokens 16] [--batches 1,8]
-        [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache] [--auto]
+        [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache] [--direct]
         [--repeats 3] [--json FILE]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
@@ -81,7 +81,7 @@ def child(a, v):
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config(a))
         pc = {"nvswap+pc": {"page_cache": True},
-              "nvswap+auto": {"page_cache": "auto"}}.get(v["kind"], {})
+              "nvswap+direct": {"page_cache": False}}.get(v["kind"], {})
         nvt.offload(model, weights=weights, nvme_path=a.dir,
                     inference=True, memory=v["budget"], **pc)
     model.eval()
@@ -163,8 +163,8 @@ def variants(a, nbytes):
                 kinds = ["accelerate", "nvswap"]
                 if a.page_cache:
                     kinds.append("nvswap+pc")
-                if a.auto:
-                    kinds.append("nvswap+auto")
+                if a.direct:
+                    kinds.append("nvswap+direct")
                 for kind in kinds:
                     vs.append({"kind": kind, "batch": b, "budget": budget,
                                "frac": frac, "cgroup": cg})
@@ -187,7 +187,7 @@ def main():
     ap.add_argument("--budgets", default="0.25,0.5,2")
     ap.add_argument("--cgroup", type=parse_size, default=None)
     ap.add_argument("--page-cache", action="store_true")
-    ap.add_argument("--auto", action="store_true")
+    ap.add_argument("--direct", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--child")
@@ -224,7 +224,7 @@ def main():
                   + (res["error"] if "error" in res else
                      f"{res['tps']:.2f} tok/s")
                   + (f" (page cache: {res['page_cache']})"
-                     if v["kind"] == "nvswap+auto" and "page_cache" in res
+                     if v["kind"] == "nvswap" and "page_cache" in res
                      else ""), flush=True)
         drop_caches()
         fio.append(fio_read_gbps(st))

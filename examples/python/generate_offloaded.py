@@ -155,7 +155,7 @@ def child(a):
         "layers": s["layers"], "resident_layers": s["resident_layers"],
         "resident_bytes": s["resident_bytes"],
         "step_bytes": s["last_forward_bytes_read"],
-        "pool_bytes": s["pool_bytes"],
+        "pool_bytes": s["pool_bytes"], "page_cache": s["page_cache"],
         "disk_gbps": gbps[len(gbps) // 2] if gbps else None,
         "disk_all": gbps}), flush=True)
     return 0
@@ -248,8 +248,11 @@ def offloaded(a, want, mem_tps, nbytes):
     print(f"  {res['resident_layers']} of {res['layers']} layers resident "
           f"({res['resident_bytes'] / GB:.2f} GB), pool "
           f"{res['pool_bytes'] / 2**20:.0f} MiB; each step reads "
-          f"{res['step_bytes'] / GB:.3f} GB from NVMe")
-    if res["disk_gbps"] and res["step_bytes"]:
+          f"{res['step_bytes'] / GB:.3f} GB from NVMe"
+          + (" through the page cache (page_cache='auto': the memory "
+             "left beside the budget holds the stream; no disk bound)"
+             if res.get("page_cache") else ""))
+    if res["disk_gbps"] and res["step_bytes"] and not res.get("page_cache"):
         bound = a.batch * res["disk_gbps"] * GB / res["step_bytes"]
         spread = "-".join(f"{g:.2f}" for g in res["disk_all"])
         print(f"  disk: {res['disk_gbps']:.2f} GB/s O_DIRECT read of the "

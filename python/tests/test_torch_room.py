@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""offload(inference=True, page_cache='auto') (issue 35): the page cache
-where the memory left beside nvswap's budget holds every byte a forward
-streams, O_DIRECT where it does not (a cache smaller than the stream is
+"""offload(inference=True, page_cache='auto'), the default of a model
+served (issue 35): the page cache where the memory left beside nvswap's
+budget holds every byte a forward streams, O_DIRECT where it does not (a cache smaller than the stream is
 cycled through: slower than O_DIRECT, bench/RESULTS.md). The memory left
 is MemAvailable and the room the process's memory cgroups leave
 (_room.py), read for real here in a cgroup of our own."""
@@ -73,6 +73,29 @@ def test_auto_keeps_o_direct_when_the_stream_does_not_fit(swapdir,
         assert cached is True and direct is False
     finally:
         nvt.restore(m)
+
+
+def test_auto_is_the_default_of_a_served_model_only(swapdir):
+    """inference=True without page_cache= is 'auto' (here: memory is
+    left, the cache is taken); unless the config sets nvswap.page_cache
+    (false: O_DIRECT). A training model's default stays O_DIRECT."""
+    cfg = {"zero_optimization": {"offload_param": {
+        "device": "nvme", "nvme_path": swapdir}},
+        "nvswap": {"page_cache": False}}
+    for kw, inference, cached in (({}, True, True),
+                                  ({"config": cfg}, True, False),
+                                  ({}, False, False)):
+        m = model()
+        nvt.offload(m, **({} if kw else {"nvme_path": swapdir}), **kw,
+                    inference=inference)
+        try:
+            eng = engine_of(m)
+            swap = os.path.join(eng.pswap.dirs[0], "swap.0")
+            assert held_direct(swap) is (not cached), (kw, inference)
+            if inference:
+                assert nvt.stats(m)["page_cache"] is cached
+        finally:
+            nvt.restore(m)
 
 
 def test_auto_is_refused_for_training(swapdir):

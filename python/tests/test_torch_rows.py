@@ -321,8 +321,8 @@ def test_a_meta_model_from_safetensors_reads_its_embedding_by_rows(
 def test_page_cache_opens_the_swap_file_and_the_table_without_o_direct(
         swapdir):
     """offload(page_cache=True): the swap file and the embedding's table
-    are held without O_DIRECT (by default, with), and the outputs stay
-    the in-memory model's."""
+    are held without O_DIRECT (with page_cache=False, with), and the
+    outputs stay the in-memory model's."""
     ref = model()
     for page_cache in (False, True):
         m = twin(ref)

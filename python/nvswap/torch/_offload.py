@@ -118,7 +118,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
             persist=None, device=None, grad_hook=None, dtype=None,
-            weights=None, inference=False, memory=None, page_cache=False):
+            weights=None, inference=False, memory=None, page_cache=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -251,13 +251,15 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     files without O_DIRECT (both pools, as nvswap.Swapper(page_cache=
     True), and the embeddings' tables): the kernel may then cache them
     in memory beside the pools, memory that memory= does not count, as
-    accelerate's disk offload does with its files. Default False: what
-    nvswap holds is what memory= (or the pool keywords) say. 'auto'
-    (inference=True only): True when the memory this process may still
-    fill (MemAvailable, and the room its memory cgroups leave), less
-    memory=, holds every byte a forward streams with an eighth to
-    spare; else False (a cache smaller than the stream is cycled
-    through, every read a miss: slower than O_DIRECT).
+    accelerate's disk offload does with its files. False: O_DIRECT,
+    what nvswap takes of memory is what memory= (or the pool keywords)
+    say. 'auto' (inference=True only; its default, unless the config
+    sets nvswap.page_cache): True when the memory this process may
+    still fill (MemAvailable, and the room its memory cgroups leave),
+    less memory=, holds every byte a forward streams with an eighth to
+    spare, else False (a cache smaller than the stream is cycled
+    through, every read a miss: slower than O_DIRECT); decided once, at
+    offload(). Training's default is False.
 
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
@@ -274,7 +276,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             raise ValueError(f"nvswap.torch.offload: parameter '{name}' is "
                              "already offloaded (offload() was called on "
                              "this model or one sharing its parameters)")
-    if not isinstance(page_cache, bool) and page_cache != "auto":
+    if page_cache is not None and not isinstance(page_cache, bool) and \
+            page_cache != "auto":
         raise TypeError("nvswap.torch.offload: page_cache must be True, "
                         f"False or 'auto', not {page_cache!r}")
     if page_cache == "auto" and not inference:
@@ -347,6 +350,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         max_in_cpu = sum(sizes[i] for i in in_cpu)
         streamed = sum(b for i, b in enumerate(sizes)
                        if i not in in_cpu and i not in by_rows)
+    if page_cache is None and inference and "page_cache" not in (
+            _pools.raw_key(raw, "nvswap") or {}):
+        page_cache = "auto"  # the default of a model served
     if page_cache == "auto":
         if memory is None:
             streamed = _infer.streamed_bytes(
