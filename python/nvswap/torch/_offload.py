@@ -253,8 +253,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     in memory beside the pools, memory that memory= does not count, as
     accelerate's disk offload does with its files. False: O_DIRECT,
     what nvswap takes of memory is what memory= (or the pool keywords)
-    say. 'auto' (inference=True only; its default, unless the config
-    sets nvswap.page_cache): True when the memory this process may
+    say. 'auto' (inference=True only; its default, unless a config
+    sets nvswap.page_cache or is an nvswap.Config not read from a
+    file): True when the memory this process may
     still fill (MemAvailable, and the room its memory cgroups leave),
     less memory=, holds every byte a forward streams with an eighth to
     spare, else False (a cache smaller than the stream is cycled
@@ -350,9 +351,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         max_in_cpu = sum(sizes[i] for i in in_cpu)
         streamed = sum(b for i, b in enumerate(sizes)
                        if i not in in_cpu and i not in by_rows)
-    if page_cache is None and inference and "page_cache" not in (
-            _pools.raw_key(raw, "nvswap") or {}):
-        page_cache = "auto"  # the default of a model served
+    if page_cache is None and inference and (cfg is None or (
+            raw is not None and "page_cache" not in (
+                _pools.raw_key(raw, "nvswap") or {}))):
+        # the default of a model served, unless the config may say (an
+        # nvswap.Config made from text has no raw keys to tell)
+        page_cache = "auto"
     if page_cache == "auto":
         if memory is None:
             streamed = _infer.streamed_bytes(
