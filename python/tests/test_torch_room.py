@@ -5,12 +5,14 @@ budget holds every byte a forward streams, O_DIRECT where it does not (a cache s
 cycled through: slower than O_DIRECT, bench/RESULTS.md). The memory left
 is MemAvailable and the room the process's memory cgroups leave
 (_room.py), read for real here in a cgroup of our own."""
+import json
 import os
 import sys
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from filehelp import held_direct  # noqa: E402
 from nvswap.torch import _room  # noqa: E402
@@ -78,12 +80,18 @@ def test_auto_keeps_o_direct_when_the_stream_does_not_fit(swapdir,
 def test_auto_is_the_default_of_a_served_model_only(swapdir):
     """inference=True without page_cache= is 'auto' (here: memory is
     left, the cache is taken); unless the config sets nvswap.page_cache
-    (false: O_DIRECT). A training model's default stays O_DIRECT."""
+    (false: O_DIRECT), or is an nvswap.Config made from text (its keys
+    cannot be told from defaults: the config's false stands). A training
+    model's default stays O_DIRECT."""
     cfg = {"zero_optimization": {"offload_param": {
         "device": "nvme", "nvme_path": swapdir}},
         "nvswap": {"page_cache": False}}
+    other = {"zero_optimization": cfg["zero_optimization"]}
+    made = nvswap.Config.from_str(json.dumps(other))
     for kw, inference, cached in (({}, True, True),
                                   ({"config": cfg}, True, False),
+                                  ({"config": other}, True, True),
+                                  ({"config": made}, True, False),
                                   ({}, False, False)):
         m = model()
         nvt.offload(m, **({} if kw else {"nvme_path": swapdir}), **kw,
