@@ -473,3 +473,29 @@ def test_a_table_fills_in_pieces_of_whole_rows(diskdir, monkeypatch, fmt,
         table.close()
         w.close()
         h.close()
+
+
+def test_a_failed_fill_raises_naming_the_table(swapdir):
+    """Table.fill whose write fails (the descriptor pointed at the same
+    file open read-only: EBADF) raises nvswap.Error naming the embedding
+    and its directory, after the first piece (the load fails then)."""
+    h = _rows.handle(None)
+    table = _rows.Table(h, swapdir, "emb.weight",
+                        torch.empty((ROWS, WIDTH), device="meta"))
+    pieces = []
+    try:
+        ro = os.open(f"/proc/self/fd/{table.fd}", os.O_RDONLY)
+        os.dup2(ro, table.fd)
+        os.close(ro)
+        with pytest.raises(nvswap.Error) as e:
+            table.fill(lambda start, dest: pieces.append(start) or
+                       dest.fill_(1.0))
+        assert e.value.errno == errno.EBADF, e.value
+        assert e.value.strerror.startswith(
+            "nvswap.torch: writing the row table of 'emb.weight' (an "
+            f"unnamed file in {swapdir}): "), e.value
+        assert pieces == [0]
+        assert table.fresh
+    finally:
+        table.close()
+        h.close()

@@ -255,9 +255,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     what nvswap takes of memory is what memory= (or the pool keywords)
     say. 'auto' (inference=True only; its default, unless a config
     sets nvswap.page_cache or is an nvswap.Config not read from a
-    file): True when the memory this process may
-    still fill (MemAvailable, and the room its memory cgroups leave),
-    less memory=, holds every byte a forward streams with an eighth to
+    file): True when the memory this process may still fill
+    (MemAvailable, and the room its memory cgroups leave), less
+    memory=, holds every byte a forward streams with an eighth to
     spare, else False (a cache smaller than the stream is cycled
     through, every read a miss: slower than O_DIRECT); decided once, at
     offload(). Training's default is False.

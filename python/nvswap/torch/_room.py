@@ -49,9 +49,8 @@ def cgroup_room(proc_cgroup="/proc/self/cgroup", v2=_V2, v1=_V1):
         while True:
             d = os.path.join(root, path.lstrip("/"))
             limit, used = (_read(os.path.join(d, k)) for k in keys)
-            if limit and used and limit != "max" and \
-                    limit.isdigit() and used.isdigit() and \
-                    int(limit) < _NO_LIMIT:
+            if limit and used and limit.isdigit() and used.isdigit() \
+                    and int(limit) < _NO_LIMIT:  # v2's "max": no limit
                 left = max(0, int(limit) - int(used))
                 room = left if room is None else min(room, left)
             if path in ("", "/"):
