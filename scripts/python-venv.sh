@@ -21,6 +21,9 @@ if [ ! -x "$interp" ]; then
 		"to a CPython 3.10+ with pip and venv"
 	exit 1
 fi
+# A fresh clone has no build directory yet (make demo-hf and demo-infer
+# come here before anything is built): make the venv's and the log's.
+mkdir -p "$(dirname "$venv")" "$(dirname "$log")" || exit 1
 run() { "$@" >>"$log" 2>&1 || {
 	echo "   FAILED: $* (see $log)" && tail -30 "$log"
 	exit 1
