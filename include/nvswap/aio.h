@@ -205,7 +205,11 @@ struct nvs_aio_stats {
 				  staged through the bounce slots */
 	uint64_t gds_bytes;    /* payload bytes of ops on device memory
 				  moved by cuFile (use_gds) */
-	uint64_t reserved[1];
+	uint64_t busy_ns;      /* time with at least one op in flight (from
+				  the submit of the first to the completion
+				  of the last; iostat's %util over a wall
+				  time): bytes_read / busy_ns is the rate the
+				  disk gave while it was kept busy */
 };
 
 struct nvs_aio;

@@ -203,7 +203,11 @@ struct nvs_swap_stats {
 	uint64_t write_hits; /* acquires of a tensor being written back,
 				served from its buffer without waiting for
 				the write (counted in acquire_hits too) */
-	uint64_t reserved[7];
+	uint64_t io_busy_ns; /* time the swapper's aio handle had I/O in
+				flight (nvs_aio_stats.busy_ns): bytes_read
+				/ io_busy_ns is the rate reads ran at while
+				the disk was kept busy */
+	uint64_t reserved[6];
 };
 
 /** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */

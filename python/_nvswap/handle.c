@@ -721,7 +721,8 @@ static PyMethodDef handle_methods[] = {
 	  "The handle's counters since creation (nvs_aio_stats): ops,\n"
 	  "bytes, bounced requests, the backend and why it was chosen;\n"
 	  "device_bytes and gds_bytes: bytes of ops on CUDA memory staged\n"
-	  "through pinned memory, and moved by cuFile (gds_handle)."),
+	  "through pinned memory, and moved by cuFile (gds_handle);\n"
+	  "busy_ns: time with at least one op in flight."),
 	M(close, METH_NOARGS,
 	  "close() -> None\n\n"
 	  "Wait for every queued op, then free the handle and its threads.\n"

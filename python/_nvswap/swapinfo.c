@@ -40,6 +40,7 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	    ext_dict_put(&d, "acquires", U64(st->acquires)) ||
 	    ext_dict_put(&d, "acquire_hits", U64(st->acquire_hits)) ||
 	    ext_dict_put(&d, "acquire_wait_ns", U64(st->acquire_wait_ns)) ||
+	    ext_dict_put(&d, "io_busy_ns", U64(st->io_busy_ns)) ||
 	    ext_dict_put(&d, "clean_evictions", U64(st->clean_evictions)) ||
 	    ext_dict_put(&d, "auto_evictions", U64(st->auto_evictions)) ||
 	    ext_dict_put(&d, "zero_fills", U64(st->zero_fills)) ||
@@ -123,7 +124,8 @@ PyObject *ext_aio_stats_dict(const struct nvs_aio_stats *st)
 	    ext_dict_put(&d, "register_error",
 			 PyLong_FromLong(st->register_error)) ||
 	    ext_dict_put(&d, "device_bytes", U64(st->device_bytes)) ||
-	    ext_dict_put(&d, "gds_bytes", U64(st->gds_bytes)))
+	    ext_dict_put(&d, "gds_bytes", U64(st->gds_bytes)) ||
+	    ext_dict_put(&d, "busy_ns", U64(st->busy_ns)))
 		return NULL;
 	return d;
 }

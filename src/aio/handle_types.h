@@ -11,6 +11,7 @@
 #include "aio/engine.h"
 #include "aio/stats.h"
 #include "gpu/stage.h"
+#include "internal/util.h"
 #include "nvswap/aio.h"
 
 #include <pthread.h>
@@ -146,6 +147,8 @@ struct nvs_aio {
 	unsigned nops;
 	struct nvs_op *free_ops;
 	unsigned inflight;     /* ops submitted and not finished */
+	uint64_t busy_since;   /* when inflight last left 0 (ns) */
+	uint64_t busy_ns;      /* time with inflight above 0, closed spans */
 	unsigned finished;     /* untracked ops finished since last wait */
 	unsigned tickets_done; /* finished ticketed ops not yet collected */
 	unsigned owned_done;   /* the same for owned ones (their owner will) */
@@ -158,6 +161,21 @@ struct nvs_aio {
 	struct nvs_slice *slices;
 	struct nvs_files *files; /* NULL when caching is off */
 };
+
+/* An op goes in flight / finishes: the busy time (nvs_aio_stats.busy_ns)
+ * opens when the first goes in and closes when the last is done. Called
+ * with h->lock held. */
+static inline void nvs__aio_inflight_add(struct nvs_aio *h)
+{
+	if (h->inflight++ == 0)
+		h->busy_since = nvs__now_ns();
+}
+
+static inline void nvs__aio_inflight_done(struct nvs_aio *h)
+{
+	if (--h->inflight == 0)
+		h->busy_ns += nvs__now_ns() - h->busy_since;
+}
 
 static inline const char *nvs__aio_opname(bool write)
 {

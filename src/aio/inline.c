@@ -56,7 +56,8 @@ bool nvs__inline_begin(struct nvs_aio *h, bool alone)
 	idle = h->inflight == 0 &&
 	       (alone || (h->finished == 0 && h->tickets_done == 0));
 	if (idle)
-		h->inflight++; /* nvs_aio_wait in other threads waits for it */
+		/* nvs_aio_wait in other threads waits for it */
+		nvs__aio_inflight_add(h);
 	pthread_mutex_unlock(&h->lock);
 	return idle;
 }
@@ -73,7 +74,7 @@ static void inline_end(struct nvs_aio *h, const struct nvs_aio_io *io, bool ok)
 		nvs__aio_count(write ? &h->c.bytes_written : &h->c.bytes_read,
 			       io->nbytes);
 	pthread_mutex_lock(&h->lock);
-	h->inflight--;
+	nvs__aio_inflight_done(h);
 	pthread_cond_broadcast(&h->cond);
 	pthread_mutex_unlock(&h->lock);
 }

@@ -78,6 +78,11 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 	st->files_opened = load(&h->c.opened);
 	st->files_reused = load(&h->c.reused);
 	st->inline_ops = load(&h->c.inline_ops);
+	/* The lock is the handle's own mutable state, even for readers. */
+	pthread_mutex_lock((pthread_mutex_t *)(uintptr_t)&h->lock);
+	st->busy_ns =
+		h->busy_ns + (h->inflight ? nvs__now_ns() - h->busy_since : 0);
+	pthread_mutex_unlock((pthread_mutex_t *)(uintptr_t)&h->lock);
 	st->bounce_locked = true;
 	st->backend = h->backend;
 	st->backend_reason = h->backend_reason;

@@ -43,7 +43,7 @@ void nvs__op_fail(struct nvs_aio *h, struct nvs_op *op, int err,
 
 static void op_finish_locked(struct nvs_aio *h, struct nvs_op *op)
 {
-	h->inflight--;
+	nvs__aio_inflight_done(h);
 	nvs__aio_count(&h->c.ops_completed, 1);
 	if (op->err)
 		nvs__aio_count(&h->c.ops_failed, 1);
@@ -110,7 +110,7 @@ int nvs__op_get_slot(struct nvs_aio *h, enum nvs_op_kind kind,
 	op->err = 0;
 	op->msg[0] = '\0';
 	op->seq = h->next_seq++;
-	h->inflight++;
+	nvs__aio_inflight_add(h);
 	*out = op;
 	pthread_mutex_unlock(&h->lock);
 	return 0;

@@ -455,8 +455,10 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 		st->path_file_size[i] = s->path[i].file_size;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (nvs_aio_get_stats(s->aio, &as) == 0)
+	if (nvs_aio_get_stats(s->aio, &as) == 0) {
 		st->backend = as.backend;
+		st->io_busy_ns = as.busy_ns;
+	}
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvswap/aio.h"
 #include "testutil.h"
@@ -202,6 +203,53 @@ Test(roundtrip, buffered_mode_never_uses_odirect, .fini = fini)
 	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
 	cr_assert_eq(st.bounced_requests, 0, "buffered I/O needs no bounce");
 	cr_assert_eq(st.edge_bytes, 0);
+	cr_assert_eq(nvs_aio_destroy(h), 0);
+	tu_free(src);
+	tu_free(dst);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* busy_ns counts the time ops were in flight: none before any op, some
+ * after a write and an async read, never more than the wall time they
+ * took, and nothing while the handle sits idle. */
+Test(roundtrip, busy_time_is_the_time_ops_were_in_flight, .fini = fini)
+{
+	size_t size = 8u << 20;
+	struct nvs_aio_opts o;
+	struct nvs_aio *h;
+	struct nvs_aio_stats st;
+	unsigned char *src = tu_alloc(size, 0), *dst = tu_alloc(size, 0);
+	uint64_t t0, busy;
+	struct timespec idle = {0, 50 * 1000 * 1000};
+
+	tu_fill(src, size, 7);
+	nvs_aio_opts_init(&o);
+	cr_assert_eq(nvs_aio_create(&o, &h), 0);
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	cr_assert_eq(st.busy_ns, 0, "no op yet: %llu ns busy",
+		     (unsigned long long)st.busy_ns);
+	t0 = now_ns();
+	cr_assert_eq(nvs_aio_sync_pwrite(h, src, size, tu_path("busy"), 0), 1);
+	cr_assert_eq(nvs_aio_async_pread(h, dst, size, tu_path("busy"), 0), 0);
+	cr_assert_eq(nvs_aio_wait(h), 1);
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	busy = st.busy_ns;
+	cr_assert(busy > 0 && busy <= now_ns() - t0,
+		  "busy %llu ns over %llu ns of wall time",
+		  (unsigned long long)busy,
+		  (unsigned long long)(now_ns() - t0));
+	cr_assert(memcmp(src, dst, size) == 0);
+	nanosleep(&idle, NULL);
+	cr_assert_eq(nvs_aio_get_stats(h, &st), 0);
+	cr_assert_eq(st.busy_ns, busy, "idle, yet busy went from %llu to %llu",
+		     (unsigned long long)busy, (unsigned long long)st.busy_ns);
 	cr_assert_eq(nvs_aio_destroy(h), 0);
 	tu_free(src);
 	tu_free(dst);
