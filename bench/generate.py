@@ -14,6 +14,10 @@ separate processes, interleaved, page cache dropped before each:
               through the page cache (in the cgroup, the cache is
               charged to it and reclaimed under its limit)
   nvswap+direct the same with page_cache=False (--direct): O_DIRECT
+  nvswap+fixed the nvswap default with its read-ahead depth fixed as it
+              was before it was chosen from measured times
+              (--fixed-depth): buffer_count=4, lookahead=3, the pool
+              memory= makes, all of it reading ahead
 
 B, the host-memory budget, is given as fractions of the model (--budgets;
 accelerate takes the same B for its max_memory). Each runs unconstrained
@@ -28,6 +32,7 @@ per token (nvswap reports its bytes per forward; accelerate's come from
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
         [--prompt 32] [--new-tokens 16] [--batches 1,8]
         [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache] [--direct]
+        [--fixed-depth]
         [--repeats 3] [--json FILE]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
@@ -81,7 +86,9 @@ def child(a, v):
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config(a))
         pc = {"nvswap+pc": {"page_cache": True},
-              "nvswap+direct": {"page_cache": False}}.get(v["kind"], {})
+              "nvswap+direct": {"page_cache": False},
+              "nvswap+fixed": {"buffer_count": 4, "lookahead": 3},
+              }.get(v["kind"], {})
         nvt.offload(model, weights=weights, nvme_path=a.dir,
                     inference=True, memory=v["budget"], **pc)
     model.eval()
@@ -103,7 +110,8 @@ def child(a, v):
         step = s["last_forward_bytes_read"]
         extra = {"resident_layers": s["resident_layers"],
                  "layers": s["layers"], "pool_bytes": s["pool_bytes"],
-                 "page_cache": s["page_cache"]}
+                 "page_cache": s["page_cache"],
+                 "read_ahead": s["read_ahead"]}
     print(json.dumps({"tps": v["batch"] * a.new_tokens / secs,
                       "load_s": load_s, "step_bytes": step,
                       "tokens": out[:, a.prompt:].tolist(), **extra}),
@@ -165,10 +173,21 @@ def variants(a, nbytes):
                     kinds.append("nvswap+pc")
                 if a.direct:
                     kinds.append("nvswap+direct")
+                if a.fixed_depth:
+                    kinds.append("nvswap+fixed")
                 for kind in kinds:
                     vs.append({"kind": kind, "batch": b, "budget": budget,
                                "frac": frac, "cgroup": cg})
     return vs
+
+
+def depth(ra):
+    """What the read-ahead's tuner did, in a few words."""
+    if ra["state"] == "tuned":
+        return (f"{ra['buffers']} buffers, {len(ra['kept'])} kept, "
+                f"modelled {ra['predicted_s'][0]:.3f} s for "
+                f"{ra['measured_s']:.3f} s")
+    return ra["state"] + (f": {ra['reason']}" if ra.get("reason") else "")
 
 
 def name(v):
@@ -188,6 +207,7 @@ def main():
     ap.add_argument("--cgroup", type=parse_size, default=None)
     ap.add_argument("--page-cache", action="store_true")
     ap.add_argument("--direct", action="store_true")
+    ap.add_argument("--fixed-depth", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--child")
@@ -225,7 +245,9 @@ def main():
                      f"{res['tps']:.2f} tok/s")
                   + (f" (page cache: {res['page_cache']})"
                      if v["kind"] == "nvswap" and "page_cache" in res
-                     else ""), flush=True)
+                     else "")
+                  + (f" (read-ahead: {depth(res['read_ahead'])})"
+                     if res.get("read_ahead") else ""), flush=True)
         drop_caches()
         fio.append(fio_read_gbps(st))
     want = {}

@@ -156,6 +156,7 @@ def child(a):
         "resident_bytes": s["resident_bytes"],
         "step_bytes": s["last_forward_bytes_read"],
         "pool_bytes": s["pool_bytes"], "page_cache": s["page_cache"],
+        "read_ahead": s["read_ahead"],
         "disk_gbps": gbps[len(gbps) // 2] if gbps else None,
         "disk_all": gbps}), flush=True)
     return 0
@@ -252,6 +253,18 @@ def offloaded(a, want, mem_tps, nbytes):
           + (" through the page cache (page_cache='auto': the memory "
              "left beside the budget holds the stream; no disk bound)"
              if res.get("page_cache") else ""))
+    ra = res.get("read_ahead")
+    if ra and ra.get("predicted_s"):
+        print(f"  read-ahead from forwards 2-{1 + ra['forwards_timed']}: "
+              f"reads {ra['read_s']:.3f} s (at "
+              f"{ra['disk_bytes_per_s'] / GB:.2f} GB/s while the disk was "
+              f"busy), compute {ra['compute_s']:.3f} s a step, measured "
+              f"{ra['measured_s']:.3f} s, modelled "
+              f"{ra['predicted_s'][0]:.3f} s: "
+              + (f"{ra['buffers']} buffers read ahead, the other "
+                 f"{len(ra['kept'])} keep a layer for good"
+                 if ra["state"] == "tuned" else
+                 f"the depth kept ({ra.get('reason')})"))
     if res["disk_gbps"] and res["step_bytes"] and not res.get("page_cache"):
         bound = a.batch * res["disk_gbps"] * GB / res["step_bytes"]
         spread = "-".join(f"{g:.2f}" for g in res["disk_all"])

@@ -17,12 +17,16 @@ def stats(model):
     Swapper stats of both pools ('param', 'optimizer': None with
     inference=True), inference, lookahead (the read-ahead in layers),
     resident_layers and resident_bytes
-    (layers kept in CPU memory: memory=, max_in_cpu=), forwards (top-level
+    (layers kept in CPU memory: memory=, max_in_cpu=, or in a pool
+    buffer by the read-ahead's choice), forwards (top-level
     forwards run), last_forward_bytes_read (parameter bytes the last
     one read from NVMe, embedding rows included), row_layers, row_bytes
     and rows_read (input embeddings read by rows, their tables' bytes,
     the distinct rows read), page_cache (whether the swap files go
-    through the page cache: page_cache=True, or 'auto' deciding so)."""
+    through the page cache: page_cache=True, or 'auto' deciding so),
+    read_ahead (an inference model's read-ahead depth chosen from
+    measured times: what was measured and chosen, _depth.py; None
+    without that choice)."""
     return engine_of(model).stats()
 
 

@@ -111,6 +111,10 @@ class Engine(Passes, Grads):
         # inference on the CPU (_infer.bind): layers acquired for good,
         # and module -> the layers its forward still acquires
         self.bound = set()
+        # streamed layers kept for good in the pool buffer they were read
+        # into (_depth.Tuner's choice; in bound too)
+        self.kept_streamed = []
+        self.tuner = None  # _depth.Tuner of an inference model, or None
         self.in_cpu = None  # memory=: the layers kept resident (_infer)
         # inference on the CPU: layer -> the _rows.Table of an embedding
         # read by rows (not in the ParamSwapper); by_rows: the qualified
@@ -263,7 +267,11 @@ class Engine(Passes, Grads):
                 tensors = self.params.acquire_layer(layer)
             except nvswap.Error as e:
                 raise self._layer_error(layer, e) from e
-            self.exposed_ns += time.perf_counter_ns() - t0
+            t1 = time.perf_counter_ns()
+            self.exposed_ns += t1 - t0
+            if self.tuner is not None and self.frames and \
+                    not self.recomputing:
+                self.tuner.acquired(layer, t0, t1)
             if stage:
                 tensors = self._to_device(layer, tensors)
             self._set_live(layer, tensors)
@@ -352,6 +360,8 @@ class Engine(Passes, Grads):
                 self.params.evict_layer(layer)
             except nvswap.Error:
                 pass
+            if self.tuner is not None:
+                self.tuner.released(layer)
 
     # ----------------------------------------------------------- state
     def read_layer(self, layer, indexes=None):

@@ -238,28 +238,50 @@ def bind(eng):
     if eng.gswap is not None or eng.device is not None:
         return
     for layer in range(len(eng.layers)):
-        if not eng.params.layer_in_cpu(layer):
-            continue
-        try:
-            tensors = eng.params.acquire_layer(layer)
-        except nvswap.Error as e:
-            raise eng._layer_error(layer, e) from e
-        for p, t in zip(eng.layers[layer], tensors):
-            p.data = t
-        eng.bound.add(layer)
+        if eng.params.layer_in_cpu(layer):
+            _bind_layer(eng, layer)
     for m, ls in eng.mod_layers.items():
         if ls and ls[0] in eng.rows:
             _rows.forward_by_rows(m, eng.rows[ls[0]])
+    _hooked_layers(eng)
+
+
+def _bind_layer(eng, layer):
+    """Acquire layer for good, its parameters pointing at its memory."""
+    try:
+        tensors = eng.params.acquire_layer(layer)
+    except nvswap.Error as e:
+        raise eng._layer_error(layer, e) from e
+    for p, t in zip(eng.layers[layer], tensors):
+        p.data = t
+    eng.bound.add(layer)
+
+
+def _hooked_layers(eng):
+    """Each module's layers its forward hooks acquire: neither bound nor
+    read by rows."""
     eng.fwd_layers = {m: [x for x in ls if x not in eng.bound and
                           x not in eng.rows]
                       for m, ls in eng.mod_layers.items()}
     eng.fwd_layers = {m: ls for m, ls in eng.fwd_layers.items() if ls}
 
 
+def keep_streamed(eng, layers):
+    """The read-ahead's choice (_depth.Tuner): streamed layers kept for
+    good in the pool buffers they are read into, bound as layers kept in
+    CPU memory are; the walk goes on without them (no read, no hook)."""
+    for layer in layers:
+        _bind_layer(eng, layer)
+        eng.kept_streamed.append(layer)
+    _hooked_layers(eng)
+    if eng.walk:
+        eng._set_walk([x for x in eng.walk if x not in eng.bound])
+
+
 def stats(eng):
     """The inference figures of nvt.stats()."""
     resident = [i for i in range(len(eng.layers))
-                if eng.params.layer_in_cpu(i)]
+                if eng.params.layer_in_cpu(i) or i in eng.kept_streamed]
     return {
         "inference": eng.gswap is None,
         "page_cache": bool(eng.page_cache),
@@ -271,5 +293,7 @@ def stats(eng):
         "row_layers": len(eng.rows),
         "row_bytes": sum(t.nbytes for t in eng.rows.values()),
         "rows_read": sum(t.rows_read for t in eng.rows.values()),
+        "read_ahead": (dict(eng.tuner.report) if eng.tuner is not None
+                       else None),
     }
 

@@ -12,7 +12,7 @@ import torch
 
 import nvswap
 
-from . import (_clip, _durable, _infer, _load, _mixed, _pools, _rows,
+from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
                _statedict)
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
@@ -223,7 +223,11 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     generate()): no gradient or optimizer pool is made and nothing is
     written back; unless lookahead= (or the config's nvswap.lookahead)
     says otherwise, the read-ahead fills every free pool buffer (the
-    walk of a decoding step is the same every time); a backward
+    walk of a decoding step is the same every time) and then, on the
+    CPU with 3 buffers or more, forwards 2-5 are timed and the depth is
+    chosen from the measured disk and compute times: buffers read-ahead
+    does not need keep a streamed layer each for good (_depth.py;
+    stats()["read_ahead"] says what was measured and chosen); a backward
     reaching its parameters, an nvswap.torch optimizer over it,
     persist=, grad_hook= and the optimizer pool keywords are refused.
     With dtype=, its parameters are cast (no fp32 masters). On the CPU,
@@ -245,7 +249,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     memory=, 1 MiB of the budget, unless the budget keeps the whole
     model resident (not with max_in_cpu=). stats() reports
     resident_layers, resident_bytes, forwards, last_forward_bytes_read,
-    row_layers, row_bytes, rows_read and page_cache.
+    row_layers, row_bytes, rows_read, page_cache and read_ahead.
 
     page_cache: True (or the config's nvswap.page_cache) opens the swap
     files without O_DIRECT (both pools, as nvswap.Swapper(page_cache=
@@ -383,8 +387,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             elem = max((p.element_size() for _, _, c in plan for _, p in c),
                        default=1)
             max_in_cpu = int(mic) * elem if mic is not None else 0
+        nbuf = pswap.stats()["buffer_count"]
         if deepest:  # a fixed walk: read ahead into every free buffer
-            lookahead = max(1, pswap.stats()["buffer_count"] - 1)
+            lookahead = max(1, nbuf - 1)
         params = nvswap.ParamSwapper(pswap, lookahead=lookahead,
                                      max_in_cpu=max_in_cpu)
         oo = (cfg.offload("optimizer") if cfg is not None else {})
@@ -400,6 +405,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.page_cache = page_cache or (  # the config's nvswap.page_cache
             cfg is not None and cfg.nvswap_options()["page_cache"])
         eng.by_rows = {c[0][0] for _, m, c in plan if m in rows}
+        if deepest and device is None and gswap is None and nbuf > 2:
+            # the depth from measured times (_depth.py)
+            eng.tuner = _depth.Tuner(eng, nbuf, lookahead)
     except BaseException:
         if gswap is not None:
             gswap.close()

@@ -174,6 +174,8 @@ class Passes:
         self.bw_trace, self.bw_recomputed = [], False
         self.trace = []
         self.fwd_read0 = self.param_bytes_read()
+        if self.tuner is not None:
+            self.tuner.forward_begins()
 
     def _exit(self):
         if self.recomputing:
@@ -187,6 +189,8 @@ class Passes:
         self.fwd_trace = trace
         if self.walk is None or self.walk[:len(trace)] != trace:
             self._set_walk(trace)
+        if self.tuner is not None:
+            self.tuner.forward_ends()
 
     def _set_walk(self, walk):
         if walk != self.walk:
