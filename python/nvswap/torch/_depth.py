@@ -29,6 +29,8 @@ two buffers of read-ahead; the count with the fastest prediction wins
 CPU only (on a device, layers are staged from the pool buffers)."""
 import time
 
+from . import _infer
+
 # forwards not timed (the prompt's), then the forwards timed
 WARMUP, MEASURE = 1, 4
 # how far the model's forward time may be from the measured one
@@ -162,6 +164,8 @@ class Tuner:
             self.cur.append([layer, t0 - prev, t1 - t0, t1, None])
 
     def released(self, layer):
+        if self.state == "done":
+            return
         now = time.perf_counter_ns()
         self.last_release = now
         for e in reversed(self.cur or ()):
@@ -233,5 +237,4 @@ class Tuner:
                            buffers=self.buffers - k)
         eng.lookahead = min(eng.lookahead, self.buffers - k - 1)
         if k:
-            from . import _infer
             _infer.keep_streamed(eng, kept[:k])
