@@ -93,6 +93,51 @@ def test_the_device_is_the_parameters_unless_given():
     assert nvt._offload._device(m, "cpu") == torch.device("cpu")
 
 
+def test_a_served_model_stages_its_layers_to_the_device(swapdir):
+    """inference=True with device= (the CPU staging a GPU uses, on any
+    machine): no optimizer pool, each forward computing on staged copies
+    rather than the pool buffers, the in-memory outputs, and reading
+    exactly the layers memory= streams (resident ones are copied, not
+    read); the read-ahead's choice from measured times is the CPU's
+    alone."""
+    torch.manual_seed(3)
+    # not eval(): there TransformerEncoderLayer takes its fused fast path
+    # unless a module in it has forward hooks, as nvswap's do, and the
+    # two paths round differently (offloaded or not, staged or not: the
+    # same outputs with the fast path off); dropout is 0 anyway
+    ref = GPT(layers=3)
+    off = copy.deepcopy(ref)
+    total = sum(p.numel() * p.element_size() for p in ref.parameters())
+    nvt.offload(off, nvme_path=swapdir, inference=True, memory=total // 2,
+                device="cpu")
+    try:
+        eng = nvt.engine_of(off)
+        s = nvt.stats(off)
+        assert eng.device == torch.device("cpu")
+        assert s["inference"] and s["optimizer"] is None
+        assert s["read_ahead"] is None
+        n = len(eng.layers)
+        streamed = [i for i in range(n) if not eng.params.layer_in_cpu(i)]
+        assert 0 < s["resident_layers"] < n and \
+            len(streamed) == n - s["resident_layers"]
+        seen = []
+        off.blocks[0].linear1.register_forward_pre_hook(
+            lambda m, a: seen.append(
+                (bool(eng.staged), _nvswap.is_pinned(m.weight.data))))
+        with torch.no_grad():
+            for tok in batches(6):
+                assert torch.equal(off(tok[:, :-1]), ref(tok[:, :-1]))
+                assert nvt.stats(off)["last_forward_bytes_read"] == \
+                    sum(eng.layer_bytes[i] for i in streamed)
+        assert seen == [(True, False)] * 6
+        assert not eng.staged
+        assert nvt.stats(off)["read_ahead"] is None
+    finally:
+        nvt.restore(off)
+    for a, b in zip(ref.parameters(), off.parameters()):
+        assert torch.equal(a, b)
+
+
 # ---- on a CUDA device --------------------------------------------------
 
 
@@ -167,6 +212,44 @@ def test_a_model_on_the_gpu_trains_bit_identically_offloaded(swapdir, cuda):
     assert off.head.weight.device == cuda
     for (n, a), b in zip(ref.named_parameters(), off.parameters()):
         assert torch.equal(a.detach(), b.detach()), n
+
+
+@pytest.mark.gpu
+def test_a_served_llama_on_the_gpu_generates_the_gpu_tokens(swapdir, cuda):
+    """Issue 35 on a device: a Llama on the GPU offloaded with
+    inference=True and half the model as memory=: generate() (greedy,
+    KV cache) gives the tokens the same model gives on the GPU, each
+    layer staged from the pinned pool."""
+    t = pytest.importorskip("transformers", reason="transformers is not "
+                            "installed for this interpreter")
+    torch.manual_seed(0)
+    base = t.LlamaForCausalLM(t.LlamaConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64)).eval()
+    ref = copy.deepcopy(base).to(cuda)
+    off = copy.deepcopy(base).to(cuda)
+    total = sum(p.numel() * p.element_size() for p in base.parameters())
+    ids = torch.randint(0, 96, (2, 7),
+                        generator=torch.Generator().manual_seed(2)).to(cuda)
+
+    def generate(m):
+        with torch.no_grad():
+            return m.generate(ids, attention_mask=torch.ones_like(ids),
+                              max_new_tokens=8, do_sample=False,
+                              pad_token_id=0)
+
+    want = generate(ref)
+    nvt.offload(off, nvme_path=swapdir, inference=True, memory=total // 2)
+    try:
+        got = generate(off)
+        assert got.device == cuda and torch.equal(got, want)
+        s = nvt.stats(off)
+        assert s["optimizer"] is None and s["bytes_read"] > 0
+    finally:
+        nvt.restore(off)
+    for a, b in zip(base.parameters(), off.parameters()):
+        assert torch.equal(a.to(cuda), b)
 
 
 @pytest.mark.gpu
