@@ -32,7 +32,7 @@ per token (nvswap reports its bytes per forward; accelerate's come from
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
         [--prompt 32] [--new-tokens 16] [--batches 1,8]
         [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache] [--direct]
-        [--fixed-depth]
+        [--fixed-depth] [--only nvswap,nvswap+fixed]
         [--repeats 3] [--json FILE]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
@@ -175,6 +175,8 @@ def variants(a, nbytes):
                     kinds.append("nvswap+direct")
                 if a.fixed_depth:
                     kinds.append("nvswap+fixed")
+                if a.only:
+                    kinds = [k for k in kinds if k in a.only]
                 for kind in kinds:
                     vs.append({"kind": kind, "batch": b, "budget": budget,
                                "frac": frac, "cgroup": cg})
@@ -186,7 +188,9 @@ def depth(ra):
     if ra["state"] == "tuned":
         return (f"{ra['buffers']} buffers, {len(ra['kept'])} kept, "
                 f"modelled {ra['predicted_s'][0]:.3f} s for "
-                f"{ra['measured_s']:.3f} s")
+                f"{ra['measured_s']:.3f} s"
+                + (f", forward {ra['forward_s']:.3f} -> {ra['after_s']:.3f} s"
+                   if "after_s" in ra else ""))
     return ra["state"] + (f": {ra['reason']}" if ra.get("reason") else "")
 
 
@@ -208,12 +212,16 @@ def main():
     ap.add_argument("--page-cache", action="store_true")
     ap.add_argument("--direct", action="store_true")
     ap.add_argument("--fixed-depth", action="store_true")
+    ap.add_argument("--only", help="these variants alone (comma-separated "
+                    "kinds; the in-memory run always runs: its tokens are "
+                    "the reference)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--child")
     a = ap.parse_args()
     a.batches = [int(x) for x in a.batches.split(",")]
     a.budgets = [float(x) for x in a.budgets.split(",")]
+    a.only = a.only.split(",") if a.only else None
     if a.child:
         return child(a, json.loads(a.child))
     import transformers

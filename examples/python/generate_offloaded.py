@@ -263,7 +263,12 @@ def offloaded(a, want, mem_tps, nbytes):
               f"{ra['predicted_s'][0]:.3f} s: "
               + (f"{ra['buffers']} buffers read ahead, the other "
                  f"{len(ra['kept'])} keep a layer for good"
+                 + (f" (a forward {ra['forward_s']:.3f} s before, "
+                    f"{ra['after_s']:.3f} s after)" if "after_s" in ra
+                    else "")
                  if ra["state"] == "tuned" else
+                 f"the choice undone ({ra.get('reason')})"
+                 if ra["state"] == "undone" else
                  f"the depth kept ({ra.get('reason')})"))
     if res["disk_gbps"] and res["step_bytes"] and not res.get("page_cache"):
         bound = a.batch * res["disk_gbps"] * GB / res["step_bytes"]

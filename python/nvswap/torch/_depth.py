@@ -25,8 +25,12 @@ its read. Checked first against the forward time measured (a model more
 than TOLERANCE off changes nothing); then, one buffer at a time, the
 streamed layer whose keeping the model finds fastest is kept, down to
 two buffers of read-ahead; the count with the fastest prediction wins
-(within 1 %, the one keeping more: fewer bytes read). Decided once.
-CPU only (on a device, layers are staged from the pool buffers)."""
+(within 1 %, the one keeping more: fewer bytes read). The model takes
+the disk's rate as the same at any depth, which a disk that needs a
+deep queue breaks; so the MEASURE forwards after a choice that keeps
+layers are timed too, and a median forward SLOWER than before undoes
+it (the layers released, streamed again as before). Decided once. CPU
+only (on a device, layers are staged from the pool buffers)."""
 import time
 
 from . import _infer
@@ -37,6 +41,10 @@ WARMUP, MEASURE = 1, 4
 TOLERANCE = 0.25
 # a prediction this close to the fastest counts as as fast
 TIE = 0.01
+# the choice is undone when the forwards timed after it are this much
+# slower than before (the model takes the disk's rate as the same at
+# any depth: a disk that needs a deeper queue breaks that)
+SLOWER = 0.05
 
 
 def simulate(entries, buffers, lookahead, cycles=6):
@@ -140,6 +148,7 @@ class Tuner:
         self.buffers, self.lookahead = buffers, lookahead
         self.state = "waiting"
         self.forwards = []  # per forward timed: [(layer, gap, wait, own)]
+        self.took = []  # each timed forward's own time (first hook to last)
         self.cur = None
         self.last_release = None
         self.io0 = None
@@ -152,8 +161,9 @@ class Tuner:
             self.report["state"] = "measuring"
             ps = self.eng.pswap.stats()
             self.io0 = (ps["bytes_read"], ps["io_busy_ns"])
-        if self.state == "measuring":
+        if self.state in ("measuring", "checking"):
             self.cur = []
+            self.began = time.perf_counter_ns()
 
     def acquired(self, layer, t0, t1):
         """A streamed layer of a top-level forward acquired: the call
@@ -179,9 +189,16 @@ class Tuner:
         if self.cur is None:
             return
         fwd, self.cur = self.cur, None
+        took = (time.perf_counter_ns() - self.began) / 1e9
         if any(e[4] is None for e in fwd):
             return self._off("a layer of the walk was not released "
                              "within its forward")
+        if self.state == "checking":
+            self.after.append(took)
+            if len(self.after) == MEASURE:
+                self._check()
+            return
+        self.took.append(took)
         self.forwards.append([(e[0], e[1], e[2], e[4]) for e in fwd])
         if len(self.forwards) == MEASURE:
             self._decide()
@@ -227,7 +244,8 @@ class Tuner:
             read_s=sum(e[2] for e in entries),
             compute_s=sum(gap) + sum(own) + n * call,
             wait_s=sum(wait) - n * call,
-            measured_s=measured, predicted_s=preds)
+            measured_s=measured, predicted_s=preds,
+            forward_s=_median(self.took))
         if abs(preds[0] - measured) > TOLERANCE * measured:
             return self._off(f"the model predicted {preds[0]:.4f} s for a "
                              f"forward measured at {measured:.4f} s")
@@ -235,6 +253,31 @@ class Tuner:
         self.state = "done"
         self.report.update(state="tuned", kept=kept[:k],
                            buffers=self.buffers - k)
-        eng.lookahead = min(eng.lookahead, self.buffers - k - 1)
         if k:
+            self.walk, self.before = list(eng.walk), eng.lookahead
+            eng.lookahead = min(eng.lookahead, self.buffers - k - 1)
             _infer.keep_streamed(eng, kept[:k])
+            # then the forwards after the choice are timed against it
+            self.state, self.after = "checking", []
+            self.report["state"] = "checking"
+
+    def _check(self):
+        """MEASURE forwards after the choice: kept, or undone when the
+        median forward is SLOWER than the one measured before (each
+        forward's own time: what the caller does between forwards, here
+        a test's checks, is not the choice's)."""
+        eng = self.eng
+        after = _median(self.after)
+        before = self.report["forward_s"]
+        self.state = "done"
+        self.report["after_s"] = after
+        if after <= before * (1 + SLOWER):
+            self.report["state"] = "tuned"
+            return
+        kept = self.report["kept"]
+        _infer.unkeep_streamed(eng, kept, self.walk)
+        eng.lookahead = self.before
+        self.report.update(
+            state="undone", buffers=self.buffers, kept=[],
+            reason=f"a forward took {after:.4f} s with {len(kept)} "
+            f"layers kept, {before:.4f} s before")

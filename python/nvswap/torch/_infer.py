@@ -278,6 +278,23 @@ def keep_streamed(eng, layers):
         eng._set_walk([x for x in eng.walk if x not in eng.bound])
 
 
+def unkeep_streamed(eng, layers, walk):
+    """keep_streamed() undone: the layers released (clean: nothing is
+    written) and streamed again along walk."""
+    for layer in layers:
+        for p in eng.layers[layer]:
+            p.data = p._nvswap.placeholder
+        eng.bound.discard(layer)
+        eng.kept_streamed.remove(layer)
+        eng.params.release_layer(layer, False)
+        try:
+            eng.params.evict_layer(layer)
+        except nvswap.Error:
+            pass  # clean: it can only be dropped, the next acquire says
+    _hooked_layers(eng)
+    eng._set_walk(walk)
+
+
 def stats(eng):
     """The inference figures of nvt.stats()."""
     resident = [i for i in range(len(eng.layers))
