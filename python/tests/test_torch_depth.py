@@ -108,6 +108,14 @@ def slow_mlp(n=6, s=0.02):
     return torch.nn.Sequential(*mods).eval()
 
 
+def serve(model, swapdir):
+    """model offloaded for inference through 4 buffers of 32 KiB (the
+    read-ahead 3 deep): its engine."""
+    nvt.offload(model, nvme_path=swapdir, inference=True,
+                buffer_size=32768, buffer_count=4)
+    return engine_of(model)
+
+
 def run(model, x, n):
     with torch.no_grad():
         return [model(x) for _ in range(n)]
@@ -122,10 +130,8 @@ def test_a_compute_bound_model_keeps_a_layer_per_buffer_it_spares(swapdir):
     m = copy.deepcopy(ref)
     x = torch.randn(3, 64)
     want = run(ref, x, 1)[0]
-    nvt.offload(m, nvme_path=swapdir, inference=True, buffer_size=32768,
-                buffer_count=4)
+    eng = serve(m, swapdir)
     try:
-        eng = engine_of(m)
         layer_bytes = eng.layer_bytes
         assert nvt.stats(m)["lookahead"] == 3
         assert nvt.stats(m)["read_ahead"]["state"] == "waiting"
@@ -182,10 +188,8 @@ def test_a_choice_that_turns_out_slower_is_undone(swapdir):
     m = slow_mlp(s=delay)
     x = torch.randn(3, 64)
     want = run(ref, x, 1)[0]
-    nvt.offload(m, nvme_path=swapdir, inference=True, buffer_size=32768,
-                buffer_count=4)
+    eng = serve(m, swapdir)
     try:
-        eng = engine_of(m)
         pinned = nvswap.pinned_stats()["bytes_in_use"]
         for y in run(m, x, _depth.WARMUP + _depth.MEASURE):
             assert torch.equal(y, want)
@@ -241,8 +245,7 @@ def test_the_depth_is_left_alone_when_told_or_when_it_cannot_pay(swapdir):
             return self.a(x) if self.n % 2 else self.b(x)
 
     m = Alternate().eval()
-    nvt.offload(m, nvme_path=swapdir, inference=True, buffer_size=32768,
-                buffer_count=4)
+    serve(m, swapdir)
     try:
         run(m, torch.randn(2, 64), 8)
         ra = nvt.stats(m)["read_ahead"]
