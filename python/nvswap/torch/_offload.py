@@ -226,7 +226,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     walk of a decoding step is the same every time) and then, on the
     CPU with 3 buffers or more, forwards 2-5 are timed and the depth is
     chosen from the measured disk and compute times: buffers read-ahead
-    does not need keep a streamed layer each for good (_depth.py;
+    does not need keep a streamed layer each for good, a choice undone
+    when forwards 6-9 turn out more than 5 % slower (_depth.py;
     stats()["read_ahead"] says what was measured and chosen); a backward
     reaching its parameters, an nvswap.torch optimizer over it,
     persist=, grad_hook= and the optimizer pool keywords are refused.
