@@ -183,20 +183,25 @@ Test(nvswap_tune_ranks, a_killed_parent_leaves_no_rank_running)
 		/*
 		 * The death signal, SIGTERM, as a rule. A rank that wrote
 		 * to its dead parent's pipe first ends with exit 1 (seen on
-		 * the base of issue 34 too), and under ASan one ended by
-		 * SIGKILL about once in six runs, cause not found (issue 34
-		 * note). What the tool promises is that no rank outlives
-		 * the parent and no file stays: checked below.
+		 * the base of issue 34 too); one waiting for its next point
+		 * reads EOF from that pipe and ends with exit 0, its files
+		 * removed (tune_ranks.c's serve()), when that comes before
+		 * the signal (under ASan about once in 16 runs); and under
+		 * ASan one ended by SIGKILL about once in six runs, cause
+		 * not found (issue 34 note). What the tool promises is that
+		 * no rank outlives the parent and no file stays: checked
+		 * below.
 		 */
-		cr_assert(
-			(WIFSIGNALED(status) &&
-			 (WTERMSIG(status) == SIGTERM ||
-			  WTERMSIG(status) == SIGKILL)) ||
-				(WIFEXITED(status) && WEXITSTATUS(status) == 1),
-			"rank pid %d: status %#x", (int)w, status);
+		cr_assert((WIFSIGNALED(status) &&
+			   (WTERMSIG(status) == SIGTERM ||
+			    WTERMSIG(status) == SIGKILL)) ||
+				  (WIFEXITED(status) &&
+				   (WEXITSTATUS(status) == 1 ||
+				    WEXITSTATUS(status) == 0)),
+			  "rank pid %d: status %#x", (int)w, status);
 		others++;
 	}
-	cr_assert_eq(others, 2, "both ranks ended");
+	cr_assert_eq(others, 2, "both ranks ended (%u seen ending)", others);
 	cr_assert(!tt_holds(tu_dir(), ".r1.tmp") &&
 			  !tt_holds(tu_dir(), ".r2.tmp"),
 		  "the ranks removed their files");
