@@ -87,7 +87,7 @@ def simulate(entries, buffers, lookahead, cycles=6):
             if r is None:
                 t += own
                 continue
-            if j in read_end or j <= state["issued"]:
+            if j <= state["issued"]:
                 # already on its way: the read-ahead goes in first
                 issue(j + ahead, t)
             else:
@@ -222,8 +222,7 @@ class Tuner:
         if nbytes <= 0 or busy <= 0:
             return self._off("nothing was read in the forwards timed")
         rate = nbytes / (busy / 1e9)
-        layer_of = list(self.forwards[0][i][0]
-                        for i in range(len(self.forwards[0])))
+        layer_of = [e[0] for e in self.forwards[0]]
         n = len(layer_of)
         gap = [_median([f[i][1] for f in self.forwards]) / 1e9
                for i in range(n)]
