@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
-from filehelp import held_direct  # noqa: E402
+from filehelp import fd_direct, held_direct  # noqa: E402
 from nvswap.torch import _room  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 
@@ -104,6 +104,31 @@ def test_auto_is_the_default_of_a_served_model_only(swapdir):
                 assert nvt.stats(m)["page_cache"] is cached
         finally:
             nvt.restore(m)
+
+
+def test_the_keyword_overrides_the_configs_page_cache(swapdir):
+    """page_cache=False over a config's nvswap.page_cache true is
+    O_DIRECT, True over its false is the cache: the swap file and an
+    embedding's row table alike, served or trained."""
+    for said, kw in ((True, False), (False, True)):
+        for inference in (True, False):
+            cfg = {"zero_optimization": {"offload_param": {
+                "device": "nvme", "nvme_path": swapdir}},
+                "nvswap": {"page_cache": said}}
+            m = torch.nn.Sequential(torch.nn.Embedding(4096, 256), *model())
+            nvt.offload(m, config=cfg, inference=inference, page_cache=kw,
+                        memory=(2 * MIB if inference else None))
+            try:
+                eng = engine_of(m)
+                swap = os.path.join(eng.pswap.dirs[0], "swap.0")
+                assert held_direct(swap) is (not kw), (said, inference)
+                assert eng.page_cache is kw
+                if inference:
+                    assert nvt.stats(m)["page_cache"] is kw
+                    [table] = eng.rows.values()  # read by rows here
+                    assert fd_direct(table.fd) is (not kw)
+            finally:
+                nvt.restore(m)
 
 
 def test_auto_is_refused_for_training(swapdir):

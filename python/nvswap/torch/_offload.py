@@ -252,9 +252,10 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     resident_layers, resident_bytes, forwards, last_forward_bytes_read,
     row_layers, row_bytes, rows_read, page_cache and read_ahead.
 
-    page_cache: True (or the config's nvswap.page_cache) opens the swap
-    files without O_DIRECT (both pools, as nvswap.Swapper(page_cache=
-    True), and the embeddings' tables): the kernel may then cache them
+    page_cache: True (or the config's nvswap.page_cache, which the
+    keyword overrides either way) opens the swap files without O_DIRECT
+    (both pools, as nvswap.Swapper(page_cache=True), and the
+    embeddings' tables): the kernel may then cache them
     in memory beside the pools, memory that memory= does not count, as
     accelerate's disk offload does with its files. False: O_DIRECT,
     what nvswap takes of memory is what memory= (or the pool keywords)
@@ -374,7 +375,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
               optimizer_buffer_size=optimizer_buffer_size,
               optimizer_buffer_count=optimizer_buffer_count,
               persist=persist, dtype=dtype, inference=inference,
-              page_cache=page_cache or None)
+              page_cache=page_cache)  # False overrides the config
     pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw)
     try:
         if rec is not None:
@@ -403,7 +404,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu
         eng.backend = backend
-        eng.page_cache = page_cache or (  # the config's nvswap.page_cache
+        eng.page_cache = page_cache if page_cache is not None else (
             cfg is not None and cfg.nvswap_options()["page_cache"])
         eng.by_rows = {c[0][0] for _, m, c in plan if m in rows}
         if deepest and device is None and gswap is None and nbuf > 2:
