@@ -4,6 +4,7 @@ compute times (issue 35; nvswap/torch/_depth.py): the pipeline model on
 times worked out by hand, then real models whose forwards the Tuner
 times, the choice it makes, and what that choice reads afterwards."""
 import copy
+import errno
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
-from nvswap.torch import _depth  # noqa: E402
+from nvswap.torch import _depth, _infer  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 
 
@@ -213,6 +214,76 @@ def test_a_choice_that_turns_out_slower_is_undone(swapdir):
         assert nvt.stats(m)["last_forward_bytes_read"] == \
             sum(eng.layer_bytes)
     finally:
+        nvt.restore(m)
+    for a, b in zip(ref.parameters(), m.parameters()):
+        assert torch.equal(a, b)
+
+
+class FailingReads:
+    """The engine's ParamSwapper, whose acquire_layer() fails with EIO
+    from its fail-th call on (a fault injected: the disk refusing a read
+    of a layer the choice keeps), once armed; the rest passes through."""
+
+    def __init__(self, real, fail):
+        self.real, self.fail, self.calls, self.armed = real, fail, [], False
+
+    def acquire_layer(self, layer):
+        if self.armed:
+            self.calls.append(layer)
+            if len(self.calls) >= self.fail:
+                raise nvswap.Error(errno.EIO, f"injected: layer {layer}")
+        return self.real.acquire_layer(layer)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_choice_whose_layer_cannot_be_read_is_not_made(swapdir,
+                                                         monkeypatch):
+    """The choice keeps 2 layers; reading the second fails (EIO): the
+    forward that ended still returns its output, the first layer is let
+    go again (released, streamed), the depth stays as it was and the
+    report says why; the next forwards stream every layer."""
+    ref = slow_mlp()
+    m = copy.deepcopy(ref)
+    x = torch.randn(3, 64)
+    want = run(ref, x, 1)[0]
+    eng = serve(m, swapdir)
+    real = eng.params
+    eng.params = fake = FailingReads(real, 2)
+    keep = _infer.keep_streamed
+
+    def armed(e, layers):
+        fake.armed = True
+        try:
+            return keep(e, layers)
+        finally:
+            fake.armed = False
+    monkeypatch.setattr(_infer, "keep_streamed", armed)
+    try:
+        pinned = nvswap.pinned_stats()["bytes_in_use"]
+        for y in run(m, x, _depth.WARMUP + _depth.MEASURE):
+            assert torch.equal(y, want)
+        s = nvt.stats(m)
+        ra = s["read_ahead"]
+        assert len(fake.calls) == 2, fake.calls
+        assert ra["state"] == "kept" and ra["kept"] == [], ra
+        assert ra["buffers"] == 4 and s["lookahead"] == 3
+        assert ra["reason"].startswith("keeping 2 layers failed: "), ra
+        assert f"injected: layer {fake.calls[1]}" in ra["reason"]
+        assert not eng.bound and not eng.kept_streamed
+        assert s["resident_layers"] == 0
+        assert eng.walk == list(range(6))
+        for p in eng.layers[fake.calls[0]]:
+            assert p.data_ptr() == p._nvswap.placeholder.data_ptr()
+        real.evict_layer(fake.calls[0])  # EBUSY were it still acquired
+        assert nvswap.pinned_stats()["bytes_in_use"] == pinned
+        for _ in range(2):
+            assert torch.equal(run(m, x, 1)[0], want)
+            assert nvt.stats(m)["last_forward_bytes_read"] == \
+                sum(eng.layer_bytes)
+    finally:
+        eng.params = real
         nvt.restore(m)
     for a, b in zip(ref.parameters(), m.parameters()):
         assert torch.equal(a, b)

@@ -33,6 +33,8 @@ it (the layers released, streamed again as before). Decided once. CPU
 only (on a device, layers are staged from the pool buffers)."""
 import time
 
+import nvswap
+
 from . import _infer
 
 # forwards not timed (the prompt's), then the forwards timed
@@ -254,8 +256,16 @@ class Tuner:
                            buffers=self.buffers - k)
         if k:
             self.walk, self.before = list(eng.walk), eng.lookahead
+            try:
+                _infer.keep_streamed(eng, kept[:k])
+            except nvswap.Error as e:
+                # The forward that ended is not failed for an
+                # optimization: the layer streams as before, and its
+                # next read says what is wrong, if anything still is.
+                return self.report.update(
+                    state="kept", buffers=self.buffers, kept=[],
+                    reason=f"keeping {k} layers failed: {e}")
             eng.lookahead = min(eng.lookahead, self.buffers - k - 1)
-            _infer.keep_streamed(eng, kept[:k])
             # then the forwards after the choice are timed against it
             self.state, self.after = "checking", []
             self.report["state"] = "checking"

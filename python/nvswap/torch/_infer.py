@@ -269,10 +269,16 @@ def _hooked_layers(eng):
 def keep_streamed(eng, layers):
     """The read-ahead's choice (_depth.Tuner): streamed layers kept for
     good in the pool buffers they are read into, bound as layers kept in
-    CPU memory are; the walk goes on without them (no read, no hook)."""
-    for layer in layers:
-        _bind_layer(eng, layer)
-        eng.kept_streamed.append(layer)
+    CPU memory are; the walk goes on without them (no read, no hook).
+    All or none: when a layer cannot be read (its nvswap.Error raised,
+    naming it), those kept before it are let go again."""
+    try:
+        for layer in layers:
+            _bind_layer(eng, layer)
+            eng.kept_streamed.append(layer)
+    except BaseException:
+        _let_go(eng, [x for x in layers if x in eng.kept_streamed])
+        raise
     _hooked_layers(eng)
     if eng.walk:
         eng._set_walk([x for x in eng.walk if x not in eng.bound])
@@ -281,6 +287,13 @@ def keep_streamed(eng, layers):
 def unkeep_streamed(eng, layers, walk):
     """keep_streamed() undone: the layers released (clean: nothing is
     written) and streamed again along walk."""
+    _let_go(eng, layers)
+    _hooked_layers(eng)
+    eng._set_walk(walk)
+
+
+def _let_go(eng, layers):
+    """Kept layers released (clean) and evicted: streamed again."""
     for layer in layers:
         for p in eng.layers[layer]:
             p.data = p._nvswap.placeholder
@@ -291,8 +304,6 @@ def unkeep_streamed(eng, layers, walk):
             eng.params.evict_layer(layer)
         except nvswap.Error:
             pass  # clean: it can only be dropped, the next acquire says
-    _hooked_layers(eng)
-    eng._set_walk(walk)
 
 
 def stats(eng):
