@@ -58,6 +58,8 @@ def gathered(module, modify=False):
         if rec is not None and rec.layer not in layers:
             eng = rec.engine
             layers.append(rec.layer)
+    if modify and eng is not None:
+        eng.refuse_writes("gathered(modify=True)")
     held = []
     try:
         for layer in layers:

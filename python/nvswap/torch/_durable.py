@@ -4,9 +4,11 @@
 With persist='persistent' (or 'resume') the model's two Swappers are
 persistent swap sets: nvswap.torch.checkpoint() saves the engine's and
 the optimizer's small state (step counts, hyper-parameters, which state
-tensors each layer holds) as a JSON record in the optimizer set, then
-checkpoints both sets under one tag "nvswap.torch:<seq>:<tag>". Only the
-dirty resident tensors are written: everything else is already on NVMe.
+tensors each layer holds) as a JSON record in the optimizer set, and a
+copy in the parameter set (for a model served from it alone,
+_pools.served_record), then checkpoints both sets under one tag
+"nvswap.torch:<seq>:<tag>". Only the dirty resident tensors are written:
+everything else is already on NVMe.
 
 The two sets commit separately, so a crash can leave one a generation
 ahead. Resuming therefore reopens both at the newest generation they
@@ -24,7 +26,8 @@ import nvswap
 from ._engine import error
 
 TAG_PREFIX = "nvswap.torch:"
-META_BASE = 3 << 40  # ids of the JSON record's chunks in the optimizer set
+META_BASE = 3 << 40  # ids of the JSON record's chunks in either set
+RECORD_CHUNK = 4096  # their size in the parameter set
 VERSION = 1
 
 
@@ -36,7 +39,7 @@ def _seq(tag):
     return int(head) if head.isdigit() else None
 
 
-def _ours(swapper):
+def ours(swapper):
     """{seq: generation} of the set's nvswap.torch generations."""
     out = {}
     for g in swapper.generations():
@@ -54,7 +57,7 @@ def common_generation(pswap, gswap):
     saved nothing it can resume. Raises nvswap.Error(EBADMSG) when none
     is in common otherwise: a set that lost (or moved away from) its
     saved steps must not make the other's be written over."""
-    p, g = _ours(pswap), _ours(gswap)
+    p, g = ours(pswap), ours(gswap)
     if not p and not g:
         return None
     if not p or not g:
@@ -141,35 +144,41 @@ def _record(eng, seq, tag):
     return json.dumps(rec).encode()
 
 
-def _write_record(gswap, blob):
-    """The record as chunks of one pool buffer at META_BASE + k; the first
-    chunk's tag says how many there are and the total length."""
-    size = gswap.stats()["buffer_size"]
-    old = [i for i in gswap.ids() if META_BASE <= i < META_BASE + (1 << 20)]
+def _write_record(swapper, blob, size=None):
+    """The record as chunks of size bytes (None: one pool buffer) at
+    META_BASE + k; the first chunk's tag says how many there are and the
+    total length."""
+    size = size or swapper.stats()["buffer_size"]
+    old = [i for i in swapper.ids()
+           if META_BASE <= i < META_BASE + (1 << 20)]
     for i in old:
-        gswap.unregister(i)
+        swapper.unregister(i)
     chunks = [blob[k:k + size] for k in range(0, len(blob), size)] or [b""]
     for k, c in enumerate(chunks):
-        gswap.register(META_BASE + k, bytearray(c) if c else 1)
-    gswap.set_tag(META_BASE, f"{len(chunks)} {len(blob)}")
+        swapper.register(META_BASE + k, bytearray(c) if c else 1)
+    swapper.set_tag(META_BASE, f"{len(chunks)} {len(blob)}")
 
 
-def read_record(gswap):
-    """The record of the generation gswap was opened at (a dict)."""
+def has_record(swapper):
+    return META_BASE in swapper.ids()
+
+
+def read_record(swapper, which="optimizer"):
+    """The record of the generation swapper was opened at (a dict)."""
     try:
-        head = gswap.get_tag(META_BASE).decode()
+        head = swapper.get_tag(META_BASE).decode()
         count, total = (int(x) for x in head.split())
     except (nvswap.Error, ValueError) as e:
-        raise error(errno.EBADMSG, "nvswap.torch: the optimizer set has "
+        raise error(errno.EBADMSG, f"nvswap.torch: the {which} set has "
                     f"no readable checkpoint record ({e})") from None
     parts = []
     for k in range(count):
-        mv = gswap.acquire(META_BASE + k, memoryview=True)
+        mv = swapper.acquire(META_BASE + k, memoryview=True)
         try:
             parts.append(bytes(mv))
         finally:
-            gswap.release(META_BASE + k, False)
-            gswap.evict(META_BASE + k)
+            swapper.release(META_BASE + k, False)
+            swapper.evict(META_BASE + k)
     rec = json.loads(b"".join(parts)[:total])
     if rec.get("version") != VERSION:
         raise error(errno.ENOTSUP, "nvswap.torch: a checkpoint record of "
@@ -271,6 +280,10 @@ class Checkpoint:
 
 
 def checkpoint(eng, tag):
+    if eng.gswap is None:
+        raise error(errno.EROFS, "nvswap.torch.checkpoint: a model offloaded "
+                    "with inference=True has nothing to save (it writes "
+                    "nothing, not even to a set it is served from)")
     if not getattr(eng, "persistent", False):
         raise error(errno.EINVAL, "nvswap.torch.checkpoint: the model was "
                     "offloaded to scratch space: offload(..., "
@@ -286,12 +299,16 @@ def checkpoint(eng, tag):
     eng.drain()  # gradients written behind are part of the state
     # Above any number either set holds: one set may be ahead of the
     # generation this run resumed from.
-    seq = max([eng.ckpt_seq, *_ours(eng.pswap), *_ours(eng.gswap)]) + 1
+    seq = max([eng.ckpt_seq, *ours(eng.pswap), *ours(eng.gswap)]) + 1
     full = f"{TAG_PREFIX}{seq}:{tag}"
     if len(full.encode()) > 255:
         raise ValueError("nvswap.torch.checkpoint: tag too long (at most "
                          f"{255 - len(TAG_PREFIX) - 12} bytes)")
-    _write_record(eng.gswap, _record(eng, seq, tag))
+    blob = _record(eng, seq, tag)
+    _write_record(eng.gswap, blob)
+    # and in the parameter set, in chunks any pool buffer holds, for a
+    # model served from it (_pools.served_record: no optimizer set)
+    _write_record(eng.pswap, blob, RECORD_CHUNK)
     gp = eng.pswap.checkpoint(full)
     go = eng.gswap.checkpoint(full)
     eng.ckpt_seq = seq

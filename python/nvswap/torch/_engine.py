@@ -116,6 +116,10 @@ class Engine(Passes, Grads):
         self.kept_streamed = []
         self.tuner = None  # _depth.Tuner of an inference model, or None
         self.in_cpu = None  # memory=: the layers kept resident (_infer)
+        # served from a persistent training set: nothing may be written,
+        # and the layers kept resident are copies (_infer._copy_layer)
+        self.read_only = False
+        self.copy_in_cpu, self.copied = set(), set()
         # inference on the CPU: layer -> the _rows.Table of an embedding
         # read by rows (not in the ParamSwapper); by_rows: the qualified
         # names of the weights offload() chose for that
@@ -324,6 +328,15 @@ class Engine(Passes, Grads):
         elif done is not None:
             done.synchronize()
 
+    def refuse_writes(self, what):
+        """EROFS for what would change a model served read-only."""
+        if self.read_only:
+            raise error(errno.EROFS, f"nvswap.torch: {what} on a model "
+                        "served from a persistent training set "
+                        "(inference=True): it is served read-only, the set "
+                        "stays as training left it (restore() the model, "
+                        "or offload it again to train)")
+
     def release(self, layer, dirty=False):
         """End one acquire; the layer is written back (dirty) when any of
         its acquires changed it, whichever releases last."""
@@ -422,8 +435,8 @@ class Engine(Passes, Grads):
         if self.closed:
             return
         err = None
-        if save and self.persistent and (self.pswap.unsaved() or
-                                         self.gswap.unsaved()):
+        if save and self.persistent and self.gswap is not None and (
+                self.pswap.unsaved() or self.gswap.unsaved()):
             from . import _durable
             try:
                 _durable.checkpoint(self, "close").wait()
@@ -440,11 +453,13 @@ class Engine(Passes, Grads):
                 rec = getattr(p, "_nvswap", None)  # restore() took it
                 if rec is not None:
                     p.data = rec.placeholder
+            if layer in self.copied:
+                continue  # a copy: nothing held in the pool
             try:
                 self.params.release_layer(layer, False)
             except nvswap.Error as e:
                 err = err or e
-        self.bound = set()
+        self.bound, self.copied = set(), set()
         for table in self.rows.values():
             table.close()
         if self.row_handle is not None:

@@ -38,10 +38,6 @@ def check(inference, memory, persist, grad_hook, kw):
                          "the optimizer pool keywords")
     if not inference:
         return
-    if persist not in (None, "scratch"):
-        raise ValueError("nvswap.torch.offload: inference=True writes "
-                         "nothing back: persist= has nothing to keep "
-                         f"(got {persist!r})")
     if grad_hook is not None:
         raise ValueError("nvswap.torch.offload: inference=True computes no "
                          "gradients: grad_hook= would never be called")
@@ -240,6 +236,8 @@ def bind(eng):
     for layer in range(len(eng.layers)):
         if eng.params.layer_in_cpu(layer):
             _bind_layer(eng, layer)
+        elif layer in eng.copy_in_cpu:
+            _copy_layer(eng, layer)
     for m, ls in eng.mod_layers.items():
         if ls and ls[0] in eng.rows:
             _rows.forward_by_rows(m, eng.rows[ls[0]])
@@ -255,6 +253,35 @@ def _bind_layer(eng, layer):
     for p, t in zip(eng.layers[layer], tensors):
         p.data = t
     eng.bound.add(layer)
+
+
+def _copy_layer(eng, layer):
+    """A layer of a set served read-only kept in CPU memory: a copy of
+    its own, its pool buffer let go (clean) at once."""
+    try:
+        tensors = eng.params.acquire_layer(layer)
+    except nvswap.Error as e:
+        raise eng._layer_error(layer, e) from e
+    try:
+        copies = [t.clone() for t in tensors]
+    finally:
+        eng.params.release_layer(layer, False)
+        eng.params.evict_layer(layer)
+    for p, t in zip(eng.layers[layer], copies):
+        p.data = t
+    eng.bound.add(layer)
+    eng.copied.add(layer)
+
+
+def first_fit(plan, budget, size_of):
+    """The layers (indexes into plan) the C budget of max_in_cpu bytes
+    would keep, in add order: each one that still fits."""
+    out, left = set(), budget or 0
+    for i, b in enumerate(layer_sizes(plan, size_of)):
+        if b <= left:
+            out.add(i)
+            left -= b
+    return out
 
 
 def _hooked_layers(eng):
@@ -309,7 +336,8 @@ def _let_go(eng, layers):
 def stats(eng):
     """The inference figures of nvt.stats()."""
     resident = [i for i in range(len(eng.layers))
-                if eng.params.layer_in_cpu(i) or i in eng.kept_streamed]
+                if eng.params.layer_in_cpu(i) or i in eng.kept_streamed
+                or i in eng.copied]
     return {
         "inference": eng.gswap is None,
         "page_cache": bool(eng.page_cache),

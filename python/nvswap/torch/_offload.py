@@ -16,7 +16,7 @@ from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
                _statedict)
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
-                    materialize_buffers, meta_tensors)
+                    materialize_buffers, meta_tensors, record_plan)
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
 _ALWAYS_CALL = "always_call" in inspect.signature(
@@ -110,6 +110,22 @@ def _default_buffer_size(model, dtype, skip=()):
             n += (_mixed.cast_size(p, dtype) + ALIGN - 1) // ALIGN * ALIGN
         most = max(most, n)
     return max(most, ALIGN)
+
+
+def _served_buffer(plan, dtype, given):
+    """A served checkpoint's pool buffer: every saved layer must fit it
+    (the set refuses to open otherwise), so given (None: exactly the
+    largest layer) no smaller."""
+    sizes = _infer.layer_sizes(plan, lambda p: _mixed.cast_size(p, dtype))
+    need = max(sizes + [_durable.RECORD_CHUNK])
+    if given is not None and _size_of(given) < need:
+        i = max(range(len(sizes)), key=sizes.__getitem__)
+        raise ValueError(f"nvswap.torch.offload: buffer_size={given} is "
+                         f"smaller than the {need} bytes the checkpoint's "
+                         f"largest layer, {i} ("
+                         f"{', '.join(n for n, _ in plan[i][2][:3])}), "
+                         "takes in a buffer")
+    return need if given is None else given
 
 
 def offload(model, config=None, rank=None, *, nvme_path=None,
@@ -230,7 +246,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     when forwards 6-9 turn out more than 5 % slower (_depth.py;
     stats()["read_ahead"] says what was measured and chosen); a backward
     reaching its parameters, an nvswap.torch optimizer over it,
-    persist=, grad_hook= and the optimizer pool keywords are refused.
+    grad_hook= and the optimizer pool keywords are refused. With
+    persist='resume' (or 'persistent'), the newest checkpoint of the
+    persistent parameter set a model was trained in is served from it,
+    read-only (its own layers, whatever the buffer size; the optimizer
+    set is not opened; load_state_dict(), gathered(modify=True) and
+    checkpoint() raise EROFS; layers memory= keeps resident are copies;
+    no embedding is read by rows): docs/inference.md.
     With dtype=, its parameters are cast (no fp32 masters). On the CPU,
     layers kept in CPU memory are bound once (no per-forward hooks).
     memory: (inference=True only) a host-memory budget in bytes (or a
@@ -313,13 +335,28 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     optimizer_buffer_count = _pool_arg("optimizer_buffer_count",
                                        optimizer_buffer_count, False)
     cfg, raw = _pools.load_config(config)
+    served = fixed = None  # served from a training set: its checkpoint
+    if inference and _pools.persist_mode(cfg, {"persist": persist})[0] \
+            != "scratch":
+        # the probe's buffer: any layer of the model, in its own dtype or
+        # fp32 (training's dtype= is checked against the record after)
+        served = _pools.served_record(cfg, raw, rank, dict(
+            nvme_path=nvme_path, backend=backend), max(
+                _default_buffer_size(model, None), _durable.RECORD_CHUNK,
+                _default_buffer_size(model, torch.float32)))
+        _durable.check_dtype(served[1], dtype)
+        fixed = record_plan(model, served[1]["layers"])
     # embeddings read by rows: the candidates, unless memory= keeps them
     # resident (whole: any size, the pool never holds them) or layers are
-    # kept by hand (max_in_cpu=: each one whole, fitting a buffer)
+    # kept by hand (max_in_cpu=: each one whole, fitting a buffer), or the
+    # layers are a checkpoint's
     whole = rows = _rows.candidates(model, inference, device)
     if max_in_cpu or _pools.raw_key(raw, "zero_optimization",
-                                    "offload_param", "max_in_cpu"):
+                                    "offload_param", "max_in_cpu") or \
+            served is not None:
         whole = rows = set()
+    if served is not None:
+        buffer_size = _served_buffer(fixed[0], dtype, buffer_size)
     if cfg is None and memory is None and buffer_size is None:
         buffer_size = _default_buffer_size(model, dtype, rows)
     deepest = lookahead is None and inference and (
@@ -338,8 +375,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         memory = _size_of(_pool_arg("memory", memory, True))
         plan_size = _size_of(buffer_size if buffer_size is not None else
                              _default_buffer_size(model, dtype, rows))
-        plan0, _ = layer_plan(model, plan_size,
-                              lambda p: _mixed.cast_size(p, dtype), whole)
+        plan0 = fixed[0] if fixed else layer_plan(
+            model, plan_size, lambda p: _mixed.cast_size(p, dtype), whole)[0]
         sizes = _infer.layer_sizes(plan0,
                                    lambda p: _mixed.cast_size(p, dtype))
         buffer_size, buffer_count, in_cpu, by_rows = _infer.budget(
@@ -376,13 +413,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
               optimizer_buffer_count=optimizer_buffer_count,
               persist=persist, dtype=dtype, inference=inference,
               page_cache=page_cache)  # False overrides the config
-    pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw)
+    pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw, served)
     try:
         if rec is not None:
             _durable.check_dtype(rec, dtype)
         bs = plan_size or pswap.stats()["buffer_size"]
-        plan, tied = layer_plan(model, bs,
-                                lambda p: _mixed.cast_size(p, dtype), whole)
+        plan, tied = fixed or layer_plan(
+            model, bs, lambda p: _mixed.cast_size(p, dtype), whole)
         if max_in_cpu is None:
             mic = _pools.raw_key(raw, "zero_optimization",
                                  "offload_param", "max_in_cpu")
@@ -403,6 +440,15 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.grad_hook = grad_hook
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu
+        if served is not None:
+            # a persistent set keeps nothing in C's CPU memory (a
+            # checkpoint would not see it): the layers to keep resident
+            # are copied out of it at bind (_infer.bind), in add order up
+            # to max_in_cpu as the C budget would
+            eng.read_only = True
+            eng.copy_in_cpu = in_cpu if in_cpu is not None else \
+                _infer.first_fit(plan, max_in_cpu,
+                                 lambda p: _mixed.cast_size(p, dtype))
         eng.backend = backend
         eng.page_cache = page_cache if page_cache is not None else (
             cfg is not None and cfg.nvswap_options()["page_cache"])

@@ -33,6 +33,39 @@ def layer_plan(model, buffer_size, size_of=None, whole=()):
     return plan, tied
 
 
+def record_plan(model, layers):
+    """layer_plan()'s answer for a model served from a checkpoint: its
+    layers as the record lists them (each [qualified name...] of one
+    module's parameters, in named_modules order), whatever the buffer
+    size now. Raises ValueError naming the first layer that differs."""
+    plan, tied, seen, k = [], [], set(), 0
+    for mname, m in model.named_modules():
+        own = []
+        for pname, p in m._parameters.items():
+            if p is None:
+                continue
+            if id(p) in seen:
+                tied.append((m, pname, p))
+                continue
+            seen.add(id(p))
+            own.append((f"{mname}.{pname}" if mname else pname, p))
+        while own:
+            names = layers[k] if k < len(layers) else []
+            chunk = own[:max(len(names), 1)]
+            if [n for n, _ in chunk] != names:
+                raise ValueError(
+                    "nvswap.torch: serving a model whose layer "
+                    f"{k} holds {[n for n, _ in own[:len(names) or None]]}"
+                    + (f", saved as {names}" if names else
+                       f": the checkpoint has {len(layers)} layers"))
+            plan.append((mname, m, chunk))
+            own, k = own[len(chunk):], k + 1
+    if k != len(layers):
+        raise ValueError(f"nvswap.torch: serving a model of {k} layers, "
+                         f"saved with {len(layers)}")
+    return plan, tied
+
+
 def default_init(model, init):
     """init= as given; for a Hugging Face model (a config and an
     _init_weights method), its _init_weights, which initializes the

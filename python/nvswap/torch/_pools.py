@@ -108,9 +108,50 @@ def swappers(cfg, raw, rank, kw, generations=(None, None)):
     return pswap, gswap
 
 
-def open_pools(cfg, raw, rank, kw):
+def served_record(cfg, raw, rank, kw, probe):
+    """A model served from a persistent training set (inference=True and
+    persist=): (generation, record) of the newest nvswap.torch checkpoint
+    the parameter set holds, read through one buffer of probe bytes (as
+    large as any of its tensors can be); the set is closed again, nothing
+    written. The optimizer set is not opened: its pool would be sized
+    for its own tensors, and serving reads no optimizer state."""
+    pkw = dict(kw, buffer_size=probe, buffer_count=1, persist="resume")
+    pswap = swappers(cfg, raw, rank, pkw)[0]
+    try:
+        ours = _durable.ours(pswap)
+        if not ours:
+            raise nvswap.Error(errno.ENOENT, "nvswap.torch.offload: "
+                               f"nothing to serve in {pswap.dirs[0]}: no "
+                               "nvswap.torch checkpoint was saved there")
+        seq = max(ours)
+        if pswap.generations()[0]["generation"] != ours[seq]:
+            # newer than it: a generation of another writer's
+            pswap.close()
+            pswap = None
+            pswap = swappers(cfg, raw, rank, pkw, (ours[seq], None))[0]
+        if not _durable.has_record(pswap):
+            raise nvswap.Error(errno.ENOTSUP, "nvswap.torch.offload: "
+                               f"checkpoint {seq} in {pswap.dirs[0]} has "
+                               "no record in the parameter set (saved by "
+                               "an older nvswap): resume training and "
+                               "checkpoint once, or serve the weights "
+                               "saved by nvt.save_pretrained()")
+        rec = _durable.read_record(pswap, "parameter")
+        rec["generations"] = (ours[seq], None)
+        return ours[seq], rec
+    finally:
+        if pswap is not None:
+            pswap.close()
+
+
+def open_pools(cfg, raw, rank, kw, served=None):
     """The two Swappers; for a persistent set that holds checkpoints,
-    both at the newest one they share, and its record."""
+    both at the newest one they share, and its record. served: a served
+    model's (generation, record) from served_record(): the parameter
+    set alone, at that generation."""
+    if served is not None:
+        return (swappers(cfg, raw, rank, dict(kw, persist="resume"),
+                         (served[0], None))[0], None, served[1])
     pswap, gswap = swappers(cfg, raw, rank, kw)
     persist = persist_mode(cfg, kw)[0]
     if persist == "scratch":

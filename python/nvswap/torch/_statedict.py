@@ -36,6 +36,8 @@ def _module_engine(module):
 def load_pre_hook(module, sd, prefix, meta, strict, missing, unexpected,
                    errs):
     eng = _module_engine(module)
+    if eng.mod_layers.get(module):
+        eng.refuse_writes("load_state_dict()")
     held = []
     try:
         for layer in eng.mod_layers.get(module, ()):

@@ -1,0 +1,271 @@
+# SPDX-License-Identifier: MIT
+"""A model served from the persistent set it was trained in (issue 35):
+offload(inference=True, persist='resume') reads the newest checkpoint's
+parameters from the parameter set alone, read-only. Its outputs (and a
+Llama's generate() tokens) are the trained model's, a budget keeps
+layers resident as copies, every file of both sets stays byte for byte
+as it was, and training resumes from the set afterwards bit-exact, as
+if it had never been served."""
+import errno
+import hashlib
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+from nvswap.torch import _durable  # noqa: E402
+from nvswap.torch._engine import engine_of  # noqa: E402
+
+STEPS, STOP = 5, 3
+KW = dict(buffer_size="64K", buffer_count=3)
+
+
+def make(seed, device=None):
+    """4 layers: 2176, 4224, 4224 and 1088 bytes in the pool."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32, device=device), torch.nn.ReLU(),
+        torch.nn.Linear(32, 32, device=device), torch.nn.ReLU(),
+        torch.nn.Linear(32, 32, device=device), torch.nn.ReLU(),
+        torch.nn.Linear(32, 8, device=device))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(4, 16, generator=g), torch.randn(4, 8, generator=g)
+
+
+def train(model, opt, steps):
+    for step in steps:
+        x, y = batch(step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def trained(swapdir):
+    """STOP steps offloaded into persistent sets and checkpointed: the
+    model restored."""
+    model = nvt.offload(make(0), nvme_path=swapdir, persist="persistent",
+                        **KW)
+    opt = nvt.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    train(model, opt, range(1, STOP + 1))
+    ck = nvt.checkpoint(model)
+    assert ck.wait() == (1, 1)
+    return nvt.restore(model)
+
+
+def files(swapdir):
+    """Every file under swapdir: its bytes' digest."""
+    out = {}
+    for root, _, names in os.walk(swapdir):
+        for n in names:
+            with open(os.path.join(root, n), "rb") as f:
+                out[os.path.join(root, n)] = hashlib.sha256(
+                    f.read()).hexdigest()
+    return out
+
+
+def forward(model, x):
+    with torch.no_grad():
+        return model(x)
+
+
+def test_a_checkpoint_is_served_read_only_and_training_resumes(swapdir):
+    want_model = trained(swapdir)
+    x = batch(99)[0]
+    want = forward(want_model, x)
+    before = files(swapdir)
+    m = make(5, "meta")  # nothing of it is read: the checkpoint's are
+    nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
+                memory="12K")
+    eng = engine_of(m)
+    try:
+        for _ in range(3):
+            assert torch.equal(forward(m, x), want)
+        s = nvt.stats(m)
+        assert s["resumed"] == {"tag": f"step {STOP}", "steps": STOP,
+                                "generations": (1, None)}
+        assert eng.gswap is None and s["optimizer"] is None
+        assert eng.layer_bytes == [2176, 4224, 4224, 1088]
+        # the budget's choice (2 buffers of 8 KiB, the small layers
+        # resident): copies, nothing of them read again
+        assert eng.copied == {0, 3} and s["resident_layers"] == 2
+        assert s["resident_bytes"] == 2176 + 1088
+        assert s["last_forward_bytes_read"] == 2 * 4224
+        for (k, a), b in zip(m.state_dict().items(),
+                             want_model.state_dict().values()):
+            assert torch.equal(a, b), k
+        # nothing it is asked to do writes to the set
+        for what, call in (
+                ("load_state_dict()",
+                 lambda: m.load_state_dict(want_model.state_dict())),
+                ("gathered(modify=True)",
+                 lambda: nvt.gathered(m[2], modify=True).__enter__())):
+            with pytest.raises(nvswap.Error) as ei:
+                call()
+            assert ei.value.errno == errno.EROFS
+            assert ei.value.strerror.startswith(
+                f"nvswap.torch: {what} on a model served from a "
+                "persistent training set (inference=True)")
+        with pytest.raises(nvswap.Error) as ei:
+            nvt.checkpoint(m)
+        assert ei.value.errno == errno.EROFS
+        with pytest.raises(ValueError, match="inference=True"):
+            nvt.AdamW(m.parameters())
+        assert torch.equal(forward(m, x), want)
+    finally:
+        nvt.restore(m)
+    for a, b in zip(m.parameters(), want_model.parameters()):
+        assert torch.equal(a, b)
+    assert files(swapdir) == before
+
+    # training resumes from the set as if it had never been served
+    model = nvt.offload(make(7), nvme_path=swapdir, persist="resume", **KW)
+    assert nvt.stats(model)["resumed"]["generations"] == (1, 1)
+    opt = nvt.AdamW(model.parameters(), lr=0.5)  # the saved lr wins
+    train(model, opt, range(STOP + 1, STEPS + 1))
+    ref = make(0)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    train(ref, ref_opt, range(1, STEPS + 1))
+    for (k, a), b in zip(model.state_dict().items(),
+                         ref.state_dict().values()):
+        assert torch.equal(a, b), k
+    nvt.restore(model)
+
+
+def test_the_newest_checkpoint_is_served_not_what_followed_it(swapdir):
+    """A step after the checkpoint, then the engine closed without
+    saving: the C library commits what changed as a generation of its
+    own ("destroy"), newer than the checkpoint. Serving (as resuming)
+    takes the checkpoint: the weights of step STOP."""
+    model = nvt.offload(make(0), nvme_path=swapdir, persist="persistent",
+                        **KW)
+    opt = nvt.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    train(model, opt, range(1, STOP + 1))
+    nvt.checkpoint(model).wait()
+    train(model, opt, [STOP + 1])
+    engine_of(model).close(save=False)
+    ref = make(0)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    train(ref, ref_opt, range(1, STOP + 1))
+    x = batch(99)[0]
+    m = nvt.offload(make(5), nvme_path=swapdir, inference=True,
+                    persist="resume")
+    try:
+        tags = [g["tag"] for g in engine_of(m).pswap.generations()]
+        assert tags == ["destroy", f"{_durable.TAG_PREFIX}1:step {STOP}"]
+        assert nvt.stats(m)["resumed"]["generations"] == (1, None)
+        assert torch.equal(forward(m, x), forward(ref, x))
+    finally:
+        nvt.restore(m)
+
+
+def test_a_trained_llama_generates_from_its_set(swapdir):
+    t = pytest.importorskip(
+        "transformers", reason="transformers is not installed for this "
+        "interpreter (Debian packages no transformers)")
+    cfg = t.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=3, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = nvt.offload(t.LlamaForCausalLM(cfg), nvme_path=swapdir,
+                        persist="persistent")
+    opt = nvt.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, 96, (2, 7),
+                        generator=torch.Generator().manual_seed(2))
+    for _ in range(2):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    nvt.checkpoint(model).wait()
+    nvt.restore(model).eval()
+
+    def generate(m):
+        with torch.no_grad():
+            return m.generate(ids, attention_mask=torch.ones_like(ids),
+                              max_new_tokens=6, do_sample=False,
+                              pad_token_id=0)
+    want = generate(model)
+    before = files(swapdir)
+    with torch.device("meta"):
+        m = t.LlamaForCausalLM(cfg).eval()
+    total = sum(p.numel() * 4 for p in model.parameters())
+    nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
+                memory=total // 2)
+    try:
+        assert torch.equal(generate(m), want)
+        s = nvt.stats(m)
+        assert 0 < s["resident_layers"] < len(engine_of(m).layers)
+        assert s["last_forward_bytes_read"] > 0
+    finally:
+        nvt.restore(m)
+    assert files(swapdir) == before
+
+
+def test_what_serving_a_set_refuses(swapdir, monkeypatch):
+    with pytest.raises(nvswap.Error) as ei:  # no set: nothing made
+        nvt.offload(make(0), nvme_path=swapdir, inference=True,
+                    persist="resume")
+    assert ei.value.errno == errno.ENOENT
+    assert "no persistent swap set to resume" in str(ei.value)
+    assert os.listdir(swapdir) == []
+    trained(swapdir)
+    before = files(swapdir)
+    seq = torch.nn.Sequential()
+    for i, mod in enumerate(make(0)):
+        seq.add_module(f"m{i}", mod)
+    with pytest.raises(ValueError, match=r"serving a model whose layer 0 "
+                       r"holds \['m0.weight', 'm0.bias'\], saved as "
+                       r"\['0.weight', '0.bias'\]"):
+        nvt.offload(seq, nvme_path=swapdir, inference=True,
+                    persist="resume")
+    with pytest.raises(ValueError, match=r"serving a model whose layer 4 "
+                       r"holds \['7.weight', '7.bias'\]: the checkpoint "
+                       r"has 4 layers"):
+        nvt.offload(torch.nn.Sequential(*make(0), torch.nn.Linear(8, 8)),
+                    nvme_path=swapdir, inference=True, persist="resume")
+    with pytest.raises(ValueError, match="serving a model of 3 layers, "
+                       "saved with 4"):
+        nvt.offload(make(0)[:5], nvme_path=swapdir, inference=True,
+                    persist="resume")
+    with pytest.raises(ValueError, match="offloaded with dtype=torch."
+                       "bfloat16, saved with dtype=None"):
+        nvt.offload(make(0), nvme_path=swapdir, inference=True,
+                    persist="resume", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"buffer_size=4096 is smaller "
+                       r"than the 4224 bytes the checkpoint's largest "
+                       r"layer, 1 \(2.weight, 2.bias\), takes"):
+        nvt.offload(make(0), nvme_path=swapdir, inference=True,
+                    persist="resume", buffer_size=4096)
+    m = nvt.offload(make(0), nvme_path=swapdir, persist="resume", **KW)
+    try:  # a set in training is not served beside it
+        with pytest.raises(nvswap.Error) as ei:
+            nvt.offload(make(0), nvme_path=swapdir, inference=True,
+                        persist="resume")
+        assert ei.value.errno == errno.EBUSY
+    finally:
+        nvt.restore(m)
+    assert files(swapdir) == before
+
+
+def test_a_checkpoint_without_the_parameter_sets_record_is_refused(
+        swapdir, monkeypatch):
+    """Checkpoints saved before the record went into the parameter set
+    too (an older nvswap: here its _write_record skipped the copy)."""
+    write = _durable._write_record
+
+    def optimizer_set_only(swapper, blob, size=None):
+        if size is None:
+            write(swapper, blob)
+    monkeypatch.setattr(_durable, "_write_record", optimizer_set_only)
+    trained(swapdir)
+    monkeypatch.undo()
+    with pytest.raises(nvswap.Error) as ei:
+        nvt.offload(make(0), nvme_path=swapdir, inference=True,
+                    persist="resume")
+    assert ei.value.errno == errno.ENOTSUP
+    assert "has no record in the parameter set (saved by an older " \
+        "nvswap)" in str(ei.value)
