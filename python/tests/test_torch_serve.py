@@ -73,14 +73,24 @@ def forward(model, x):
         return model(x)
 
 
-def test_a_checkpoint_is_served_read_only_and_training_resumes(swapdir):
+def test_a_checkpoint_is_served_read_only_and_training_resumes(swapdir,
+                                                               monkeypatch):
     want_model = trained(swapdir)
     x = batch(99)[0]
     want = forward(want_model, x)
     before = files(swapdir)
     m = make(5, "meta")  # nothing of it is read: the checkpoint's are
+    opened = []  # the Swappers made: the optimizer set is never opened
+    real = nvswap.Swapper
+
+    def spy(*args, **kw):
+        opened.append((kw.get("name", kw.get("kind")), kw["buffer_size"],
+                       kw["buffer_count"]))
+        return real(*args, **kw)
+    monkeypatch.setattr(nvswap, "Swapper", spy)
     nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
                 memory="12K")
+    monkeypatch.undo()
     eng = engine_of(m)
     try:
         for _ in range(3):
@@ -89,6 +99,7 @@ def test_a_checkpoint_is_served_read_only_and_training_resumes(swapdir):
         assert s["resumed"] == {"tag": f"step {STOP}", "steps": STOP,
                                 "generations": (1, None)}
         assert eng.gswap is None and s["optimizer"] is None
+        assert opened == [("param", 4224, 1), ("param", 4224, 2)]
         assert eng.layer_bytes == [2176, 4224, 4224, 1088]
         # the budget's choice (2 buffers of 8 KiB, the small layers
         # resident): copies, nothing of them read again

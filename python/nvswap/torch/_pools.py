@@ -115,7 +115,8 @@ def served_record(cfg, raw, rank, kw, probe):
     large as any of its tensors can be); the set is closed again, nothing
     written. The optimizer set is not opened: its pool would be sized
     for its own tensors, and serving reads no optimizer state."""
-    pkw = dict(kw, buffer_size=probe, buffer_count=1, persist="resume")
+    pkw = dict(kw, buffer_size=probe, buffer_count=1, persist="resume",
+               inference=True)
     pswap = swappers(cfg, raw, rank, pkw)[0]
     try:
         ours = _durable.ours(pswap)
