@@ -17,6 +17,9 @@ import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _durable  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
+from test_torch_resume import ns, train  # noqa: E402  the same steps
+
+batch = ns["batch"]
 
 STEPS, STOP = 5, 3
 KW = dict(buffer_size="64K", buffer_count=3)
@@ -30,19 +33,6 @@ def make(seed, device=None):
         torch.nn.Linear(32, 32, device=device), torch.nn.ReLU(),
         torch.nn.Linear(32, 32, device=device), torch.nn.ReLU(),
         torch.nn.Linear(32, 8, device=device))
-
-
-def batch(step):
-    g = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(4, 16, generator=g), torch.randn(4, 8, generator=g)
-
-
-def train(model, opt, steps):
-    for step in steps:
-        x, y = batch(step)
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
 
 
 def trained(swapdir):

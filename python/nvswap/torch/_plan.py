@@ -7,6 +7,21 @@ import torch
 from ._engine import check_layer_fits
 
 
+def _own(mname, m, seen, tied):
+    """[(qualified name, param)] of m's parameters not seen before (ids
+    in seen, added to it); those seen are tied uses, added to tied."""
+    own = []
+    for pname, p in m._parameters.items():
+        if p is None:
+            continue
+        if id(p) in seen:
+            tied.append((m, pname, p))
+            continue
+        seen.add(id(p))
+        own.append((f"{mname}.{pname}" if mname else pname, p))
+    return own
+
+
 def layer_plan(model, buffer_size, size_of=None, whole=()):
     """[(owner name, owner module, [(qualified name, param)])] in
     named_modules order, each fitting a pool buffer (size_of(p): its
@@ -15,15 +30,7 @@ def layer_plan(model, buffer_size, size_of=None, whole=()):
     [(module, attribute, param)]. Raises before anything is written."""
     plan, tied, seen = [], [], set()
     for mname, m in model.named_modules():
-        own = []
-        for pname, p in m._parameters.items():
-            if p is None:
-                continue
-            if id(p) in seen:
-                tied.append((m, pname, p))
-                continue
-            seen.add(id(p))
-            own.append((f"{mname}.{pname}" if mname else pname, p))
+        own = _own(mname, m, seen, tied)
         if m in whole and own:
             plan.append((mname, m, own))
             continue
@@ -40,15 +47,7 @@ def record_plan(model, layers):
     size now. Raises ValueError naming the first layer that differs."""
     plan, tied, seen, k = [], [], set(), 0
     for mname, m in model.named_modules():
-        own = []
-        for pname, p in m._parameters.items():
-            if p is None:
-                continue
-            if id(p) in seen:
-                tied.append((m, pname, p))
-                continue
-            seen.add(id(p))
-            own.append((f"{mname}.{pname}" if mname else pname, p))
+        own = _own(mname, m, seen, tied)
         while own:
             names = layers[k] if k < len(layers) else []
             chunk = own[:max(len(names), 1)]
