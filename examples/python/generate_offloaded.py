@@ -18,7 +18,10 @@ memory=)).
    swap file before generate() and twice after, the median, over the
    bytes each step reads), for the whole run and for the decoding steps
    after the first token (the prompt's forward computes every prompt
-   token: serving figures give the two apart).
+   token: serving figures give the two apart); and the share of the
+   decoding steps' time the disk had reads in flight, with the rate it
+   read at then: the same bound at the rate of the run itself, which a
+   virtual disk's drift between the figure and the run does not move.
 4. Everything made under --dir is removed.
 
     python3 examples/python/generate_offloaded.py [--dir nvme_swap]
@@ -73,16 +76,20 @@ def prompt(a):
 
 class Clock:
     """A generate() streamer noting when each step's tokens came: its
-    first put() is the prompt, each later one a step's new tokens."""
+    first put() is the prompt, each later one a step's new tokens; and,
+    with probe (a callable), what it returns at each of those."""
 
-    def __init__(self):
+    def __init__(self, probe=None):
         self.t0, self.at, self.prompt = time.perf_counter(), [], True
+        self.probe, self.seen = probe, []
 
     def put(self, value):
         if self.prompt:
             self.prompt = False
         else:
             self.at.append(time.perf_counter())
+            if self.probe is not None:
+                self.seen.append(self.probe())
 
     def end(self):
         pass
@@ -97,10 +104,20 @@ class Clock:
             return None
         return batch * (len(self.at) - 1) / (self.at[-1] - self.at[0])
 
+    def decode_busy(self):
+        """(share of the decoding steps' time the disk had reads in
+        flight, GB/s it read at then), from probe()'s (bytes read, busy
+        ns) of the parameter pool; None without reads."""
+        if len(self.seen) < 2 or self.seen[-1][1] == self.seen[0][1]:
+            return None
+        nbytes = self.seen[-1][0] - self.seen[0][0]
+        busy = (self.seen[-1][1] - self.seen[0][1]) / 1e9
+        return busy / (self.at[-1] - self.at[0]), nbytes / busy / GB
 
-def generate(model, ids, new_tokens):
+
+def generate(model, ids, new_tokens, probe=None):
     """(new tokens, seconds, Clock)."""
-    clock = Clock()
+    clock = Clock(probe)
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids),
                              max_new_tokens=new_tokens,
@@ -141,7 +158,10 @@ def child(a):
     swap = os.path.join(a.dir, "nvswap", "param", "rank0", "swap.0")
     there = os.path.exists(swap)
     gbps = [disk_read_gbps(swap)] if there else []
-    out, secs, clock = generate(model, prompt(a), a.new_tokens)
+    def io():
+        ps = nvt.stats(model)["param"]
+        return ps["bytes_read"], ps["io_busy_ns"]
+    out, secs, clock = generate(model, prompt(a), a.new_tokens, io)
     s = nvt.stats(model)
     gbps += [disk_read_gbps(swap) for _ in range(2 if there else 0)]
     gbps = sorted(g for g in gbps if g)
@@ -152,6 +172,7 @@ def child(a):
         "tokens": out.tolist(), "seconds": secs, "load_s": load_s,
         "first_s": clock.first_s(),
         "decode_tps": clock.decode_tps(a.batch),
+        "decode_busy": clock.decode_busy(),
         "layers": s["layers"], "resident_layers": s["resident_layers"],
         "resident_bytes": s["resident_bytes"],
         "step_bytes": s["last_forward_bytes_read"],
@@ -278,6 +299,15 @@ def offloaded(a, want, mem_tps, nbytes):
               f"disk-bound limit {bound:.2f} tokens/s; "
               + (f"decoding at {dec / bound:.2f} of it, " if dec else "")
               + f"the whole run at {tps / bound:.2f}")
+        busy = res.get("decode_busy")
+        if busy and dec:
+            # the same bound at the rate the disk read while decoding
+            # (no drift between the figure and the run): the share of
+            # each step the disk had reads in flight
+            print(f"  while decoding the disk had reads in flight "
+                  f"{busy[0]:.2f} of the time, reading at {busy[1]:.2f} "
+                  f"GB/s: decoding at {busy[0]:.2f} of the disk-bound "
+                  "limit at that rate")
     same = res["tokens"] == want.tolist()
     n = sum(x == y for r1, r2 in zip(res["tokens"], want.tolist())
             for x, y in zip(r1, r2))
