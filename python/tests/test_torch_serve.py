@@ -137,6 +137,29 @@ def test_a_checkpoint_is_served_read_only_and_training_resumes(swapdir,
     nvt.restore(model)
 
 
+def test_weights_given_are_checked_but_the_checkpoint_is_served(
+        swapdir, tmp_path):
+    """weights= beside a checkpoint, as in resuming: its keys and shapes
+    are checked, its parameters not read (they are another model's
+    here), and one that does not fit the model is refused."""
+    want_model = trained(swapdir)
+    other = str(tmp_path / "other.pt")
+    torch.save(make(9).state_dict(), other)
+    x = batch(99)[0]
+    m = nvt.offload(make(5, "meta"), nvme_path=swapdir, inference=True,
+                    persist="resume", weights=other)
+    try:
+        assert torch.equal(forward(m, x), forward(want_model, x))
+    finally:
+        nvt.restore(m)
+    sd = make(9).state_dict()
+    del sd["6.bias"]
+    torch.save(sd, other)
+    with pytest.raises(ValueError, match="6.bias"):
+        nvt.offload(make(5, "meta"), nvme_path=swapdir, inference=True,
+                    persist="resume", weights=other)
+
+
 def test_the_newest_checkpoint_is_served_not_what_followed_it(swapdir):
     """A step after the checkpoint, then the engine closed without
     saving: the C library commits what changed as a generation of its
