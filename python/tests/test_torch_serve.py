@@ -187,7 +187,7 @@ def test_the_newest_checkpoint_is_served_not_what_followed_it(swapdir):
         nvt.restore(m)
 
 
-def test_a_trained_llama_generates_from_its_set(swapdir):
+def test_a_trained_llama_generates_from_its_set(swapdir, tmp_path):
     t = pytest.importorskip(
         "transformers", reason="transformers is not installed for this "
         "interpreter (Debian packages no transformers)")
@@ -224,9 +224,13 @@ def test_a_trained_llama_generates_from_its_set(swapdir):
         s = nvt.stats(m)
         assert 0 < s["resident_layers"] < len(engine_of(m).layers)
         assert s["last_forward_bytes_read"] > 0
+        # the checkpoint exported for from_pretrained, from the set
+        nvt.save_pretrained(m, str(tmp_path / "hf"))
     finally:
         nvt.restore(m)
     assert files(swapdir) == before
+    assert torch.equal(generate(t.LlamaForCausalLM.from_pretrained(
+        str(tmp_path / "hf")).eval()), want)
 
 
 def test_what_serving_a_set_refuses(swapdir, monkeypatch):
