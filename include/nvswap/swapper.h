@@ -261,7 +261,6 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *            keep_generations;
  *   -EBADMSG a manifest that does not verify, or data files that do not
  *            hold its extents; -ENOTSUP  a manifest of a newer format;
- *   -EFBIG   a tensor of the set larger than buffer_size;
  *   -EPERM   also: a swap directory (nvswap/, a <name> level or rank<R>)
  *            owned by another user, or writable by group or others
  *            without the sticky bit; the message names owner and mode;
@@ -361,6 +360,9 @@ NVS_API int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id);
  *   -ENOSPC, -EIO...  no free buffer because a tensor whose write-back
  *             failed holds one (the message names it; free space and
  *             evict it again) - returned rather than waited on;
+ *   -EFBIG    a tensor of a persistent set larger than this swapper's
+ *             buffer_size (opened with a smaller one than it was saved
+ *             with): no buffer can hold it; nvs_swapper_read() copies it;
  *   -errno    the read could not be submitted (the tensor stays ON_NVME).
  * A read that fails later is reported by the next acquire or wait of @id.
  */
@@ -436,6 +438,25 @@ NVS_API int nvs_swapper_wait(struct nvs_swapper *s, uint64_t id);
  * reported by this call).
  */
 NVS_API int nvs_swapper_wait_all(struct nvs_swapper *s);
+
+/**
+ * nvs_swapper_read() - copy tensor @id's bytes into @dst (@nbytes of room)
+ * without taking a pool buffer: from its buffer when it is resident (or
+ * being written back: the data as it stands, changes not yet written
+ * included), zeros when it was never written, else read from NVMe
+ * straight into @dst (any memory: unaligned or unpinned is staged by the
+ * aio handle), its checksum checked when the swapper keeps them. The
+ * tensor stays as it was (a read ahead in flight is waited for first).
+ * Any size: a tensor of a persistent set larger than this swapper's
+ * buffer_size, which nvs_swapper_acquire() refuses, is read so. Counted
+ * in the stats' reads and bytes_read.
+ * Return: 0, -EINVAL (NULL @s, or @dst with @nbytes), -ENOENT (no such
+ * tensor), -ERANGE (@nbytes below its size), -EBADMSG (a checksum
+ * mismatch: @dst holds what was read), a read's -errno, -ECHILD in a
+ * forked child.
+ */
+NVS_API int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
+			     size_t nbytes);
 
 /** nvs_swapper_stats() - copy the counters. 0, -EINVAL for NULLs, or
  *  -ECHILD in a forked child (see nvs_swapper_create()). */

@@ -163,6 +163,39 @@ static PyObject *swapper_register(PyObject *o, PyObject *const *args,
 	Py_RETURN_NONE;
 }
 
+static PyObject *swapper_read(PyObject *o, PyObject *const *args,
+			      Py_ssize_t nargs, PyObject *kw)
+{
+	static const char *const names[] = {"id", "buffer", NULL};
+	struct ext_swapper *self = SW(o);
+	char msg[NVS_ERRMSG_MAX] = "";
+	struct ext_buf buf = {0};
+	PyObject *a[2];
+	uint64_t id;
+	int rc;
+
+	if (ext_bind("read", args, nargs, kw, names, 2, 2, a) ||
+	    id_arg(a[0], &id) || ext_buf_get(a[1], true, &buf))
+		return NULL;
+	if (ext_buf_guard(&buf, true) || ext_swapper_enter(self)) {
+		ext_buf_release(&buf);
+		return NULL;
+	}
+	EXT_NOGIL(rc, msg, nvs_swapper_read(self->s, id, buf.ptr, buf.nbytes));
+	ext_gate_leave(&self->gate);
+	if (rc >= 0) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "Swapper.read(%llu)",
+			 (unsigned long long)id);
+		rc = ext_buf_settle(&buf, true, true, what, msg, sizeof(msg));
+	}
+	ext_buf_release(&buf);
+	if (rc < 0)
+		return ext_raise(rc, msg);
+	Py_RETURN_NONE;
+}
+
 /* The calls that take an id and return 0 or -errno. */
 #define ID_CALL(pyname, cfn)                                                   \
 	static PyObject *swapper_##pyname(PyObject *o, PyObject *arg)          \
@@ -514,6 +547,16 @@ static PyMethodDef swapper_methods[] = {
 	  "derived from them (t[2:], t.view(...), numpy.frombuffer(mv))\n"
 	  "are not covered: drop them first. Raises nvswap.Error ENOENT\n"
 	  "or EBUSY (id is not acquired)."),
+	M(read, FAST,
+	  "read(id, buffer) -> None\n\n"
+	  "Copy tensor id's bytes into buffer (a writable CPU tensor or\n"
+	  "buffer of at least its nbytes; contiguous) without taking a\n"
+	  "pool buffer: from its buffer when resident, zeros when never\n"
+	  "written, else read from NVMe straight into it (GIL released),\n"
+	  "its checksum checked when kept. Any size: a tensor of a\n"
+	  "persistent set larger than buffer_size, which acquire()\n"
+	  "refuses (EFBIG), is read so. Raises nvswap.Error ENOENT,\n"
+	  "ERANGE (buffer too small), EBADMSG (checksum), or the read's."),
 	M(evict, METH_O,
 	  "evict(id) -> None\n\n"
 	  "Free tensor id's buffer: start its write-back when it is dirty\n"

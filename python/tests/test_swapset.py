@@ -239,3 +239,41 @@ def test_an_empty_name_is_refused(swapdir):
     for bad in (".", "..", "a/b", "x" * 65, "a\nb"):
         raises_errno(errno.EINVAL, nvswap.Swapper, nvme_path=swapdir,
                      name=bad, buffer_size=MiB, buffer_count=2)
+
+
+def test_read_copies_tensors_out_of_a_set_opened_with_smaller_buffers(
+        swapdir):
+    """A set saved with 1 MiB buffers opens with 8 KiB ones: a 300 KB
+    tensor no buffer holds is refused by acquire (EFBIG) and copied out
+    whole by read() into any writable buffer; a resident one is copied
+    from its buffer. Reading changes nothing in the set."""
+    big, small = pattern(300000, 1), pattern(5000, 2)
+    with open_set(swapdir) as s:
+        s.register(1, bytearray(big))
+        s.register(2, bytearray(small))
+        assert s.checkpoint("one") == 1 and s.checkpoint_wait() == 1
+    with nvswap.Swapper(nvme_path=swapdir, name="set", buffer_size=8192,
+                        buffer_count=2, persist="resume") as s:
+        e = raises_errno(errno.EFBIG, s.acquire, 1)
+        assert "tensor 1 is 300000 bytes, larger than buffer_size 8192" \
+            in e.strerror
+        out = bytearray(300001)
+        s.read(1, out)
+        assert bytes(out[:300000]) == big
+        s.acquire(2, memoryview=True)
+        s.release(2, False)
+        assert s.info(2)["state"] == "resident"
+        got = bytearray(5000)
+        s.read(2, got)
+        assert bytes(got) == small
+        e = raises_errno(errno.ERANGE, s.read, 1, bytearray(10))
+        assert e.strerror == ("nvs_swapper_read: tensor 1 is 300000 "
+                              "bytes, more than the 10 given")
+        raises_errno(errno.ENOENT, s.read, 9, got)
+        with pytest.raises((TypeError, ValueError)):
+            s.read(1, bytes(300000))  # not writable
+        assert s.stats()["bytes_read"] == 300000 + 5000
+        assert not s.unsaved()
+    with open_set(swapdir, persist="resume") as s:
+        assert [g["tag"] for g in s.generations()] == ["one"]
+

@@ -22,6 +22,7 @@ from test_torch_resume import ns, train  # noqa: E402  the same steps
 batch = ns["batch"]
 
 STEPS, STOP = 5, 3
+V = 8192  # the Llama's vocabulary: its embedding and head 2 MiB each
 KW = dict(buffer_size="64K", buffer_count=3)
 
 
@@ -89,7 +90,7 @@ def test_a_checkpoint_is_served_read_only_and_training_resumes(swapdir,
         assert s["resumed"] == {"tag": f"step {STOP}", "steps": STOP,
                                 "generations": (1, None)}
         assert eng.gswap is None and s["optimizer"] is None
-        assert opened == [("param", 4224, 1), ("param", 4224, 2)]
+        assert opened == [("param", 4096, 1), ("param", 4224, 2)]
         assert eng.layer_bytes == [2176, 4224, 4224, 1088]
         # the budget's choice (2 buffers of 8 KiB, the small layers
         # resident): copies, nothing of them read again
@@ -188,17 +189,22 @@ def test_the_newest_checkpoint_is_served_not_what_followed_it(swapdir):
 
 
 def test_a_trained_llama_generates_from_its_set(swapdir, tmp_path):
+    """A Llama whose embedding and head (2 MiB each) are its largest
+    layers, served at two budgets: its embedding read by rows (copied out
+    of the set into its table), the head kept resident (read out whole),
+    the pool's buffers no larger than the largest streamed layer: the
+    trained model's tokens."""
     t = pytest.importorskip(
         "transformers", reason="transformers is not installed for this "
         "interpreter (Debian packages no transformers)")
-    cfg = t.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
+    cfg = t.LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128,
                         num_hidden_layers=3, num_attention_heads=4,
                         num_key_value_heads=2, max_position_embeddings=64)
     torch.manual_seed(0)
     model = nvt.offload(t.LlamaForCausalLM(cfg), nvme_path=swapdir,
                         persist="persistent")
     opt = nvt.AdamW(model.parameters(), lr=1e-2)
-    ids = torch.randint(0, 96, (2, 7),
+    ids = torch.randint(0, V, (2, 7),
                         generator=torch.Generator().manual_seed(2))
     for _ in range(2):
         model(input_ids=ids, labels=ids).loss.backward()
@@ -214,21 +220,32 @@ def test_a_trained_llama_generates_from_its_set(swapdir, tmp_path):
                               pad_token_id=0)
     want = generate(model)
     before = files(swapdir)
-    with torch.device("meta"):
-        m = t.LlamaForCausalLM(cfg).eval()
-    total = sum(p.numel() * 4 for p in model.parameters())
-    nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
-                memory=total // 2)
-    try:
-        assert torch.equal(generate(m), want)
-        s = nvt.stats(m)
-        assert 0 < s["resident_layers"] < len(engine_of(m).layers)
-        assert s["last_forward_bytes_read"] > 0
-        # the checkpoint exported for from_pretrained, from the set
-        nvt.save_pretrained(m, str(tmp_path / "hf"))
-    finally:
-        nvt.restore(m)
-    assert files(swapdir) == before
+    # about the least budget (1 MiB reading rows, the head, two buffers of
+    # the largest streamed layer), then 200 KB more: decoders resident
+    for budget in (3309568, 3509568):
+        with torch.device("meta"):
+            m = t.LlamaForCausalLM(cfg).eval()
+        nvt.offload(m, nvme_path=swapdir, inference=True,
+                    persist="resume", memory=budget)
+        try:
+            assert torch.equal(generate(m), want)
+            s, eng = nvt.stats(m), engine_of(m)
+            assert s["row_layers"] == 1 and s["rows_read"] > 0
+            head = eng.names.index(["lm_head.weight"])
+            assert head in eng.copied
+            assert s["param"]["buffer_size"] < eng.layer_bytes[head]
+            streamed = [b for i, b in enumerate(eng.layer_bytes)
+                        if i not in eng.copied and i not in eng.rows
+                        and i not in eng.kept_streamed]  # the depth's
+            assert streamed and max(streamed) <= s["param"]["buffer_size"]
+            # the streamed layers and a 4 KiB block of rows per token
+            assert sum(streamed) < s["last_forward_bytes_read"] <= \
+                sum(streamed) + 2 * 4096
+            # the checkpoint exported for from_pretrained, from the set
+            nvt.save_pretrained(m, str(tmp_path / "hf"))
+        finally:
+            nvt.restore(m)
+        assert files(swapdir) == before
     assert torch.equal(generate(t.LlamaForCausalLM.from_pretrained(
         str(tmp_path / "hf")).eval()), want)
 
@@ -263,9 +280,10 @@ def test_what_serving_a_set_refuses(swapdir, monkeypatch):
                        "bfloat16, saved with dtype=None"):
         nvt.offload(make(0), nvme_path=swapdir, inference=True,
                     persist="resume", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"buffer_size=4096 is smaller "
-                       r"than the 4224 bytes the checkpoint's largest "
-                       r"layer, 1 \(2.weight, 2.bias\), takes"):
+    with pytest.raises(ValueError, match=r"the checkpoint's layer 1 "
+                       r"\(2.weight, 2.bias\) takes 4224 bytes, more than "
+                       r"the 4096-byte pool buffers it would stream "
+                       r"through"):
         nvt.offload(make(0), nvme_path=swapdir, inference=True,
                     persist="resume", buffer_size=4096)
     m = nvt.offload(make(0), nvme_path=swapdir, persist="resume", **KW)

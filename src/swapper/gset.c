@@ -264,7 +264,10 @@ int nvs__gset_readahead(struct gset *gs, unsigned group)
 	if (!g || g->in_cpu)
 		return 0;
 	r = nvs__swapper_readahead(gs->core, nvs__gset_id(gs, group));
-	return r == -EAGAIN ? 0 : r; /* a full pool: less overlap, fine */
+	/* A full pool: less overlap, fine. A group larger than the buffers
+	 * (a persistent set's, opened with smaller ones): its acquire says
+	 * so; its reader copies it out (nvs_swapper_read) instead. */
+	return r == -EAGAIN || r == -EFBIG ? 0 : r;
 }
 
 int nvs__gset_acquire(struct gset *gs, const char *call, unsigned group,

@@ -2,11 +2,13 @@
 /*
  * A tensor's I/O (see io.h): submitting its extents, collecting their
  * tickets, the checksum check of a read, and finishing the transition
- * READING -> RESIDENT / ON_NVME or WRITING -> ON_NVME / RESIDENT.
+ * READING -> RESIDENT / ON_NVME or WRITING -> ON_NVME / RESIDENT; and
+ * nvs_swapper_read(), a tensor's bytes copied out without a pool buffer.
  */
 #include "swapper/io.h"
 #include "internal/alloc.h"
 #include "internal/errors.h"
+#include "internal/fork.h"
 #include "internal/util.h"
 #include "swapper/crc32c.h"
 #include "swapper/paths.h"
@@ -292,5 +294,86 @@ int nvs__start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
 		nvs__buffer_put(s, t);
 		s->st.io_errors++;
 	}
+	return ret;
+}
+
+/* The read of ON_NVME @t straight into @dst, its lock dropped while the
+ * tickets are collected (@t busy meanwhile). Lock held on entry and
+ * return. */
+static int read_out(struct nvs_swapper *s, struct tensor *t, void *dst)
+{
+	const char *file = s->path[t->ext[0].path].file;
+	uint64_t off = t->ext[0].off;
+	size_t n = 0;
+	int err;
+
+	t->busy = true;
+	err = nvs__submit_extents(s, t, NVS_AIO_READ, dst, false, &n);
+	if (err < 0) {
+		err = nvs__drain_failed_submit(s, t, n, false, err);
+		s->st.io_errors++;
+		goto out;
+	}
+	pthread_mutex_unlock(&s->lock);
+	err = nvs__wait_tickets(s, t, 0, n, false);
+	if (!err && s->checksum) {
+		uint32_t crc = nvs__crc32c(0, dst, t->nbytes);
+		if (crc != t->crc)
+			err = nvs__err(-EBADMSG,
+				       "nvs_swapper_read: tensor %" PRIu64
+				       ": checksum mismatch reading %s at "
+				       "offset %" PRIu64
+				       " (crc32c %08x, written %08x)",
+				       t->id, file, off, crc, t->crc);
+	}
+	pthread_mutex_lock(&s->lock);
+	if (err) {
+		s->st.io_errors++;
+		if (err == -EBADMSG)
+			s->st.checksum_errors++;
+	} else {
+		s->st.reads++;
+		s->st.bytes_read += t->nbytes;
+		nvs__count_path_bytes(s, t, false);
+	}
+out:
+	t->busy = false;
+	pthread_cond_broadcast(&s->cond);
+	return err;
+}
+
+int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
+		     size_t nbytes)
+{
+	static const char call[] = "nvs_swapper_read";
+	struct tensor *t = NULL;
+	int ret;
+
+	if (!s || (!dst && nbytes))
+		return nvs__err(-EINVAL, "%s: NULL %s", call,
+				s ? "destination" : "swapper");
+	NVS__PARENT_ONLY(s, call, "swapper");
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		ret = nvs__tensor_idle(s, id, call, &t, NULL);
+		if (ret < 0 || t->state != NVS_TENSOR_READING)
+			break;
+		nvs__collect(s, t); /* a read ahead in flight: let it land */
+	}
+	if (ret == 0 && t->nbytes > nbytes)
+		ret = nvs__err(-ERANGE,
+			       "%s: tensor %" PRIu64 " is %zu bytes, more "
+			       "than the %zu given",
+			       call, id, t->nbytes, nbytes);
+	if (ret == 0) {
+		if (t->state == NVS_TENSOR_RESIDENT ||
+		    t->state == NVS_TENSOR_WRITING)
+			memcpy(dst, t->buf, t->nbytes);
+		else if (!t->on_disk)
+			memset(dst, 0, t->nbytes);
+		else
+			ret = read_out(s, t, dst);
+	}
+	pthread_mutex_unlock(&s->lock);
 	return ret;
 }

@@ -388,13 +388,6 @@ static int rebuild(struct nvs_swapper *s, const struct nvs_manifest *m)
 		const struct nvs_mf_tensor *mt = &m->t[i];
 		struct tensor *t;
 
-		if (mt->nbytes > s->max_bytes)
-			return nvs__err(-EFBIG,
-					"nvs_swapper_create: tensor %" PRIu64
-					" of generation %" PRIu64 " is %" PRIu64
-					" bytes, larger than buffer_size %zu",
-					mt->id, m->generation, mt->nbytes,
-					s->max_bytes);
 		t = nvs__tensor_alloc(s, mt->id, mt->nbytes);
 		if (!t || t->nexts != mt->nexts) {
 			bool oom = !t;

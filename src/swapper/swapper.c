@@ -144,6 +144,16 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 		}
 		if (t->state != NVS_TENSOR_ON_NVME)
 			break;
+		if (t->nbytes > s->max_bytes) {
+			/* a persistent set's, opened with smaller buffers */
+			ret = nvs__err(-EFBIG,
+				       "%s: tensor %" PRIu64 " is %zu bytes, "
+				       "larger than buffer_size %zu (the set "
+				       "was saved with larger buffers; "
+				       "nvs_swapper_read() copies it out)",
+				       call, id, t->nbytes, s->max_bytes);
+			break;
+		}
 		buf = nvs__buffer_get(s);
 		if (buf) {
 			t->err = 0; /* a new read: an old failure is moot */

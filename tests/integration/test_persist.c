@@ -478,6 +478,73 @@ Test(persist, damaged_data_is_caught_at_open_or_at_read)
 		  nvs_last_error());
 }
 
+/* The set made with 64 KiB buffers, opened with 8 KiB ones: it opens; no
+ * buffer holds a 40000-byte tensor, so acquire refuses it, and
+ * nvs_swapper_read() copies each out (into unaligned memory here), its
+ * checksum checked, nothing changed in the set. */
+Test(persist, a_set_opened_with_smaller_buffers_copies_its_tensors_out)
+{
+	const char *root = tu_dir();
+	struct nvs_swapper_opts o;
+	struct nvs_swap_stats st;
+	struct nvs_swapper *s = NULL;
+	char *mem = malloc(SZ + 1), *dst = mem + 1, want[SZ];
+	void *p;
+
+	cr_assert_not_null(mem);
+	make_set(root);
+	opts(&o, root, NVS_PERSIST_RESUME);
+	o.buffer_size = 8192;
+	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_acquire(s, 1, &p), -EFBIG);
+	cr_assert(strstr(nvs_last_error(), "tensor 1 is 40000 bytes, larger "
+					   "than buffer_size 8192"),
+		  "%s", nvs_last_error());
+	for (uint64_t id = 1; id < NT; id++) {
+		cr_assert_eq(nvs_swapper_read(s, id, dst, SZ), 0, "%s",
+			     nvs_last_error());
+		pattern(want, id, 1);
+		cr_assert(memcmp(dst, want, SZ) == 0, "tensor %llu",
+			  (unsigned long long)id);
+	}
+	memset(dst, 0xab, SZ); /* never written: zeros, no I/O */
+	cr_assert_eq(nvs_swapper_read(s, 0, dst, SZ), 0);
+	for (size_t i = 0; i < SZ; i++)
+		cr_assert_eq(dst[i], 0);
+	cr_assert_eq(nvs_swapper_read(s, 1, dst, SZ - 1), -ERANGE);
+	cr_assert(strstr(nvs_last_error(), "tensor 1 is 40000 bytes, more "
+					   "than the 39999 given"),
+		  "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_read(s, 99, dst, SZ), -ENOENT);
+	cr_assert_eq(nvs_swapper_read(s, 1, NULL, SZ), -EINVAL);
+	cr_assert_eq(nvs_swapper_stats(s, &st), 0);
+	cr_assert_eq(st.reads, NT - 1);
+	cr_assert_eq(st.bytes_read, (uint64_t)(NT - 1) * SZ);
+	cr_assert_eq(nvs_swapper_unsaved(s), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+
+	/* a flipped byte: exactly one tensor's read is refused */
+	flip(data_file(root), 40960 + 100);
+	cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s", nvs_last_error());
+	int bad = 0;
+	for (uint64_t id = 1; id < NT; id++) {
+		int r = nvs_swapper_read(s, id, dst, SZ);
+		if (r == -EBADMSG) {
+			bad++;
+			cr_assert(strstr(nvs_last_error(), "checksum mismatch"),
+				  "%s", nvs_last_error());
+			continue;
+		}
+		cr_assert_eq(r, 0, "%s", nvs_last_error());
+	}
+	cr_assert_eq(bad, 1);
+	cr_assert_eq(nvs_swapper_stats(s, &st), 0);
+	cr_assert_eq(st.checksum_errors, 1);
+	cr_assert_eq(nvs_swapper_generations(s, NULL, 0), 1);
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+	free(mem);
+}
+
 Test(persist, a_full_disk_during_a_checkpoint_keeps_the_previous_one)
 {
 	char mnt[4200];

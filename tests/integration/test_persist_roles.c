@@ -4,7 +4,8 @@
  * persistent swap set: layers and groups survive destroy and a reopen,
  * the saved bytes win over the init given when they are added again, a
  * changed layout (count or sizes) is refused naming the group, and
- * max_in_cpu keeps nothing out of the set.
+ * max_in_cpu keeps nothing out of the set; opened with buffers smaller
+ * than a layer, read-ahead passes over it and nvs_swapper_read() copies it.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -247,4 +248,64 @@ Test(persist_roles, gradients_work_over_a_persistent_set)
 	cr_assert_eq(nvs_grad_release(g, 0), 0);
 	cr_assert_eq(nvs_grad_swapper_destroy(g), 0);
 	cr_assert_eq(nvs_swapper_destroy(core), 0);
+}
+
+/* Layers 0 and 2 of 200 bytes, layer 1 of 40000, saved with 256 KiB
+ * buffers and opened with 8 KiB ones: acquiring layer 0 reads ahead past
+ * layer 1 (skipped, not an error) into layer 2; layer 1's acquire is
+ * -EFBIG, and nvs_swapper_read() copies it out whole. */
+Test(persist_roles, a_layer_larger_than_the_buffers_is_read_out_not_ahead)
+{
+	static const size_t small[2] = {100, 100};
+	struct nvs_param_swapper_opts po;
+	struct nvs_param_swapper *par;
+	struct nvs_swapper_opts o;
+	struct nvs_swap_stats st;
+	struct nvs_swapper *s;
+	static char a[10000], b[30000], out[40048];
+	const void *in[2] = {a, b};
+	void *p[2];
+
+	fill(a, 1, 0, 1);
+	fill(b, 1, 1, 1);
+	tu_swapper_opts(&o, BUF, 4);
+	o.persist = NVS_PERSIST_PERSISTENT;
+	o.name = "big";
+	nvs_param_swapper_opts_init(&po);
+	po.lookahead = 2;
+	for (int round = 0; round < 2; round++) {
+		cr_assert_eq(nvs_swapper_create(&o, &s), 0, "%s",
+			     nvs_last_error());
+		cr_assert_eq(nvs_param_swapper_create(s, &po, &par), 0);
+		cr_assert_eq(nvs_param_add_layer(par, 0, 2, small, NULL), 0);
+		cr_assert_eq(nvs_param_add_layer(par, 1, 2, sizes, in), 0, "%s",
+			     nvs_last_error());
+		cr_assert_eq(nvs_param_add_layer(par, 2, 2, small, NULL), 0);
+		if (round == 1)
+			break;
+		cr_assert_eq(nvs_swapper_checkpoint(s, "saved"), 1);
+		cr_assert_eq(nvs_swapper_checkpoint_wait(s), 1);
+		cr_assert_eq(nvs_param_swapper_destroy(par), 0);
+		cr_assert_eq(nvs_swapper_destroy(s), 0);
+		o.persist = NVS_PERSIST_RESUME;
+		o.buffer_size = 8192;
+	}
+	cr_assert_eq(nvs_param_acquire_layer(par, 0, p), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_param_release_layer(par, 0, false), 0);
+	cr_assert_eq(nvs_param_acquire_layer(par, 1, p), -EFBIG);
+	cr_assert(strstr(nvs_last_error(), "larger than buffer_size 8192"),
+		  "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_read(s, 1ull << 20, out, sizeof(out)), 0, "%s",
+		     nvs_last_error());
+	check(out, 1, 0, 1);
+	check(out + 10048, 1, 1, 1); /* packed at 64-byte offsets */
+	cr_assert_eq(nvs_swapper_stats(s, &st), 0);
+	cr_assert_eq(st.bytes_read, 40048, "layer 1 read once, by read()");
+	cr_assert_eq(nvs_param_acquire_layer(par, 2, p), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_param_release_layer(par, 2, false), 0);
+	cr_assert_eq(nvs_param_swapper_destroy(par), 0);
+	cr_assert_eq(nvs_swapper_unsaved(s), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
 }

@@ -87,6 +87,46 @@ Test(swapper, a_tensor_registered_without_data_reads_as_zeros_without_io)
 	free(zero);
 }
 
+/* nvs_swapper_read(): a tensor's bytes as they stand, its state kept: a
+ * resident one changed and not written (from its buffer, no I/O), one on
+ * NVMe (read, counted, still on NVMe, no buffer taken). */
+Test(swapper, read_copies_a_tensor_out_and_leaves_it_as_it_was)
+{
+	struct nvs_swapper *s = mk_manual(2);
+	unsigned char *a = malloc(BUF), *b = malloc(BUF), *out = malloc(BUF);
+	struct nvs_swap_stats st;
+	void *p;
+
+	tu_fill(a, BUF, 3);
+	tu_fill(b, BUF, 4);
+	cr_assert_eq(nvs_swapper_register(s, 1, BUF, a), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 1, &p), 0);
+	memcpy(p, b, BUF);
+	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
+	st = stats(s);
+	cr_assert_eq(nvs_swapper_read(s, 1, out, BUF), 0, "%s",
+		     nvs_last_error());
+	cr_assert(memcmp(out, b, BUF) == 0, "the resident, unwritten bytes");
+	cr_assert_eq(state(s, 1), NVS_TENSOR_RESIDENT);
+	cr_assert_eq(stats(s).bytes_read, st.bytes_read);
+	cr_assert_eq(nvs_swapper_evict(s, 1), 0);
+	cr_assert_eq(nvs_swapper_wait(s, 1), 0);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	memset(out, 0, BUF);
+	st = stats(s);
+	cr_assert_eq(nvs_swapper_read(s, 1, out, BUF), 0, "%s",
+		     nvs_last_error());
+	cr_assert(memcmp(out, b, BUF) == 0, "the bytes written back");
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).bytes_read, st.bytes_read + BUF);
+	cr_assert_eq(stats(s).reads, st.reads + 1);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(a);
+	free(b);
+	free(out);
+}
+
 Test(swapper, every_legal_transition_in_order)
 {
 	struct nvs_swapper *s = mk(2);

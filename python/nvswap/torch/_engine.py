@@ -180,6 +180,8 @@ class Engine(Passes, Grads):
         if self.dtype is not None:
             data = [cast(d, self.dtype) for d in data]
         if len(items) == 1 and items[0][0] in self.by_rows:
+            if self.read_only:  # served from a checkpoint: its table
+                data = self.read_out(layer, data, [items[0][0]])
             if self.row_handle is None:
                 self.row_handle = _rows.handle(self.backend)
             self.rows[layer] = _rows.Table(
@@ -206,6 +208,24 @@ class Engine(Passes, Grads):
             p._nvswap = Rec(self, layer, i, name, ph)
             p.data = ph
         return layer
+
+    def read_out(self, layer, like, names=None):
+        """The saved tensors of layer (the shapes and dtypes of like's),
+        read from the parameter set into memory of their own without a
+        pool buffer (Swapper.read: any size)."""
+        gid = layer << 20  # the ParamSwapper's id of the layer's group
+        try:
+            buf = torch.empty(self.pswap.info(gid)["nbytes"],
+                              dtype=torch.uint8)
+            self.pswap.read(gid, buf)
+        except nvswap.Error as e:
+            raise self._layer_error(layer, e, names) from e
+        out, off = [], 0
+        for t in like:
+            n = t.numel() * t.element_size()
+            out.append(buf[off:off + n].view(t.dtype).view(t.shape))
+            off += (n + ALIGN - 1) // ALIGN * ALIGN
+        return out
 
     def _add_grad_group(self, layer, items, size):
         """The layer's gradient region in the optimizer pool; one larger
@@ -295,10 +315,10 @@ class Engine(Passes, Grads):
                         "backward of a model on a device?)")
         self.refs[layer] += 1
 
-    def _layer_error(self, layer, e):
+    def _layer_error(self, layer, e, names=None):
         """e, from the C library (which names an internal tensor id and
         the file), with the layer and its parameters named first."""
-        names = self.names[layer]
+        names = names or self.names[layer]
         which = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         return error(e.errno, f"nvswap.torch: reading layer {layer} "
                      f"({which}): {e.strerror}")

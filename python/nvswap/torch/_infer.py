@@ -256,18 +256,11 @@ def _bind_layer(eng, layer):
 
 
 def _copy_layer(eng, layer):
-    """A layer of a set served read-only kept in CPU memory: a copy of
-    its own, its pool buffer let go (clean) at once."""
-    try:
-        tensors = eng.params.acquire_layer(layer)
-    except nvswap.Error as e:
-        raise eng._layer_error(layer, e) from e
-    try:
-        copies = [t.clone() for t in tensors]
-    finally:
-        eng.params.release_layer(layer, False)
-        eng.params.evict_layer(layer)
-    for p, t in zip(eng.layers[layer], copies):
+    """A layer of a set served read-only kept in CPU memory: read out of
+    the set into memory of its own, no pool buffer taken (any size)."""
+    ps = eng.layers[layer]
+    copies = eng.read_out(layer, [p._nvswap.placeholder for p in ps])
+    for p, t in zip(ps, copies):
         p.data = t
     eng.bound.add(layer)
     eng.copied.add(layer)

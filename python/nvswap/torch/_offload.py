@@ -112,20 +112,20 @@ def _default_buffer_size(model, dtype, skip=()):
     return max(most, ALIGN)
 
 
-def _served_buffer(plan, dtype, given):
-    """A served checkpoint's pool buffer: every saved layer must fit it
-    (the set refuses to open otherwise), so given (None: exactly the
-    largest layer) no smaller."""
+def _check_streamed_fit(eng, plan, dtype):
+    """A served checkpoint's layers are as saved: each one streamed (not
+    kept in memory, not read by rows) must fit the pool's buffer."""
+    size = eng.pswap.stats()["buffer_size"]
     sizes = _infer.layer_sizes(plan, lambda p: _mixed.cast_size(p, dtype))
-    need = max(sizes + [_durable.RECORD_CHUNK])
-    if given is not None and _size_of(given) < need:
-        i = max(range(len(sizes)), key=sizes.__getitem__)
-        raise ValueError(f"nvswap.torch.offload: buffer_size={given} is "
-                         f"smaller than the {need} bytes the checkpoint's "
-                         f"largest layer, {i} ("
-                         f"{', '.join(n for n, _ in plan[i][2][:3])}), "
-                         "takes in a buffer")
-    return need if given is None else given
+    for i, (_, m, chunk) in enumerate(plan):
+        if i in eng.copy_in_cpu or chunk[0][0] in eng.by_rows or \
+                sizes[i] <= size:
+            continue
+        raise ValueError(
+            f"nvswap.torch.offload: the checkpoint's layer {i} ("
+            f"{', '.join(n for n, _ in chunk[:3])}) takes {sizes[i]} "
+            f"bytes, more than the {size}-byte pool buffers it would "
+            "stream through: give a larger buffer_size= or memory=")
 
 
 def offload(model, config=None, rank=None, *, nvme_path=None,
@@ -338,12 +338,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     served = fixed = None  # served from a training set: its checkpoint
     if inference and _pools.persist_mode(cfg, {"persist": persist})[0] \
             != "scratch":
-        # the probe's buffer: any layer of the model, in its own dtype or
-        # fp32 (training's dtype= is checked against the record after)
         served = _pools.served_record(cfg, raw, rank, dict(
-            nvme_path=nvme_path, backend=backend), max(
-                _default_buffer_size(model, None), _durable.RECORD_CHUNK,
-                _default_buffer_size(model, torch.float32)))
+            nvme_path=nvme_path, backend=backend))
         _durable.check_dtype(served[1], dtype)
         fixed = record_plan(model, served[1]["layers"])
     # embeddings read by rows: the candidates, unless memory= keeps them
@@ -352,11 +348,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     # layers are a checkpoint's
     whole = rows = _rows.candidates(model, inference, device)
     if max_in_cpu or _pools.raw_key(raw, "zero_optimization",
-                                    "offload_param", "max_in_cpu") or \
-            served is not None:
+                                    "offload_param", "max_in_cpu"):
         whole = rows = set()
-    if served is not None:
-        buffer_size = _served_buffer(fixed[0], dtype, buffer_size)
     if cfg is None and memory is None and buffer_size is None:
         buffer_size = _default_buffer_size(model, dtype, rows)
     deepest = lookahead is None and inference and (
@@ -443,8 +436,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         if served is not None:
             # a persistent set keeps nothing in C's CPU memory (a
             # checkpoint would not see it): the layers to keep resident
-            # are copied out of it at bind (_infer.bind), in add order up
-            # to max_in_cpu as the C budget would
+            # are read out of it at bind, any size (_infer._copy_layer),
+            # in add order up to max_in_cpu as the C budget would
             eng.read_only = True
             eng.copy_in_cpu = in_cpu if in_cpu is not None else \
                 _infer.first_fit(plan, max_in_cpu,
@@ -453,6 +446,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.page_cache = page_cache if page_cache is not None else (
             cfg is not None and cfg.nvswap_options()["page_cache"])
         eng.by_rows = {c[0][0] for _, m, c in plan if m in rows}
+        if served is not None:
+            _check_streamed_fit(eng, plan, dtype)
         if deepest and device is None and gswap is None and nbuf > 2:
             # the depth from measured times (_depth.py)
             eng.tuner = _depth.Tuner(eng, nbuf, lookahead)

@@ -108,15 +108,15 @@ def swappers(cfg, raw, rank, kw, generations=(None, None)):
     return pswap, gswap
 
 
-def served_record(cfg, raw, rank, kw, probe):
+def served_record(cfg, raw, rank, kw):
     """A model served from a persistent training set (inference=True and
     persist=): (generation, record) of the newest nvswap.torch checkpoint
-    the parameter set holds, read through one buffer of probe bytes (as
-    large as any of its tensors can be); the set is closed again, nothing
-    written. The optimizer set is not opened: its pool would be sized
-    for its own tensors, and serving reads no optimizer state."""
-    pkw = dict(kw, buffer_size=probe, buffer_count=1, persist="resume",
-               inference=True)
+    the parameter set holds, read through one buffer of a record chunk;
+    the set is closed again, nothing written. The optimizer set is not
+    opened: its pool would be sized for its own tensors, and serving
+    reads no optimizer state."""
+    pkw = dict(kw, buffer_size=_durable.RECORD_CHUNK, buffer_count=1,
+               persist="resume", inference=True)
     pswap = swappers(cfg, raw, rank, pkw)[0]
     try:
         ours = _durable.ours(pswap)
