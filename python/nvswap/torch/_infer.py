@@ -242,6 +242,15 @@ def bind(eng):
         if ls and ls[0] in eng.rows:
             _rows.forward_by_rows(m, eng.rows[ls[0]])
     _hooked_layers(eng)
+    if eng.copied:
+        # Layers copied out of a set are, to the C swapper, layers on
+        # NVMe like any other: before a walk is known it reads ahead by
+        # number, and would read them into buffers no acquire ever
+        # takes back (each one a buffer the read-ahead loses for good).
+        # The streamed layers in add order until the first forward
+        # traces the walk.
+        eng._set_walk([x for x in range(len(eng.layers))
+                       if x not in eng.bound and x not in eng.rows])
 
 
 def _bind_layer(eng, layer):
