@@ -268,8 +268,8 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  * Threading: any thread. The swapper belongs to the process that made it
  * (its handle's workers exist only there): in a child forked afterwards
  * every call that takes the swapper (register, unregister, prefetch,
- * try_prefetch, acquire, release, evict, wait, wait_all, stats, info,
- * destroy) fails
+ * try_prefetch, acquire, release, read, evict, wait, wait_all, stats,
+ * info, destroy) fails
  * at once with -ECHILD and a sentence saying so, instead of blocking
  * forever; destroy then frees and removes nothing, the parent's files
  * stay the parent's. A child makes its own swapper.

@@ -143,7 +143,7 @@ static int child_calls(struct nvs_aio *h, struct nvs_swapper *s, void *buf)
 	struct nvs_swap_stats st;
 	struct nvs_tensor_info ti;
 	void *p;
-	int r[10];
+	int r[11];
 
 	alarm(10);
 	r[0] = nvs_aio_sync_pwrite(h, buf, BUF, tu_path("child.dat"), 0);
@@ -159,9 +159,10 @@ static int child_calls(struct nvs_aio *h, struct nvs_swapper *s, void *buf)
 	r[5] = nvs_swapper_wait_all(s);
 	r[6] = nvs_swapper_stats(s, &st);
 	r[7] = nvs_swapper_info(s, 1, &ti);
+	r[10] = nvs_swapper_read(s, 1, buf, BUF);
 	r[8] = nvs_swapper_destroy(s);
 	r[9] = nvs_aio_destroy(h);
-	for (int i = 0; i < 10; i++)
+	for (int i = 0; i < 11; i++)
 		if (r[i] != -ECHILD)
 			return 10 + i;
 	return 0;

@@ -101,6 +101,7 @@ ROW(nvs_swapper_wait, nvs_swapper_wait(NULL, 1))
 ROW(nvs_swapper_wait_all, nvs_swapper_wait_all(NULL))
 ROW(nvs_swapper_stats, nvs_swapper_stats(NULL, NULL))
 ROW(nvs_swapper_info, nvs_swapper_info(NULL, 1, NULL))
+ROW(nvs_swapper_read, nvs_swapper_read(NULL, 1, NULL, 0))
 ROW(nvs_swapper_checkpoint, nvs_swapper_checkpoint(NULL, "t"))
 ROW(nvs_swapper_checkpoint_wait, nvs_swapper_checkpoint_wait(NULL))
 ROW(nvs_swapper_generations, nvs_swapper_generations(NULL, NULL, 0))
@@ -224,6 +225,7 @@ static const struct row rows[] = {
 	R(nvs_swapper_wait_all),
 	R(nvs_swapper_stats),
 	R(nvs_swapper_info),
+	R(nvs_swapper_read),
 	R(nvs_swapper_checkpoint),
 	R(nvs_swapper_checkpoint_wait),
 	R(nvs_swapper_generations),
