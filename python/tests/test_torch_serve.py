@@ -165,6 +165,30 @@ def test_weights_given_are_checked_but_the_checkpoint_is_served(
                     persist="resume", weights=other)
 
 
+def test_on_a_device_every_layer_of_the_set_streams(swapdir):
+    """device='cpu' (the staging a GPU uses, on any machine): nothing is
+    kept resident there, so at the budget that keeps two layers on the
+    CPU all four stream, each one checked against the buffers: the
+    outputs the trained model's; a buffer below a layer refused."""
+    want_model = trained(swapdir)
+    x = batch(99)[0]
+    m = nvt.offload(make(5), nvme_path=swapdir, inference=True,
+                    persist="resume", memory="12K", device="cpu")
+    try:
+        assert torch.equal(forward(m, x), forward(want_model, x))
+        assert not engine_of(m).copied
+        # (the last layer's bias unpadded on disk: 1056 of its 1088)
+        assert nvt.stats(m)["last_forward_bytes_read"] == \
+            2176 + 4224 + 4224 + 1056
+    finally:
+        nvt.restore(m)
+    with pytest.raises(ValueError, match=r"layer 1 \(2.weight, 2.bias\) "
+                       r"takes 4224 bytes, more than the 4096-byte pool "
+                       r"buffers"):
+        nvt.offload(make(5), nvme_path=swapdir, inference=True,
+                    persist="resume", buffer_size=4096, device="cpu")
+
+
 def test_the_newest_checkpoint_is_served_not_what_followed_it(swapdir):
     """A step after the checkpoint, then the engine closed without
     saving: the C library commits what changed as a generation of its

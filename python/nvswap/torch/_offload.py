@@ -114,12 +114,13 @@ def _default_buffer_size(model, dtype, skip=()):
 
 def _check_streamed_fit(eng, plan, dtype):
     """A served checkpoint's layers are as saved: each one streamed (not
-    kept in memory, not read by rows) must fit the pool's buffer."""
+    kept in memory, not read by rows) must fit the pool's buffer. On a
+    device every layer streams (_infer.bind keeps none there)."""
     size = eng.pswap.stats()["buffer_size"]
     sizes = _infer.layer_sizes(plan, lambda p: _mixed.cast_size(p, dtype))
+    kept = eng.copy_in_cpu if eng.device is None else ()
     for i, (_, m, chunk) in enumerate(plan):
-        if i in eng.copy_in_cpu or chunk[0][0] in eng.by_rows or \
-                sizes[i] <= size:
+        if i in kept or chunk[0][0] in eng.by_rows or sizes[i] <= size:
             continue
         raise ValueError(
             f"nvswap.torch.offload: the checkpoint's layer {i} ("
