@@ -252,8 +252,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     persistent parameter set a model was trained in is served from it,
     read-only (its own layers, whatever the buffer size; the optimizer
     set is not opened; load_state_dict(), gathered(modify=True) and
-    checkpoint() raise EROFS; layers memory= keeps resident are copies;
-    no embedding is read by rows): docs/inference.md.
+    checkpoint() raise EROFS; the layers memory= keeps resident, and an
+    embedding's table read by rows, are read out of the set at offload
+    (Swapper.read: any size, no pool buffer)): docs/inference.md.
     With dtype=, its parameters are cast (no fp32 masters). On the CPU,
     layers kept in CPU memory are bound once (no per-forward hooks).
     memory: (inference=True only) a host-memory budget in bytes (or a
