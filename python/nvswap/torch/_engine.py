@@ -48,6 +48,16 @@ def _placeholder(p, device=None, dtype=None):
     return torch.full((), fill, dtype=dtype, device=device).expand(p.shape)
 
 
+def _packed(sizes):
+    """(offsets, end) of tensors of sizes bytes packed as a layer's group:
+    each at the next ALIGN-byte boundary (nvswap/offload.h)."""
+    offs, off = [], 0
+    for n in sizes:
+        offs.append(off)
+        off += (n + ALIGN - 1) // ALIGN * ALIGN
+    return offs, off
+
+
 class ParamDict(OrderedDict):
     """Module._parameters of an offloaded module. A parameter read by
     attribute inside a forward (a parent using a child's weight, as
@@ -191,10 +201,7 @@ class Engine(Passes, Grads):
             self.params.add_layer(layer, data, in_cpu=self.in_cpu is None
                                   or layer in self.in_cpu)
         dtypes = [d.dtype for d in data]
-        offs, off = [], 0
-        for d in data:
-            offs.append(off)
-            off += (nbytes(d) + ALIGN - 1) // ALIGN * ALIGN
+        offs, off = _packed([nbytes(d) for d in data])
         del data
         self.layer_bytes.append(max(off, ALIGN))
         if self.grads is not None:
@@ -220,12 +227,9 @@ class Engine(Passes, Grads):
             self.pswap.read(gid, buf)
         except nvswap.Error as e:
             raise self._layer_error(layer, e, names) from e
-        out, off = [], 0
-        for t in like:
-            n = t.numel() * t.element_size()
-            out.append(buf[off:off + n].view(t.dtype).view(t.shape))
-            off += (n + ALIGN - 1) // ALIGN * ALIGN
-        return out
+        sizes = [t.numel() * t.element_size() for t in like]
+        return [buf[o:o + n].view(t.dtype).view(t.shape)
+                for t, o, n in zip(like, _packed(sizes)[0], sizes)]
 
     def _add_grad_group(self, layer, items, size):
         """The layer's gradient region in the optimizer pool; one larger
