@@ -147,10 +147,12 @@ NVS_API int nvs_param_prefetch_layer(struct nvs_param_swapper *p,
  * during the last ones before it. A layer not in the walk is acquired
  * without read-ahead and leaves the position as it was. Take the walk
  * from the first step's acquires, as ZeRO-3 traces it; a later step
- * that strays only reads less ahead (or, past an end, reads a few
- * layers it does not use: with auto_evict, the default, the swapper
- * drops them when buffers run short; without, they hold their buffers
- * until evicted). A new walk forgets what was learned.
+ * that strays only reads less ahead, or reads a few layers it does not
+ * use (past an end, or layers the caller then skips): a layer read
+ * ahead that the walk passes without acquiring it gives its buffer back
+ * at the next read-ahead once its read has landed, unchecked
+ * (readaheads_unused), with or without auto_evict. A new walk forgets
+ * what was learned.
  * Return: 0, -EINVAL (@p NULL, @layers NULL with @n > 0, @n above
  * NVS_OFFLOAD_MAX_WALK), -ENOENT (an entry is not an added layer; the
  * message names the entry and the layer), -ENOMEM. On failure the
@@ -230,7 +232,11 @@ struct nvs_param_stats {
 				  turns on the layer */
 	uint64_t kept_dropped; /* of those, given back at the next acquire,
 				  which was of another layer */
-	uint64_t reserved[8];
+	uint64_t readaheads_unused; /* layers read ahead that the walk then
+				       passed without acquiring them, their
+				       buffers given back (see
+				       nvs_param_set_walk()) */
+	uint64_t reserved[7];
 };
 
 /**

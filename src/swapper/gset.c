@@ -270,6 +270,15 @@ int nvs__gset_readahead(struct gset *gs, unsigned group)
 	return r == -EAGAIN || r == -EFBIG ? 0 : r;
 }
 
+int nvs__gset_drop_unused(struct gset *gs, unsigned group)
+{
+	struct group *g = nvs__gset_get(gs, group);
+
+	if (!g || g->in_cpu || g->acquired)
+		return 0;
+	return nvs__swapper_drop_unused(gs->core, nvs__gset_id(gs, group));
+}
+
 int nvs__gset_acquire(struct gset *gs, const char *call, unsigned group,
 		      void **ptrs)
 {

@@ -74,6 +74,11 @@ int nvs__gset_register(struct gset *gs, unsigned group, const struct group *g,
  * was needed or no buffer was free, or a submit error. */
 int nvs__gset_readahead(struct gset *gs, unsigned group);
 
+/* Give back the buffer of @group, read ahead and not acquired since, as
+ * nvs__swapper_drop_unused() says: 1, 0, or -EINPROGRESS (its read is in
+ * flight: ask again later). */
+int nvs__gset_drop_unused(struct gset *gs, unsigned group);
+
 /* The group's tensors resident and held: @ptrs one pointer each. */
 int nvs__gset_acquire(struct gset *gs, const char *call, unsigned group,
 		      void **ptrs);

@@ -2,7 +2,8 @@
 /*
  * A tensor's I/O (see io.h): submitting its extents, collecting their
  * tickets, the checksum check of a read, and finishing the transition
- * READING -> RESIDENT / ON_NVME or WRITING -> ON_NVME / RESIDENT; and
+ * READING -> RESIDENT / ON_NVME or WRITING -> ON_NVME / RESIDENT; a read
+ * ahead that nobody acquired given back (nvs__swapper_drop_unused()); and
  * nvs_swapper_read(), a tensor's bytes copied out without a pool buffer.
  */
 #include "swapper/io.h"
@@ -15,6 +16,7 @@
 #include "swapper/persist.h"
 #include "swapper/registry.h"
 #include "swapper/room.h"
+#include "swapper/swapper.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -203,6 +205,26 @@ void nvs__collect(struct nvs_swapper *s, struct tensor *t)
 	finish(s, t, err);
 }
 
+/* Collect @t's tickets that are in, without waiting: whether all are.
+ * Lock held; @t in flight, not busy. */
+static bool poll_tickets(struct nvs_swapper *s, struct tensor *t, bool write)
+{
+	while (t->next_ticket < t->ntickets) {
+		int r = nvs_aio_poll_op(s->aio, t->tickets[t->next_ticket]);
+		if (r == -EINPROGRESS)
+			return false;
+		if (r < 0 && !t->io_err) {
+			/* The ticket is gone: keep its failure until the
+			 * tensor's last one is in. */
+			io_failed(s, t, t->next_ticket, r, write);
+			t->io_err = r;
+			nvs__keep_msg(&t->io_msg, nvs_last_error());
+		}
+		t->next_ticket++;
+	}
+	return true;
+}
+
 bool nvs__reap_writes(struct nvs_swapper *s)
 {
 	unsigned before = s->in_use;
@@ -210,26 +232,61 @@ bool nvs__reap_writes(struct nvs_swapper *s)
 
 	for (t = s->flight.head; t; t = next) {
 		next = t->next;
-		if (t->busy || t->state != NVS_TENSOR_WRITING)
-			continue;
-		while (t->next_ticket < t->ntickets) {
-			int r = nvs_aio_poll_op(s->aio,
-						t->tickets[t->next_ticket]);
-			if (r == -EINPROGRESS)
-				break;
-			if (r < 0 && !t->io_err) {
-				/* The ticket is gone: keep its failure
-				 * until the tensor's last one is in. */
-				io_failed(s, t, t->next_ticket, r, true);
-				t->io_err = r;
-				nvs__keep_msg(&t->io_msg, nvs_last_error());
-			}
-			t->next_ticket++;
-		}
-		if (t->next_ticket == t->ntickets)
+		if (!t->busy && t->state == NVS_TENSOR_WRITING &&
+		    poll_tickets(s, t, true))
 			finish(s, t, 0);
 	}
 	return s->in_use < before;
+}
+
+/* Landed read @t, never handed out: its buffer back, unverified (nobody
+ * sees these bytes), the read counted. Lock held. */
+static void drop_landed(struct nvs_swapper *s, struct tensor *t)
+{
+	nvs__tlist_remove(t);
+	t->next_ticket = t->ntickets = 0;
+	if (t->io_err) {
+		s->st.io_errors++; /* the next read tries again */
+	} else if (t->on_disk) {
+		s->st.reads++;
+		s->st.bytes_read += t->nbytes;
+		nvs__count_path_bytes(s, t, false);
+	}
+	t->io_err = 0;
+	nvs__free(t->io_msg);
+	t->io_msg = NULL;
+	t->state = NVS_TENSOR_ON_NVME;
+	nvs__buffer_put(s, t);
+	s->st.clean_evictions++;
+}
+
+int nvs__swapper_drop_unused(struct nvs_swapper *s, uint64_t id)
+{
+	struct tensor *t;
+	int ret = 0;
+
+	NVS__PARENT_ONLY(s, "nvs_param_acquire_layer", "swapper");
+	pthread_mutex_lock(&s->lock);
+	t = nvs__tensor_find(s, id);
+	if (!t || t->pins) {
+		ret = 0; /* gone, or someone acquired it after all */
+	} else if (t->busy) {
+		ret = -EINPROGRESS; /* another thread collects it */
+	} else if (t->state == NVS_TENSOR_READING) {
+		ret = -EINPROGRESS;
+		if (poll_tickets(s, t, false)) {
+			drop_landed(s, t);
+			ret = 1;
+		}
+	} else if (t->state == NVS_TENSOR_RESIDENT && !t->dirty) {
+		nvs__drop(s, t);
+		ret = 1;
+	} else if (t->state == NVS_TENSOR_WRITING && t->revive && !t->redirty) {
+		t->revive = false; /* its buffer back when the write ends */
+		ret = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
 }
 
 int nvs__start_write(struct nvs_swapper *s, struct tensor *t)

@@ -2,10 +2,12 @@
 /*
  * The parameter swapper: layers (gset.h) read ahead along the traced walk
  * (walk.c), on past its ends into the next pass or step as the walk
- * learned them, or by number without a walk; a clean layer the walk turns
- * on kept resident until the next acquire; its counters.
+ * learned them, or by number without a walk; layers read ahead that the
+ * walk then passed without acquiring given back; a clean layer the walk
+ * turns on kept resident until the next acquire; its counters.
  */
 #include "nvswap/offload.h"
+#include "internal/alloc.h"
 #include "internal/errors.h"
 #include "swapper/gset.h"
 #include "swapper/walk.h"
@@ -13,6 +15,12 @@
 #include <errno.h>
 
 #include "nvswap/swapper.h"
+
+/* A layer the read-ahead brought in, followed until acquired or passed. */
+struct brought {
+	unsigned layer;
+	bool wanted; /* in the read-ahead's window (give_back_passed) */
+};
 
 struct nvs_param_swapper {
 	struct gset gs;
@@ -28,6 +36,9 @@ struct nvs_param_swapper {
 	 * until the next acquire (the walk turns on it) */
 	bool keeping;
 	unsigned kept;
+	/* layers the read-ahead brought in that no acquire took since */
+	struct brought *brought;
+	size_t nbrought, brought_cap;
 	struct nvs_param_stats st;
 };
 
@@ -56,6 +67,7 @@ int nvs_param_swapper_destroy(struct nvs_param_swapper *p)
 	if (!p)
 		return 0;
 	nvs__walk_fini(&p->walk);
+	nvs__free(p->brought);
 	return nvs__role_free(&p->gs);
 }
 
@@ -136,32 +148,118 @@ static void count_end(struct nvs_param_swapper *p)
 	}
 }
 
-/* Read the next lookahead layers ahead: along the walk from where it
- * stands, on past its end as it learned the passes go, or without a walk
- * by number from the layer acquired last, in its direction. 0 or the
- * first submit error. */
+/* The layers the read-ahead wants, nearest first: the next lookahead
+ * along the walk from where it stands, on past its end as it learned the
+ * passes go, or without a walk by number from the layer acquired last,
+ * in its direction. */
+struct window {
+	struct nvs_walk_ahead it;
+	unsigned k;   /* listed so far */
+	bool crossed; /* the one listed last lies past the walk's end */
+};
+
+static void window_begin(struct nvs_param_swapper *p, struct window *w)
+{
+	w->k = 0;
+	w->crossed = false;
+	if (p->walk.n)
+		nvs__walk_ahead_begin(&p->walk, &w->it);
+}
+
+static bool window_next(struct nvs_param_swapper *p, struct window *w,
+			unsigned *layer)
+{
+	long n;
+
+	if (w->k++ >= p->lookahead)
+		return false;
+	if (p->walk.n) {
+		bool more = nvs__walk_ahead_next(&p->walk, &w->it, layer);
+		w->crossed = w->it.crossed;
+		return more;
+	}
+	n = (long)p->last + p->dir * (long)w->k;
+	if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
+		return false;
+	*layer = (unsigned)n;
+	return true;
+}
+
+/* Stop following @layer's read-ahead: an acquire took it, or the caller
+ * evicted it. */
+static void forget(struct nvs_param_swapper *p, unsigned layer)
+{
+	for (size_t i = 0; i < p->nbrought; i++)
+		if (p->brought[i].layer == layer) {
+			p->brought[i] = p->brought[--p->nbrought];
+			return;
+		}
+}
+
+/* Remember that the read-ahead brought @layer in. Out of memory: it is
+ * not followed, and keeps its buffer until acquired or evicted. */
+static void follow(struct nvs_param_swapper *p, unsigned layer)
+{
+	forget(p, layer);
+	if (nvs__reserve(&p->brought, &p->brought_cap, p->nbrought,
+			 p->nbrought + 1, sizeof(*p->brought)))
+		p->brought[p->nbrought++] = (struct brought){.layer = layer};
+}
+
+/* Give back the buffers of layers read ahead that the window no longer
+ * holds: the walk went past them without acquiring them (a step that
+ * strayed, a guess past an end that did not come true, a caller that
+ * reads some layers another way). Nothing else would: the read-ahead
+ * takes free buffers only, and an acquire finds one as long as these
+ * leave it one, so they would hold theirs for good. A read still in
+ * flight is left to land and looked at again at the next read-ahead.
+ * A new walk not placed yet says nothing of what was passed: those wait
+ * for its first acquire. */
+static void give_back_passed(struct nvs_param_swapper *p)
+{
+	struct window w;
+	unsigned layer;
+	size_t i;
+
+	if (!p->nbrought || (p->walk.n && !p->walk.placed))
+		return;
+	window_begin(p, &w);
+	while (window_next(p, &w, &layer))
+		for (i = 0; i < p->nbrought; i++)
+			if (p->brought[i].layer == layer)
+				p->brought[i].wanted = true;
+	for (i = p->nbrought; i-- > 0;) {
+		struct brought *b = &p->brought[i];
+		int r;
+		if (b->wanted) {
+			b->wanted = false;
+			continue;
+		}
+		r = nvs__gset_drop_unused(&p->gs, b->layer);
+		if (r == -EINPROGRESS)
+			continue;
+		p->st.readaheads_unused += r > 0;
+		*b = p->brought[--p->nbrought];
+	}
+}
+
+/* Read the window's layers ahead into free buffers, after giving back
+ * what it passed. 0 or the first submit error. */
 static int read_ahead(struct nvs_param_swapper *p)
 {
-	struct nvs_walk_ahead it;
-	unsigned next, k = 0;
+	struct window w;
+	unsigned next;
 	int ret = 0;
 
-	if (p->walk.n) {
-		nvs__walk_ahead_begin(&p->walk, &it);
-		while (ret >= 0 && k++ < p->lookahead &&
-		       nvs__walk_ahead_next(&p->walk, &it, &next)) {
-			ret = nvs__gset_readahead(&p->gs, next);
-			p->st.readaheads += ret > 0;
-			p->st.readaheads_past_end += ret > 0 && it.crossed;
+	give_back_passed(p);
+	window_begin(p, &w);
+	while (ret >= 0 && window_next(p, &w, &next)) {
+		ret = nvs__gset_readahead(&p->gs, next);
+		if (ret > 0) {
+			p->st.readaheads++;
+			p->st.readaheads_past_end += w.crossed;
+			follow(p, next);
 		}
-		return ret < 0 ? ret : 0;
-	}
-	for (k = 1; ret >= 0 && k <= p->lookahead; k++) {
-		long n = (long)p->last + p->dir * (long)k;
-		if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
-			break;
-		ret = nvs__gset_readahead(&p->gs, (unsigned)n);
-		p->st.readaheads += ret > 0;
 	}
 	return ret < 0 ? ret : 0;
 }
@@ -220,6 +318,7 @@ int nvs_param_acquire_layer(struct nvs_param_swapper *p, unsigned layer,
 	if (p->keeping && p->kept != layer)
 		drop_kept(p); /* before: the acquire may need its buffer */
 	p->keeping = false;
+	forget(p, layer); /* wanted after all */
 	/* Without a walk, its direction: backward after a higher layer. */
 	dir = p->walked && layer < p->last ? -1 : 1;
 	/* A layer still to be read gets the disk to itself first (read-ahead
@@ -306,6 +405,7 @@ int nvs_param_evict_layer(struct nvs_param_swapper *p, unsigned layer)
 {
 	if (!p)
 		return nvs__err(-EINVAL, "nvs_param_evict_layer: NULL swapper");
+	forget(p, layer);
 	if (keep(p, layer))
 		return 0;
 	return nvs__gset_evict(&p->gs, "nvs_param_evict_layer", layer, false);

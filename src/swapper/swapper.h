@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Internal seam of the swap manager (the public API is nvswap/swapper.h):
- * a read-ahead that says what it did, for the role swappers; a swapper
+ * a read-ahead that says what it did and one that gives a read ahead
+ * back, for the role swappers; a swapper
  * whose aio handle injects faults, and that handle, for tests.
  */
 #ifndef NVS_SWAPPER_SWAPPER_H
@@ -21,6 +22,15 @@ int nvs__swapper_create_fault(const struct nvs_swapper_opts *opts,
  * the -errno (-EAGAIN: no free buffer). For the role swappers'
  * counters. */
 int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id);
+
+/* Give back the buffer of @id, brought by a read-ahead that no acquire
+ * took, without waiting: a read that has landed is dropped unchecked (its
+ * bytes counted as read), a resident clean unheld one dropped, a
+ * write-back whose buffer the read-ahead kept lets it go when it ends.
+ * 1 when given back, 0 when there was nothing to give (acquired
+ * meanwhile, changed, gone), -EINPROGRESS while its read is in flight
+ * (ask again later). */
+int nvs__swapper_drop_unused(struct nvs_swapper *s, uint64_t id);
 
 /* Whether @s is a persistent set (opts.persist). */
 bool nvs__swapper_persistent(const struct nvs_swapper *s);

@@ -5,10 +5,12 @@
  * changes made meanwhile are written again. The parameter swapper: the
  * read-ahead goes on past the walk's ends (the turn, the next step's
  * first layers, an optimizer pass as learned), a clean layer the walk
- * turns on is kept for its repeat, and every byte survives many steps.
+ * turns on is kept for its repeat, a layer read ahead and then passed
+ * gives its buffer back, and every byte survives many steps.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -455,6 +457,103 @@ Test(crossstep, a_layer_ahead_that_found_no_buffer_is_read_at_the_release)
 	visit(p, 2, 0);
 	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+/* ------------------------------------------- read ahead, then not used */
+
+Test(crossstep, a_layer_read_ahead_that_the_walk_passes_gives_its_buffer_back)
+{
+	/* four buffers, no automatic eviction: only the parameter swapper
+	 * can give the buffers of the layers it passes back */
+	struct nvs_swapper *s = mk_with(4, true, false, NULL);
+	struct nvs_param_swapper *p = params(s, 6, 2);
+	void *ptr;
+
+	visit(p, 0, 0);
+	cr_assert_eq(pstats(p).readaheads, 2, "layers 1 and 2");
+	/* landed: resident, clean, held by nobody */
+	cr_assert_eq(nvs_swapper_wait(s, 1u << 20), 0);
+	cr_assert_eq(nvs_swapper_wait(s, 2u << 20), 0);
+	cr_assert_eq(info(s, 2u << 20).state, NVS_TENSOR_RESIDENT);
+	/* this step goes from 0 to 3: 1 and 2 are passed */
+	cr_assert_eq(nvs_param_acquire_layer(p, 3, &ptr), 0, "%s",
+		     nvs_last_error());
+	cr_assert(!memcmp(ptr, lref[3], SZ));
+	cr_assert_eq(pstats(p).readaheads_unused, 2);
+	cr_assert_eq(info(s, 1u << 20).state, NVS_TENSOR_ON_NVME);
+	cr_assert_eq(info(s, 2u << 20).state, NVS_TENSOR_ON_NVME);
+	/* so both layers of the window found a buffer (before, 1 and 2
+	 * held theirs for good and 5 was never read ahead) */
+	cr_assert_eq(pstats(p).readaheads, 4);
+	cr_assert_neq(info(s, 4u << 20).state, NVS_TENSOR_ON_NVME);
+	cr_assert_neq(info(s, 5u << 20).state, NVS_TENSOR_ON_NVME);
+	cr_assert_eq(nvs_param_release_layer(p, 3, false), 0);
+	cr_assert_eq(nvs_param_evict_layer(p, 3), 0);
+	visit(p, 4, 0);
+	visit(p, 5, 0);
+	cr_assert_eq(pstats(p).readaheads_unused, 2, "4 and 5 were used");
+	/* at the end, 5 was kept and 4 and 3 read ahead for the turn */
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	cr_assert_eq(pstats(p).kept, 1);
+	cr_assert_eq(stats(s).buffers_in_use, 3);
+	cr_assert_eq(info(s, 3u << 20).state, NVS_TENSOR_RESIDENT);
+	cr_assert_eq(stats(s).reads, 8, "6 layers, and 3 and 4 again");
+	/* the next pass starts over instead: the guess past the end that
+	 * did not come true is given back too (3 is wanted again) */
+	visit(p, 1, 0);
+	cr_assert_eq(pstats(p).kept_dropped, 1);
+	cr_assert_eq(pstats(p).readaheads_unused, 3);
+	cr_assert_eq(info(s, 4u << 20).state, NVS_TENSOR_ON_NVME);
+	cr_assert_eq(info(s, 3u << 20).state, NVS_TENSOR_RESIDENT);
+	visit(p, 2, 0); /* what was given back reads again, checked */
+	visit(p, 3, 0);
+	cr_assert_eq(stats(s).checksum_errors, 0);
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(crossstep, a_read_ahead_in_flight_is_given_back_once_it_has_landed)
+{
+	struct nvs_swapper *s = mk_with(2, true, false, NULL);
+	unsigned char *ref = malloc(SZ);
+	uint64_t before;
+	void *ptr;
+	int r;
+
+	cr_assert_eq(nvs_swapper_register(s, 1, SZ, NULL), 0);
+	write_back(s, 1, ref, 7);
+	cr_assert_eq(nvs_swapper_wait(s, 1), 0);
+	before = stats(s).bytes_read;
+	cr_assert_eq(nvs__swapper_readahead(s, 1), 1);
+	/* left while the read runs; its buffer is not handed back under
+	 * the kernel's feet */
+	while ((r = nvs__swapper_drop_unused(s, 1)) == -EINPROGRESS)
+		cr_assert_eq(info(s, 1).state, NVS_TENSOR_READING);
+	cr_assert_eq(r, 1, "%s", nvs_last_error());
+	cr_assert_eq(info(s, 1).state, NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	cr_assert_eq(stats(s).bytes_read - before, SZ, "the read counted");
+	cr_assert_eq(nvs__swapper_drop_unused(s, 1), 0, "nothing to give");
+	expect(s, 1, ref); /* read again, its checksum checked */
+	cr_assert_eq(stats(s).checksum_errors, 0);
+	/* a write-back whose buffer the read-ahead kept lets it go */
+	write_back(s, 1, ref, 8);
+	cr_assert_eq(nvs__swapper_readahead(s, 1), 1);
+	cr_assert_eq(nvs__swapper_drop_unused(s, 1), 1);
+	cr_assert_eq(nvs_swapper_wait(s, 1), 0);
+	cr_assert_eq(info(s, 1).state, NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	/* held, or changed since: nothing to give */
+	cr_assert_eq(nvs_swapper_acquire(s, 1, &ptr), 0);
+	cr_assert_eq(nvs__swapper_drop_unused(s, 1), 0);
+	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
+	cr_assert_eq(nvs__swapper_drop_unused(s, 1), 0);
+	cr_assert_eq(info(s, 1).state, NVS_TENSOR_RESIDENT);
+	cr_assert(info(s, 1).dirty);
+	cr_assert_eq(nvs__swapper_drop_unused(s, 99), 0, "not registered");
+	expect(s, 1, ref);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(ref);
 }
 
 Test(crossstep, param_stats_bad_input)

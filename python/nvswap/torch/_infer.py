@@ -245,8 +245,8 @@ def bind(eng):
     if eng.copied:
         # Layers copied out of a set are, to the C swapper, layers on
         # NVMe like any other: before a walk is known it reads ahead by
-        # number, and would read them into buffers no acquire ever
-        # takes back (each one a buffer the read-ahead loses for good).
+        # number, and would read them only to give their buffers back
+        # once passed (readaheads_unused), a wasted read each time.
         # The streamed layers in add order until the first forward
         # traces the walk.
         eng._set_walk([x for x in range(len(eng.layers))
@@ -300,17 +300,24 @@ def keep_streamed(eng, layers):
     good in the pool buffers they are read into, bound as layers kept in
     CPU memory are; the walk goes on without them (no read, no hook).
     All or none: when a layer cannot be read (its nvswap.Error raised,
-    naming it), those kept before it are let go again."""
+    naming it), those kept before it are let go again.
+
+    The walk loses them first: acquired while still in it, each would
+    move the walk's position there and read ahead from it, layers the
+    next forward then passes."""
+    walk = [x for x in eng.walk if x not in eng.bound]
+    if walk:
+        eng._set_walk([x for x in walk if x not in layers])
     try:
         for layer in layers:
             _bind_layer(eng, layer)
             eng.kept_streamed.append(layer)
     except BaseException:
         _let_go(eng, [x for x in layers if x in eng.kept_streamed])
+        if walk:
+            eng._set_walk(walk)
         raise
     _hooked_layers(eng)
-    if eng.walk:
-        eng._set_walk([x for x in eng.walk if x not in eng.bound])
 
 
 def unkeep_streamed(eng, layers, walk):
