@@ -149,10 +149,11 @@ NVS_API int nvs_param_prefetch_layer(struct nvs_param_swapper *p,
  * from the first step's acquires, as ZeRO-3 traces it; a later step
  * that strays only reads less ahead, or reads a few layers it does not
  * use (past an end, or layers the caller then skips): a layer read
- * ahead that the walk passes without acquiring it gives its buffer back
- * at the next read-ahead once its read has landed, unchecked
- * (readaheads_unused), with or without auto_evict. A new walk forgets
- * what was learned.
+ * ahead that the walk no longer lists ahead at any distance (the
+ * position went past it, or a new walk does not hold it) gives its
+ * buffer back at the next read-ahead once its read has landed, unchecked
+ * (readaheads_unused), with or without auto_evict; one still listed
+ * keeps what was read for it. A new walk forgets what was learned.
  * Return: 0, -EINVAL (@p NULL, @layers NULL with @n > 0, @n above
  * NVS_OFFLOAD_MAX_WALK), -ENOENT (an entry is not an added layer; the
  * message names the entry and the layer), -ENOMEM. On failure the
@@ -233,8 +234,8 @@ struct nvs_param_stats {
 	uint64_t kept_dropped; /* of those, given back at the next acquire,
 				  which was of another layer */
 	uint64_t readaheads_unused; /* layers read ahead that the walk then
-				       passed without acquiring them, their
-				       buffers given back (see
+				       no longer listed ahead, their buffers
+				       given back unused (see
 				       nvs_param_set_walk()) */
 	uint64_t reserved[7];
 };

@@ -19,7 +19,7 @@
 /* A layer the read-ahead brought in, followed until acquired or passed. */
 struct brought {
 	unsigned layer;
-	bool wanted; /* in the read-ahead's window (give_back_passed) */
+	bool wanted; /* still listed ahead (give_back_passed) */
 };
 
 struct nvs_param_swapper {
@@ -206,28 +206,45 @@ static void follow(struct nvs_param_swapper *p, unsigned layer)
 		p->brought[p->nbrought++] = (struct brought){.layer = layer};
 }
 
-/* Give back the buffers of layers read ahead that the window no longer
- * holds: the walk went past them without acquiring them (a step that
- * strayed, a guess past an end that did not come true, a caller that
- * reads some layers another way). Nothing else would: the read-ahead
- * takes free buffers only, and an acquire finds one as long as these
- * leave it one, so they would hold theirs for good. A read still in
- * flight is left to land and looked at again at the next read-ahead.
- * A new walk not placed yet says nothing of what was passed: those wait
- * for its first acquire. */
+/* Mark the layers brought in that the walk still lists ahead, at any
+ * distance, from its position on past its end as expected. Stops as soon
+ * as every one is found: at once in a steady walk, where they lie within
+ * lookahead. */
+static void mark_ahead(struct nvs_param_swapper *p)
+{
+	struct nvs_walk_ahead it;
+	size_t left = p->nbrought, i;
+	unsigned layer;
+
+	nvs__walk_ahead_begin(&p->walk, &it);
+	while (left && nvs__walk_ahead_next(&p->walk, &it, &layer))
+		for (i = 0; i < p->nbrought; i++)
+			if (p->brought[i].layer == layer &&
+			    !p->brought[i].wanted) {
+				p->brought[i].wanted = true;
+				left--;
+			}
+}
+
+/* Give back the buffers of layers read ahead that the read-ahead no
+ * longer lists ahead: the position went past them without acquiring them
+ * (a step that strayed, layers read by number that a caller reads
+ * another way), or a new walk does not hold them. Nothing else would:
+ * the read-ahead takes free buffers only, and an acquire finds one as
+ * long as these leave it one, so they would hold theirs for good. One
+ * still listed, however far, is kept: its bytes are read already. A read
+ * still in flight is left to land and looked at again at the next
+ * read-ahead. A new walk not placed yet lists nothing: those wait for
+ * its first acquire. Without a walk nothing is given back: read ahead by
+ * number, acquires a little out of order turn the direction back and
+ * forth, and a layer behind is not known to be passed. */
 static void give_back_passed(struct nvs_param_swapper *p)
 {
-	struct window w;
-	unsigned layer;
 	size_t i;
 
-	if (!p->nbrought || (p->walk.n && !p->walk.placed))
+	if (!p->nbrought || !p->walk.placed)
 		return;
-	window_begin(p, &w);
-	while (window_next(p, &w, &layer))
-		for (i = 0; i < p->nbrought; i++)
-			if (p->brought[i].layer == layer)
-				p->brought[i].wanted = true;
+	mark_ahead(p);
 	for (i = p->nbrought; i-- > 0;) {
 		struct brought *b = &p->brought[i];
 		int r;
