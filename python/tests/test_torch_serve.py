@@ -342,3 +342,72 @@ def test_a_checkpoint_without_the_parameter_sets_record_is_refused(
     assert ei.value.errno == errno.ENOTSUP
     assert "has no record in the parameter set (saved by an older " \
         "nvswap)" in str(ei.value)
+
+
+def flip(path, needle):
+    """One bit flipped in every copy of needle in the file (a generation
+    the checkpoint shares with the placement after it holds one copy):
+    how many."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        at, n = data.find(needle), 0
+        while at >= 0:
+            data[at + 100] ^= 0x10
+            at, n = data.find(needle, at + 1), n + 1
+        f.seek(0)
+        f.write(data)
+    return n
+
+
+def test_a_corrupted_set_is_refused_naming_the_layer_and_file(swapdir):
+    """A bit flipped in the set behind nvswap's back: the layer read out
+    at offload (kept resident) and a streamed one read in a forward each
+    raise nvswap.Error(EBADMSG) naming the layer, its parameters and the
+    set's file (the CRC32C every read of a set checks), never outputs
+    made from wrong weights; restore() then restores the rest, closes the
+    set and raises the same; the set is not changed by any of it, and
+    served again once repaired."""
+    want = trained(swapdir)
+    data = os.path.join(swapdir, "nvswap", "param", "rank0", "set.data")
+    layer0 = want[0].weight.detach().numpy().tobytes()
+    layer1 = want[2].weight.detach().numpy().tobytes()
+    assert flip(data, layer0) >= 1
+    before = files(swapdir)
+    m = make(5, "meta")
+    with pytest.raises(nvswap.Error) as ei:
+        nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
+                    memory="12K")
+    assert ei.value.errno == errno.EBADMSG
+    assert ei.value.strerror.startswith(
+        "nvswap.torch: reading layer 0 (0.weight, 0.bias): "), ei.value
+    assert "checksum mismatch reading " + data in ei.value.strerror
+    assert not any(hasattr(p, "_nvswap") for p in m.parameters())
+    assert files(swapdir) == before
+    flip(data, layer0[:100] + bytes([layer0[100] ^ 0x10]) + layer0[101:])
+    assert flip(data, layer1) >= 1  # a layer the budget streams
+    before = files(swapdir)
+    x = batch(99)[0]
+    nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
+                memory="12K")
+    assert engine_of(m).copied == {0, 3}
+    for call in (lambda: forward(m, x), lambda: nvt.restore(m)):
+        with pytest.raises(nvswap.Error) as ei:
+            call()
+        assert ei.value.errno == errno.EBADMSG
+        assert ei.value.strerror.startswith(
+            "nvswap.torch: reading layer 1 (2.weight, 2.bias): "), ei.value
+        assert "checksum mismatch reading " + data in ei.value.strerror
+    # restored but for layer 1, whose parameters hold no data
+    assert not any(hasattr(p, "_nvswap") for p in m.parameters())
+    assert torch.isnan(m[2].weight).all() and torch.isnan(m[2].bias).all()
+    for i in (0, 4, 6):
+        assert torch.equal(m[i].weight, want[i].weight), i
+    assert files(swapdir) == before
+    # the set was closed: repaired, it is served again
+    flip(data, layer1[:100] + bytes([layer1[100] ^ 0x10]) + layer1[101:])
+    nvt.offload(m, nvme_path=swapdir, inference=True, persist="resume",
+                memory="12K")
+    try:
+        assert torch.equal(forward(m, x), forward(want, x))
+    finally:
+        nvt.restore(m)

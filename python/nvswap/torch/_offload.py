@@ -605,10 +605,24 @@ def restore(model):
     """Undo offload(): every parameter back in ordinary memory, hooks
     removed, swap files deleted (a persistent set's are kept, with a last
     checkpoint "close" when it changed since the last one). The optimizer
-    made on it is closed."""
+    made on it is closed.
+
+    A layer that cannot be read (EIO, a checksum mismatch) raises its
+    nvswap.Error, naming it. A persistent set is closed first, every
+    other layer restored (its files are kept whatever happens; the
+    layer's parameters are left as placeholders: NaN of their shape);
+    a scratch one stays offloaded so that restore() can be tried again,
+    its swap files holding the only copy."""
     eng = engine_of(model)
+    failed = None
     for layer, ps in enumerate(eng.layers):
-        data = eng.read_layer(layer)
+        try:
+            data = eng.read_layer(layer)
+        except nvswap.Error as e:
+            if not eng.persistent:
+                raise
+            failed = failed or e
+            continue
         for p, d in zip(ps, data):
             p.data = d if eng.device is None else d.to(eng.device)
     for p in [p for ps in eng.layers for p in ps]:
@@ -619,5 +633,13 @@ def restore(model):
     for name in ("zero_grad", "forward", "_nvswap_engine"):
         model.__dict__.pop(name, None)
     _rows.unbind(eng)
-    eng.close()
+    try:
+        eng.close()
+    except nvswap.Error:
+        # the unreadable layer's read ahead, its failure kept until now
+        # by the C library: the one already named
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
     return model
