@@ -423,6 +423,29 @@ Test(swapper, a_read_refused_midway_leaves_the_tensor_on_nvme_and_retryable)
 	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
 	expect(s, 1, a, BIG);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
+
+	/* And through nvs_swapper_read(), straight into the caller's
+	 * memory: the error, its queued extents collected before it
+	 * returns (the memory is the caller's again), nothing counted as
+	 * read, and the next copy whole. */
+	unsigned char *out = malloc(BIG);
+	s = mk_refusing(9, NVS_IOREQ_READ, EAGAIN);
+	cr_assert_eq(nvs_swapper_register(s, 1, BIG, a), 0);
+	cr_assert_eq(nvs_swapper_read(s, 1, out, BIG), -EAGAIN);
+	cr_assert(strstr(nvs_last_error(), "refused by the fault plan"), "%s",
+		  nvs_last_error());
+	all_collected(s);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).io_errors, 1);
+	cr_assert_eq(stats(s).reads, 0);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	memset(out, 0, BIG);
+	cr_assert_eq(nvs_swapper_read(s, 1, out, BIG), 0, "%s",
+		     nvs_last_error());
+	cr_assert(!memcmp(out, a, BIG));
+	cr_assert_eq(stats(s).reads, 1);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(out);
 	free(a);
 }
 
