@@ -239,27 +239,6 @@ bool nvs__reap_writes(struct nvs_swapper *s)
 	return s->in_use < before;
 }
 
-/* Landed read @t, never handed out: its buffer back, unverified (nobody
- * sees these bytes), the read counted. Lock held. */
-static void drop_landed(struct nvs_swapper *s, struct tensor *t)
-{
-	nvs__tlist_remove(t);
-	t->next_ticket = t->ntickets = 0;
-	if (t->io_err) {
-		s->st.io_errors++; /* the next read tries again */
-	} else if (t->on_disk) {
-		s->st.reads++;
-		s->st.bytes_read += t->nbytes;
-		nvs__count_path_bytes(s, t, false);
-	}
-	t->io_err = 0;
-	nvs__free(t->io_msg);
-	t->io_msg = NULL;
-	t->state = NVS_TENSOR_ON_NVME;
-	nvs__buffer_put(s, t);
-	s->st.clean_evictions++;
-}
-
 int nvs__swapper_drop_unused(struct nvs_swapper *s, uint64_t id)
 {
 	struct tensor *t;
@@ -275,7 +254,12 @@ int nvs__swapper_drop_unused(struct nvs_swapper *s, uint64_t id)
 	} else if (t->state == NVS_TENSOR_READING) {
 		ret = -EINPROGRESS;
 		if (poll_tickets(s, t, false)) {
-			drop_landed(s, t);
+			/* Landed as any read does (counted; a failure kept
+			 * as a failed prefetch's, for the next acquire), but
+			 * unchecked: dropped at once, nobody sees the bytes. */
+			finish(s, t, 0);
+			if (t->state == NVS_TENSOR_RESIDENT)
+				nvs__drop(s, t);
 			ret = 1;
 		}
 	} else if (t->state == NVS_TENSOR_RESIDENT && !t->dirty) {

@@ -148,43 +148,6 @@ static void count_end(struct nvs_param_swapper *p)
 	}
 }
 
-/* The layers the read-ahead wants, nearest first: the next lookahead
- * along the walk from where it stands, on past its end as it learned the
- * passes go, or without a walk by number from the layer acquired last,
- * in its direction. */
-struct window {
-	struct nvs_walk_ahead it;
-	unsigned k;   /* listed so far */
-	bool crossed; /* the one listed last lies past the walk's end */
-};
-
-static void window_begin(struct nvs_param_swapper *p, struct window *w)
-{
-	w->k = 0;
-	w->crossed = false;
-	if (p->walk.n)
-		nvs__walk_ahead_begin(&p->walk, &w->it);
-}
-
-static bool window_next(struct nvs_param_swapper *p, struct window *w,
-			unsigned *layer)
-{
-	long n;
-
-	if (w->k++ >= p->lookahead)
-		return false;
-	if (p->walk.n) {
-		bool more = nvs__walk_ahead_next(&p->walk, &w->it, layer);
-		w->crossed = w->it.crossed;
-		return more;
-	}
-	n = (long)p->last + p->dir * (long)w->k;
-	if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
-		return false;
-	*layer = (unsigned)n;
-	return true;
-}
-
 /* Stop following @layer's read-ahead: an acquire took it, or the caller
  * evicted it. */
 static void forget(struct nvs_param_swapper *p, unsigned layer)
@@ -260,23 +223,44 @@ static void give_back_passed(struct nvs_param_swapper *p)
 	}
 }
 
-/* Read the window's layers ahead into free buffers, after giving back
- * what it passed. 0 or the first submit error. */
+/* @layer's read-ahead returned @ret: counted and followed when it
+ * brought the layer in (@crossed: listed past the walk's end). */
+static void brought_in(struct nvs_param_swapper *p, unsigned layer, int ret,
+		       bool crossed)
+{
+	if (ret <= 0)
+		return;
+	p->st.readaheads++;
+	p->st.readaheads_past_end += crossed;
+	follow(p, layer);
+}
+
+/* Give back what the walk passed, then read the next lookahead layers
+ * ahead: along the walk from where it stands, on past its end as it
+ * learned the passes go, or without a walk by number from the layer
+ * acquired last, in its direction. 0 or the first submit error. */
 static int read_ahead(struct nvs_param_swapper *p)
 {
-	struct window w;
-	unsigned next;
+	struct nvs_walk_ahead it;
+	unsigned next, k = 0;
 	int ret = 0;
 
 	give_back_passed(p);
-	window_begin(p, &w);
-	while (ret >= 0 && window_next(p, &w, &next)) {
-		ret = nvs__gset_readahead(&p->gs, next);
-		if (ret > 0) {
-			p->st.readaheads++;
-			p->st.readaheads_past_end += w.crossed;
-			follow(p, next);
+	if (p->walk.n) {
+		nvs__walk_ahead_begin(&p->walk, &it);
+		while (ret >= 0 && k++ < p->lookahead &&
+		       nvs__walk_ahead_next(&p->walk, &it, &next)) {
+			ret = nvs__gset_readahead(&p->gs, next);
+			brought_in(p, next, ret, it.crossed);
 		}
+		return ret < 0 ? ret : 0;
+	}
+	for (k = 1; ret >= 0 && k <= p->lookahead; k++) {
+		long n = (long)p->last + p->dir * (long)k;
+		if (n < 0 || n >= NVS_OFFLOAD_MAX_GROUPS)
+			break;
+		ret = nvs__gset_readahead(&p->gs, (unsigned)n);
+		brought_in(p, (unsigned)n, ret, false);
 	}
 	return ret < 0 ? ret : 0;
 }

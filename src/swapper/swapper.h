@@ -25,7 +25,8 @@ int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id);
 
 /* Give back the buffer of @id, brought by a read-ahead that no acquire
  * took, without waiting: a read that has landed is dropped unchecked (its
- * bytes counted as read), a resident clean unheld one dropped, a
+ * bytes counted as read; a failed one kept for the next acquire, as a
+ * failed prefetch is), a resident clean unheld one dropped, a
  * write-back whose buffer the read-ahead kept lets it go when it ends.
  * 1 when given back, 0 when there was nothing to give (acquired
  * meanwhile, changed, gone), -EINPROGRESS while its read is in flight

@@ -562,6 +562,36 @@ Test(crossstep, a_read_ahead_in_flight_is_given_back_once_it_has_landed)
 	free(ref);
 }
 
+Test(crossstep, a_failed_read_ahead_given_back_is_the_next_acquires_answer)
+{
+	/* the first read fails (attempt 2: register's write is the first) */
+	struct nvs_fault_plan plan = {
+		.rules = {{NVS_FAULT_EIO, 2, 1, NVS_IOREQ_READ, 0}},
+		.nrules = 1};
+	struct nvs_swapper *s = mk_with(2, true, false, &plan);
+	unsigned char *ref = malloc(SZ);
+	void *ptr = &ptr;
+	int r;
+
+	tu_fill(ref, SZ, 9);
+	cr_assert_eq(nvs_swapper_register(s, 1, SZ, ref), 0);
+	cr_assert_eq(nvs__swapper_readahead(s, 1), 1);
+	while ((r = nvs__swapper_drop_unused(s, 1)) == -EINPROGRESS)
+		;
+	cr_assert_eq(r, 1, "its buffer back");
+	cr_assert_eq(info(s, 1).state, NVS_TENSOR_ON_NVME);
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	cr_assert_eq(stats(s).io_errors, 1);
+	cr_assert_eq(stats(s).reads, 0);
+	/* as a failed prefetch: the next acquire says so, the one after
+	 * reads again */
+	cr_assert_eq(nvs_swapper_acquire(s, 1, &ptr), -EIO);
+	cr_assert_null(ptr);
+	expect(s, 1, ref);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	free(ref);
+}
+
 Test(crossstep, param_stats_bad_input)
 {
 	struct nvs_swapper *s = mk(2, false);
