@@ -508,7 +508,8 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  *
  * Checksums are always on in a persistent set (opts.checksum is implied).
  * At destroy a persistent set checkpoints first (tag "destroy") unless
- * nothing changed since its newest generation, then keeps its files.
+ * nothing changed since its newest generation or a step is open
+ * (nvs_swapper_step_begin()), then keeps its files.
  * Remove a set with nvs_swapper_discard() (locked until its files are
  * gone), or by deleting its directories when no process has it open.
  */
@@ -530,6 +531,8 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  *   -EBUSY   a tensor is acquired and was changed since its last write
  *            (released dirty, then acquired again): its state is in the
  *            caller's hands; release it first (the message names it);
+ *            or a step is open (nvs_swapper_step_begin(): the message
+ *            names it): it would save part of it;
  *   -errno   of the previous checkpoint, when it failed and nobody
  *            collected it with nvs_swapper_checkpoint_wait() (nothing
  *            new is started; call again), or of a write's submit;
@@ -537,6 +540,33 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  * Threading: any thread.
  */
 NVS_API int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag);
+
+/** Longest step name nvs_swapper_step_begin() keeps (longer: cut). */
+#define NVS_STEP_NAME_MAX 127u
+
+/**
+ * nvs_swapper_step_begin() - an update of several tensors is under way
+ * (an optimizer step over many layers) and is not to be saved in part.
+ * Until nvs_swapper_step_end(), nvs_swapper_checkpoint() returns -EBUSY
+ * naming @name, and nvs_swapper_destroy() makes no checkpoint: a
+ * persistent set then reopens at its newest generation, which holds
+ * none of the step, as after a crash (writes after a checkpoint go to
+ * new places, copy on write). Nothing else changes: tensors are read,
+ * written and evicted as usual. A second begin renames the open step.
+ * @name: borrowed for the call (NULL: "a step"); at most
+ *        NVS_STEP_NAME_MAX bytes are kept.
+ * Return: 0, -EINVAL (NULL @s), -ECHILD in a forked child.
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name);
+
+/**
+ * nvs_swapper_step_end() - the step nvs_swapper_step_begin() opened is
+ * whole: checkpoints (and destroy's) are allowed again. A no-op when no
+ * step is open.
+ * Return: 0, -EINVAL (NULL @s), -ECHILD.
+ */
+NVS_API int nvs_swapper_step_end(struct nvs_swapper *s);
 
 /**
  * nvs_swapper_checkpoint_wait() - wait until the last checkpoint started
@@ -574,7 +604,8 @@ NVS_API int nvs_swapper_generations(const struct nvs_swapper *s,
  * newest generation does not: a tensor registered, unregistered, retagged
  * or written (a write-back of unchanged bytes counts) since the last
  * checkpoint, a dirty resident tensor, or no generation yet. Exactly when
- * nvs_swapper_destroy() would checkpoint first.
+ * nvs_swapper_destroy() would checkpoint first, unless a step is open
+ * (nvs_swapper_step_begin()).
  * Return: 1 or 0 (0 for a scratch swapper), -EINVAL (NULL), -ECHILD.
  */
 NVS_API int nvs_swapper_unsaved(const struct nvs_swapper *s);

@@ -14,32 +14,84 @@
 
 #define SW(o) ((struct ext_swapper *)(o))
 
+/* A text argument @what of @call: a str without NUL (the C library
+ * would cut it there), or None (NULL, 0). -1 with a TypeError or a
+ * ValueError set. */
+static int text_arg(const char *call, const char *what, PyObject *v,
+		    const char **out)
+{
+	Py_ssize_t len;
+	const char *t;
+
+	*out = NULL;
+	if (!v || v == Py_None)
+		return 0;
+	if (!PyUnicode_Check(v)) {
+		PyErr_Format(PyExc_TypeError,
+			     "%s: %s must be a str or None, "
+			     "not %.100s",
+			     call, what, Py_TYPE(v)->tp_name);
+		return -1;
+	}
+	t = PyUnicode_AsUTF8AndSize(v, &len);
+	if (!t)
+		return -1;
+	if (strlen(t) != (size_t)len) {
+		PyErr_Format(PyExc_ValueError,
+			     "%s: %s holds a NUL character at byte %zu: the "
+			     "C library would cut it there (text without NUL)",
+			     call, what, strlen(t));
+		return -1;
+	}
+	*out = t;
+	return 0;
+}
+
 static PyObject *swapset_checkpoint(PyObject *o, PyObject *const *args,
 				    Py_ssize_t nargs, PyObject *kw)
 {
 	static const char *const names[] = {"tag", NULL};
 	struct ext_swapper *self = SW(o);
 	PyObject *a[1] = {NULL};
-	const char *tag = NULL;
+	const char *tag;
 	int rc;
 
-	if (ext_bind("checkpoint", args, nargs, kw, names, 1, 0, a))
+	if (ext_bind("checkpoint", args, nargs, kw, names, 1, 0, a) ||
+	    text_arg("checkpoint", "tag", a[0], &tag))
 		return NULL;
-	if (a[0] && a[0] != Py_None) {
-		tag = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
-		if (!tag) {
-			if (!PyErr_Occurred())
-				PyErr_Format(PyExc_TypeError,
-					     "checkpoint: tag must be a str or "
-					     "None, not %.100s",
-					     Py_TYPE(a[0])->tp_name);
-			return NULL;
-		}
-	}
 	if (ext_swapper_enter(self))
 		return NULL;
 	EXT_SWAPPER_CALL(self, rc, nvs_swapper_checkpoint(self->s, tag));
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *swapset_step_begin(PyObject *o, PyObject *const *args,
+				    Py_ssize_t nargs, PyObject *kw)
+{
+	static const char *const names[] = {"name", NULL};
+	struct ext_swapper *self = SW(o);
+	PyObject *a[1] = {NULL};
+	const char *name;
+	int rc;
+
+	if (ext_bind("step_begin", args, nargs, kw, names, 1, 0, a) ||
+	    text_arg("step_begin", "name", a[0], &name))
+		return NULL;
+	if (ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_step_begin(self->s, name));
+	return rc < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *swapset_step_end(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	struct ext_swapper *self = SW(o);
+	int rc;
+
+	if (ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_step_end(self->s));
+	return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyObject *swapset_checkpoint_wait(PyObject *o, PyObject *Py_UNUSED(a))
@@ -217,7 +269,21 @@ PyMethodDef ext_swapset_methods[] = {
 	  "Tensors already on disk cost nothing. Raises nvswap.Error:\n"
 	  "EINVAL (not a persistent set, tag too long), EBUSY (a tensor is\n"
 	  "acquired and was changed since its last write: release it\n"
-	  "first), or the error of a previous checkpoint nobody collected."),
+	  "first; or a step is open, step_begin()), or the error of a\n"
+	  "previous checkpoint nobody collected; ValueError for a tag\n"
+	  "holding a NUL character."),
+	M(step_begin, FAST,
+	  "step_begin(name=None) -> None\n\n"
+	  "An update of several tensors (an optimizer step over many\n"
+	  "layers) is under way and must not be saved in part: until\n"
+	  "step_end(), checkpoint() raises nvswap.Error(EBUSY) naming it,\n"
+	  "and close() makes no checkpoint: a persistent set then reopens\n"
+	  "at its newest generation, which holds none of the step (as\n"
+	  "after a crash). Reads, writes and evictions go on as usual."),
+	M(step_end, METH_NOARGS,
+	  "step_end() -> None\n\n"
+	  "The step step_begin() opened is whole: checkpoints are allowed\n"
+	  "again. A no-op when no step is open."),
 	M(checkpoint_wait, METH_NOARGS,
 	  "checkpoint_wait() -> int\n\n"
 	  "Block (GIL released) until the last checkpoint is committed:\n"
@@ -243,7 +309,8 @@ PyMethodDef ext_swapset_methods[] = {
 	  "True when a persistent set holds changes its newest generation\n"
 	  "does not (a tensor added, removed, retagged or written since,\n"
 	  "a dirty resident one, or no generation yet): exactly when\n"
-	  "close() would checkpoint first. False for scratch space."),
+	  "close() would checkpoint first, unless a step is open\n"
+	  "(step_begin()). False for scratch space."),
 	M(ids, METH_NOARGS,
 	  "ids() -> list[int]\n\n"
 	  "The registered tensor ids in ascending order: after reopening a\n"

@@ -448,6 +448,46 @@ static int snapshot(struct nvs_swapper *s, const char *tag)
 	return ret;
 }
 
+/* -EBUSY while a step is open (nvs_swapper_step_begin()), else 0. */
+static int refuse_in_step(struct nvs_swapper *s, const char *call)
+{
+	char name[sizeof(s->step)];
+
+	pthread_mutex_lock(&s->lock);
+	memcpy(name, s->step, sizeof(name));
+	pthread_mutex_unlock(&s->lock);
+	if (!name[0])
+		return 0;
+	return nvs__err(-EBUSY,
+			"%s: %s is open (nvs_swapper_step_begin without "
+			"step_end): a checkpoint now would save part of it",
+			call, name);
+}
+
+int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name)
+{
+	if (!s)
+		return nvs__err(-EINVAL,
+				"nvs_swapper_step_begin: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_step_begin", "swapper");
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->step, sizeof(s->step), "%s",
+		 name && *name ? name : "a step");
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int nvs_swapper_step_end(struct nvs_swapper *s)
+{
+	if (!s)
+		return nvs__err(-EINVAL, "nvs_swapper_step_end: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_step_end", "swapper");
+	pthread_mutex_lock(&s->lock);
+	s->step[0] = '\0';
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag)
 {
 	struct nvs_pset *p;
@@ -470,6 +510,9 @@ int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag)
 				"nvs_swapper_checkpoint: tag of %zu bytes "
 				"(at most %u)",
 				strlen(tag), NVS_CHECKPOINT_TAG_MAX);
+	ret = refuse_in_step(s, "nvs_swapper_checkpoint");
+	if (ret < 0)
+		return ret;
 	pthread_mutex_lock(&p->ckpt);
 	join(p);
 	if (p->result_new && p->result < 0) {
@@ -595,6 +638,8 @@ int nvs__persist_close(struct nvs_swapper *s)
 	nvs_swapper_checkpoint_wait(s); /* an old failure is moot now */
 	if (!nvs_swapper_unsaved(s))
 		return 0; /* the newest generation is the state */
+	if (s->step[0])
+		return 0; /* a step in part is not saved: as after a crash */
 	ret = nvs_swapper_checkpoint(s, "destroy");
 	if (ret > 0)
 		ret = nvs_swapper_checkpoint_wait(s);

@@ -110,6 +110,8 @@ struct nvs_swapper {
 	struct nvs_swap_stats st;
 	struct nvs_pset *pers; /* NULL for scratch space */
 	bool discard;	       /* nvs_swapper_discard(): remove the set */
+	/* nvs_swapper_step_begin(): the open step's name, "" when none. */
+	char step[NVS_STEP_NAME_MAX + 1];
 };
 
 #endif

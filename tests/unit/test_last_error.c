@@ -106,6 +106,8 @@ ROW(nvs_swapper_checkpoint, nvs_swapper_checkpoint(NULL, "t"))
 ROW(nvs_swapper_checkpoint_wait, nvs_swapper_checkpoint_wait(NULL))
 ROW(nvs_swapper_generations, nvs_swapper_generations(NULL, NULL, 0))
 ROW(nvs_swapper_unsaved, nvs_swapper_unsaved(NULL))
+ROW(nvs_swapper_step_begin, nvs_swapper_step_begin(NULL, "s"))
+ROW(nvs_swapper_step_end, nvs_swapper_step_end(NULL))
 ROW(nvs_swapper_set_tag, nvs_swapper_set_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_get_tag, nvs_swapper_get_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
@@ -230,6 +232,8 @@ static const struct row rows[] = {
 	R(nvs_swapper_checkpoint_wait),
 	R(nvs_swapper_generations),
 	R(nvs_swapper_unsaved),
+	R(nvs_swapper_step_begin),
+	R(nvs_swapper_step_end),
 	R(nvs_swapper_set_tag),
 	R(nvs_swapper_get_tag),
 	R(nvs_swapper_list),
