@@ -36,12 +36,7 @@ def wait(model):
     first failure. Layers held by a running forward stay."""
     eng = engine_of(model)
     eng.drain()
-    for layer, refs in enumerate(eng.refs):
-        if not refs and layer not in eng.bound:
-            eng.params.evict_layer(layer)
-    eng.pswap.wait_all()
-    if eng.gswap is not None:
-        eng.gswap.wait_all()
+    eng.write_back()
 
 
 @contextlib.contextmanager

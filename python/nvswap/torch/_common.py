@@ -32,3 +32,24 @@ def storage_ptr(t):
 def error(code, text):
     """An nvswap.Error (the errno subclass where Python has one)."""
     return nvswap.Error(code, text)
+
+
+def packed(sizes):
+    """(offsets, end) of tensors of sizes bytes packed as one group of a
+    role swapper: each at the next ALIGN-byte boundary (nvswap/offload.h)."""
+    offs, off = [], 0
+    for n in sizes:
+        offs.append(off)
+        off += (n + ALIGN - 1) // ALIGN * ALIGN
+    return offs, off
+
+
+def read_packed(swapper, gid, specs):
+    """Copies of the tensors of group gid ([(dtype, shape)], in order),
+    read from swapper into memory of their own (Swapper.read: no pool
+    buffer, nothing written, whatever the disk's free space)."""
+    buf = torch.empty(swapper.info(gid)["nbytes"], dtype=torch.uint8)
+    swapper.read(gid, buf)
+    sizes = [itemsize(d) * torch.Size(s).numel() for d, s in specs]
+    return [buf[o:o + n].view(d).view(s)
+            for (d, s), o, n in zip(specs, packed(sizes)[0], sizes)]

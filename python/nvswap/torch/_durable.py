@@ -292,10 +292,16 @@ def checkpoint(eng, tag):
         raise RuntimeError("nvswap.torch.checkpoint: layers are in use (a "
                            "forward, or gathered()): checkpoint between "
                            "steps")
+    if eng.optimizer is not None:
+        eng.optimizer.half_done("nvswap.torch.checkpoint()")
     if tag is None:
         tag = f"step {eng.steps}"
     if not isinstance(tag, str):
         raise TypeError("nvswap.torch.checkpoint: tag must be a str")
+    if "\0" in tag:
+        raise ValueError("nvswap.torch.checkpoint: the tag holds a NUL "
+                         f"character at {tag.index(chr(0))}: a tag is text "
+                         "without NUL (the set would keep it cut there)")
     eng.drain()  # gradients written behind are part of the state
     # Above any number either set holds: one set may be ahead of the
     # generation this run resumed from.

@@ -20,7 +20,7 @@ import nvswap
 
 from . import _infer, _rows
 from ._common import (ALIGN, GRAD_BASE, MAX_TENSORS, STATE_BASE, error,
-                      nbytes, storage_ptr)
+                      nbytes, packed, read_packed, storage_ptr)
 from ._grads import Grads
 from ._mixed import Masters, cast
 from ._passes import Passes
@@ -46,16 +46,6 @@ def _placeholder(p, device=None, dtype=None):
     dtype = dtype or p.dtype
     fill = float("nan") if dtype.is_floating_point else 0
     return torch.full((), fill, dtype=dtype, device=device).expand(p.shape)
-
-
-def _packed(sizes):
-    """(offsets, end) of tensors of sizes bytes packed as a layer's group:
-    each at the next ALIGN-byte boundary (nvswap/offload.h)."""
-    offs, off = [], 0
-    for n in sizes:
-        offs.append(off)
-        off += (n + ALIGN - 1) // ALIGN * ALIGN
-    return offs, off
 
 
 class ParamDict(OrderedDict):
@@ -201,7 +191,7 @@ class Engine(Passes, Grads):
             self.params.add_layer(layer, data, in_cpu=self.in_cpu is None
                                   or layer in self.in_cpu)
         dtypes = [d.dtype for d in data]
-        offs, off = _packed([nbytes(d) for d in data])
+        offs, off = packed([nbytes(d) for d in data])
         del data
         self.layer_bytes.append(max(off, ALIGN))
         if self.grads is not None:
@@ -222,14 +212,10 @@ class Engine(Passes, Grads):
         pool buffer (Swapper.read: any size)."""
         gid = layer << 20  # the ParamSwapper's id of the layer's group
         try:
-            buf = torch.empty(self.pswap.info(gid)["nbytes"],
-                              dtype=torch.uint8)
-            self.pswap.read(gid, buf)
+            return read_packed(self.pswap, gid,
+                               [(t.dtype, t.shape) for t in like])
         except nvswap.Error as e:
             raise self._layer_error(layer, e, names) from e
-        sizes = [t.numel() * t.element_size() for t in like]
-        return [buf[o:o + n].view(t.dtype).view(t.shape)
-                for t, o, n in zip(like, _packed(sizes)[0], sizes)]
 
     def _add_grad_group(self, layer, items, size):
         """The layer's gradient region in the optimizer pool; one larger
@@ -400,6 +386,42 @@ class Engine(Passes, Grads):
             if self.tuner is not None:
                 self.tuner.released(layer)
 
+    def write_back(self, retry=False):
+        """Write back every changed parameter layer nothing holds and wait
+        for all of the model's I/O; raises the first failure. retry: the
+        failures already reported are written again first (a failed
+        write-back leaves its tensor resident and dirty: nothing is lost
+        until the disk has room again)."""
+        pools = [sw for sw in (self.pswap, self.gswap) if sw is not None]
+        if retry:
+            for sw in pools:
+                try:  # the failures being retried now: reported before
+                    sw.wait_all()
+                except nvswap.Error:
+                    pass
+        for layer, refs in enumerate(self.refs):
+            if not refs and layer not in self.bound and \
+                    layer not in self.rows:
+                self.params.evict_layer(layer)
+        if retry and self.gswap is not None:
+            for i in self.gswap.ids():
+                info = self.gswap.info(i)
+                if info["dirty"] and not info["acquired"]:
+                    self.gswap.evict(i)
+        for sw in pools:
+            sw.wait_all()
+
+    def step_begin(self, name):
+        """A step changes the layers one by one: until step_end(), both
+        sets refuse checkpoints and close saves none of it (nvswap
+        Swapper.step_begin), so no generation holds a step in part."""
+        self.pswap.step_begin(name)
+        self.gswap.step_begin(name)
+
+    def step_end(self):
+        self.pswap.step_end()
+        self.gswap.step_end()
+
     # ----------------------------------------------------------- state
     def read_layer(self, layer, indexes=None):
         """Copies of a layer's parameters (all, or those at indexes)."""
@@ -455,12 +477,17 @@ class Engine(Passes, Grads):
     def close(self, save=True):
         """save: a persistent engine with changes its last checkpoint
         lacks checkpoints them first (tag "close"), as nvs_swapper_destroy
-        does, so a clean exit resumes where it stopped."""
+        does, so a clean exit resumes where it stopped; not while an
+        optimizer step is half done: the sets then stay at their last
+        checkpoint, which holds none of it."""
         if self.closed:
             return
         err = None
-        if save and self.persistent and self.gswap is not None and (
-                self.pswap.unsaved() or self.gswap.unsaved()):
+        # A step half done is not saved (the sets, in a step, make no
+        # checkpoint at their close either): they stay at their last one.
+        half = self.optimizer is not None and bool(self.optimizer._done)
+        if save and self.persistent and self.gswap is not None and \
+                not half and (self.pswap.unsaved() or self.gswap.unsaved()):
             from . import _durable
             try:
                 _durable.checkpoint(self, "close").wait()

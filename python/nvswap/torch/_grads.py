@@ -87,6 +87,8 @@ class Grads:
         if opt is not None and opt.step_in_backward and not opt._closed:
             self._grad_in_backward(layer, i, g)
             return
+        if opt is not None:  # a new gradient into a half-done step
+            opt.half_done(f"a gradient of '{rec.name}' (backward)")
         if self.backlog:
             self.backlog.append((layer, i, g))
         else:

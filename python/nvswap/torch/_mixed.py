@@ -12,7 +12,7 @@ import torch
 
 import nvswap
 
-from ._common import ALIGN, error, itemsize
+from ._common import ALIGN, error, itemsize, read_packed
 
 MASTER_BASE = 4 << 40  # id_base of the master groups in the optimizer set
 
@@ -70,6 +70,7 @@ class Masters:
         self.gswap = gswap
         self.swap = nvswap.OptimizerSwapper(gswap, id_base=MASTER_BASE)
         self.index = {}  # layer -> indexes of its parameters with a master
+        self.shapes = {}  # layer -> their shapes
 
     def add(self, layer, names, data):
         """data: the layer's tensors as given (fp32 keeps every bit of an
@@ -90,6 +91,7 @@ class Masters:
         self.swap.add_group(layer, [data[i].float().contiguous()
                                     for i in idx])
         self.index[layer] = idx
+        self.shapes[layer] = [data[i].shape for i in idx]
 
     def swap_in(self, layer):
         """{parameter index: its fp32 master (a pool buffer)}"""
@@ -103,13 +105,14 @@ class Masters:
             self.swap.swap_out(layer)
 
     def read(self, layer):
-        """Copies of the layer's masters: {parameter index: tensor}."""
-        got = self.swap_in(layer)
-        try:
-            return {i: t.clone() for i, t in got.items()}
-        finally:
-            del got
-            self.swap_out(layer)
+        """Copies of the layer's masters: {parameter index: tensor}, read
+        without a pool buffer and without writing anything."""
+        idx = self.index.get(layer)
+        if idx is None:
+            return {}
+        return dict(zip(idx, read_packed(
+            self.gswap, MASTER_BASE + (layer << 20),
+            [(torch.float32, s) for s in self.shapes[layer]])))
 
     def close(self):
         self.swap.close()
@@ -127,31 +130,45 @@ def master_state(eng, index):
     return dict(sorted(out.items()))
 
 
-def check_masters(eng, params, saved):
-    """{layer: [(index in the layer, tensor)]} of a loaded 'master' entry
-    ({optimizer index: tensor}); ValueError, before anything is written,
-    for a model without masters, an index out of range, a parameter
-    without a master or a shape that differs."""
+def check_masters(eng, saved):
+    """{layer: [(index in the layer, fp32 CPU tensor)]} of a loaded
+    'master' entry ([(key, parameter, tensor)], keys resolved by the
+    caller); ValueError, before anything is written, for a model without
+    masters, a parameter without a master, or a value that is not a
+    floating tensor of the parameter's shape holding data (every value is
+    converted here, so that none can fail while they are written)."""
     if eng.masters is None:
         raise ValueError("loaded state dict has fp32 master weights "
                          "('master'), but the model was offloaded without "
                          "a compute dtype (offload(dtype=))")
     per_layer = {}
-    for idx, t in saved.items():
-        if not 0 <= int(idx) < len(params):
-            raise ValueError(f"loaded master {idx}: the optimizer has "
-                             f"{len(params)} parameters")
-        p = params[int(idx)]
+    for key, p, t in saved:
         rec = p._nvswap
         if rec.index not in eng.masters.index.get(rec.layer, ()):
-            raise ValueError(f"loaded master {idx}: '{rec.name}' has no "
+            raise ValueError(f"loaded master {key!r}: '{rec.name}' has no "
                              f"fp32 master (a {p.dtype} parameter)")
+        what = f"loaded master {key!r} of '{rec.name}'"
         if not torch.is_tensor(t) or tuple(t.shape) != tuple(p.shape):
-            raise ValueError(f"loaded master of '{rec.name}' has shape "
-                             f"{tuple(getattr(t, 'shape', ()))}, the "
-                             f"parameter {tuple(p.shape)}")
-        per_layer.setdefault(rec.layer, []).append((rec.index, t))
+            got = (f"has shape {tuple(t.shape)}" if torch.is_tensor(t)
+                   else f"is a {type(t).__name__}")
+            raise ValueError(f"{what} {got}: it must be a tensor of the "
+                             f"parameter's shape {tuple(p.shape)}")
+        per_layer.setdefault(rec.layer, []).append(
+            (rec.index, to_state(t, torch.float32, what)))
     return per_layer
+
+
+def to_state(t, dtype, what):
+    """t as a contiguous CPU tensor of dtype for the optimizer set;
+    ValueError naming what for a tensor without data (meta) or not of a
+    floating dtype."""
+    if t.is_meta:
+        raise ValueError(f"{what} is on the meta device: it has no values "
+                         "to load")
+    if not t.is_floating_point():
+        raise ValueError(f"{what} is a {t.dtype} tensor: optimizer state "
+                         "and masters are floating point")
+    return t.detach().to("cpu", dtype).contiguous()
 
 
 def load_masters(eng, per_layer):

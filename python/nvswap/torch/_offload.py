@@ -612,8 +612,14 @@ def restore(model):
     other layer restored (its files are kept whatever happens; the
     layer's parameters are left as placeholders: NaN of their shape);
     a scratch one stays offloaded so that restore() can be tried again,
-    its swap files holding the only copy."""
+    its swap files holding the only copy.
+
+    Refused (nvswap.Error EBUSY, nothing changed) while an optimizer
+    step is half done (a step() that raised): the model would hold part
+    of a step; call step() again first."""
     eng = engine_of(model)
+    if eng.optimizer is not None:
+        eng.optimizer.half_done("nvswap.torch.restore()")
     failed = None
     for layer, ps in enumerate(eng.layers):
         try:

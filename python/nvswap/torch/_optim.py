@@ -17,10 +17,9 @@ import torch
 
 import nvswap
 
-from . import _durable
+from . import _durable, _optstate
 from ._common import itemsize
 from ._engine import ALIGN, STATE_BASE, error
-from ._mixed import check_masters, load_masters, master_state
 
 # state tensors per parameter, for the pool-size check
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
@@ -104,7 +103,13 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
         self._scalars = {}  # param -> {key: value} kept in memory
-        self._done = set()  # layers stepped by a step that raised
+        # The step in progress (all or nothing, see step()): the layers it
+        # stepped, the failure that stopped it, whether the write-backs
+        # of a step that raised are to be retried
+        self._done = set()
+        self._failure = None
+        self._retry = False
+        self._bw_failed = False  # step_in_backward: a layer's step raised
         self._closed = False
         self.step_in_backward = bool(step_in_backward)
         self._unconsumed = False  # a backward stepped; step() not yet
@@ -149,27 +154,55 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One optimizer step over every layer with a gradient. A failure
-        (an I/O error, a full disk) raises before the layer it hit is
-        changed; the layers before it are stepped, and calling step() again
-        continues with the rest. A gradient write-behind that failed is
-        raised first, before anything changes."""
+        """One optimizer step over every layer with a gradient, all or
+        nothing: a failure (an I/O error, a full disk) raises with the
+        layers stepped so far kept in memory (a write-back that failed
+        leaves its data resident; nothing is lost), and calling step()
+        again writes those back and continues with the other layers, so
+        each layer is stepped once. Until the step is whole, checkpoint()
+        refuses, close() and a kill leave a persistent set at its last
+        checkpoint, and zero_grad(), backward, state_dict() and restore()
+        refuse (EBUSY). A gradient write-behind that failed is raised
+        first, before anything changes."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         self._live()
+        self._finishable()
         eng = self._eng
-        if self.step_in_backward:
-            # The layers were stepped in backward: wait for their
-            # write-back (a failure raises here) and allow the next one.
-            self._unconsumed = False
-            eng.pswap.wait_all()
-            eng.gswap.wait_all()
-            eng.steps += 1
-            return loss
+        try:
+            if self._retry:  # what the failed step wrote, written again
+                eng.write_back(retry=True)
+                self._retry = False
+            if self.step_in_backward:
+                # The layers were stepped in backward: wait for their
+                # write-back (a failure raises here) and allow the next
+                # backward.
+                eng.pswap.wait_all()
+                eng.gswap.wait_all()
+                self._unconsumed = False
+            else:
+                self._step_all()
+        except BaseException as e:
+            self._failed(e)
+            raise
+        if self._done:
+            eng.step_end()
+        self._done, self._failure = set(), None
+        eng.steps += 1
+        return loss
+
+    def _step_all(self):
+        eng = self._eng
         eng.drain()
-        eng.pswap.wait_all()
+        try:
+            eng.pswap.wait_all()
+        except nvswap.Error:
+            # A write-back that failed after the last step returned: its
+            # data is still resident; write it again now (raises, before
+            # anything changes, while the failure lasts).
+            eng.write_back(retry=True)
         for layer in self._order():
             if layer in self._done:
                 continue
@@ -177,17 +210,53 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             items = [it for it in self._where[layer] if it[1] in got]
             if items:
                 self._step_layer(layer, items)
-            self._done.add(layer)
-        self._done = set()
-        eng.steps += 1
-        return loss
+
+    def _failed(self, e):
+        """A step raised e: its layers stepped stay stepped (the retry
+        writes them back first); one that stepped none is no step."""
+        self._retry = True
+        if not self._done:
+            self._eng.step_end()
+        elif self._failure is None:
+            self._failure = f"{type(e).__name__}: {e}"
+
+    def half_done(self, what):
+        """Raise nvswap.Error(EBUSY) for what while a step is half done
+        (some layers stepped, others not): it would see, save or undo
+        part of a step."""
+        if not self._done or self._closed:
+            return
+        left = [layer for layer in self._order() if layer not in self._done]
+        if self.step_in_backward and self._bw_failed:
+            how = ("it cannot be finished: the backward that stepped "
+                   "them raised before the others got their gradients; "
+                   "the persistent set (if any) keeps its last checkpoint:"
+                   " offload again with persist='resume'")
+        elif self.step_in_backward and not self._failure:
+            how = "call step() after backward, as step_in_backward wants"
+        else:
+            how = ("call step() again to finish it (it writes back what "
+                   "was stepped and steps the rest, each layer once)")
+        why = f" (it stopped on {self._failure})" if self._failure else ""
+        raise error(errno.EBUSY,
+                    f"nvswap.torch: {what} while an optimizer step is half "
+                    f"done: layers {sorted(self._done)} are stepped, "
+                    f"{left} not{why}; {how}")
+
+    def _finishable(self):
+        if self.step_in_backward and self._bw_failed and self._done:
+            self.half_done("step()")
 
     def _step_layer(self, layer, items, grads=None):
         """Step one layer; grads: {param index: gradient} given in
         backward (step_in_backward), else the layer's gradient region.
         With fp32 masters torch steps them, and the layer takes their
-        values rounded to its dtype."""
+        values rounded to its dtype. Once torch's arithmetic ran the
+        layer is stepped (in self._done) and released dirty, whatever
+        the write-backs after it raise."""
         eng = self._eng
+        if not self._done:
+            eng.step_begin(f"nvswap.torch optimizer step {eng.steps + 1}")
         eng.acquire(layer, host=True)  # steps in CPU memory
         changed = False
         try:
@@ -196,9 +265,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 masters = (eng.masters.swap_in(layer)
                            if eng.masters is not None else None)
                 try:
-                    changed = self._step_lent(layer, items, region, grads,
-                                              masters)
+                    self._step_lent(layer, items, region, grads, masters)
                 finally:
+                    changed = layer in self._done
                     if masters is not None:
                         del masters
                         eng.masters.swap_out(layer)
@@ -228,7 +297,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             for (_, _, p), t in zip(items, targets):
                 if t is not p:
                     p.data.copy_(t.data)  # rounded, as copy_ does
-            return True
+            self._done.add(layer)
         finally:
             self._unlend(items)
             if state is not None:
@@ -240,7 +309,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         parameters are still in memory): step it now."""
         items = [it for it in self._where.get(layer, ()) if it[1] in grads]
         if items and not self._closed:
-            self._step_layer(layer, items, grads)
+            try:
+                self._step_layer(layer, items, grads)
+            except BaseException as e:
+                self._bw_failed = True
+                self._failed(e)
+                raise
 
     def _lend(self, layer, items, region, state, grads=None, masters=None):
         eng, inner = self._eng, self._inner
@@ -313,6 +387,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """Every gradient reads as zero again: no I/O (nothing at all with
         step_in_backward, where gradients are never kept)."""
         self._live()
+        self.half_done("zero_grad()")
         self._eng.zero_grads()
 
     # ------------------------------------------------------------ state
@@ -326,108 +401,24 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """torch's layout ({'state': {index: {...}}, 'param_groups'}) with
-        the state tensors read back from NVMe (copies); for a model with
-        fp32 masters (offload(dtype=)) also 'master': {index: fp32
-        master weight}."""
+        the state tensors read back from NVMe (copies; nothing is written,
+        so a full disk does not stop it); for a model with fp32 masters
+        (offload(dtype=)) also 'master': {index: fp32 master weight}."""
         self._live()
-        index = self._index()
-        groups, i = [], 0
-        for group in self.param_groups:
-            packed = {k: v for k, v in group.items() if k != "params"}
-            packed["params"] = list(range(i, i + len(group["params"])))
-            i += len(group["params"])
-            groups.append(packed)
-        found = {}
-        eng = self._eng
-        for layer, keys in self._keys.items():
-            tensors = self._swap.swap_in(layer)
-            try:
-                for slot, (pi, k) in enumerate(keys):
-                    p = eng.layers[layer][pi]
-                    found.setdefault(p, {})[k] = tensors[slot].clone()
-            finally:
-                del tensors
-                self._swap.swap_out(layer)
-        state = {}
-        for p, tens in found.items():
-            st = {}
-            for k in self._key_order[p]:
-                v = tens[k] if k in tens else self._scalars[p][k]
-                st[k] = v.clone() if torch.is_tensor(v) else v
-            state[index[p]] = st
-        order = sorted(state)
-        out = {"state": {k: state[k] for k in order}, "param_groups": groups}
-        if eng.masters is not None:
-            out["master"] = master_state(eng, index)
-        return out
+        self.half_done("state_dict()")
+        return _optstate.state_dict(self)
 
     def load_state_dict(self, state_dict):
         """Hyper-parameters into the groups, state tensors written to
         NVMe (cast to the parameter's dtype, as torch does; fp32 beside
-        fp32 masters, which a 'master' entry replaces)."""
+        fp32 masters, which a 'master' entry replaces). Entries are
+        matched to parameters through the saved groups' 'params', as
+        torch does. Every entry is checked and converted before anything
+        is written: a refused state dict (ValueError naming the key,
+        the parameter and the rule) changes nothing."""
         self._live()
-        groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(
-                len(a["params"]) != len(b["params"])
-                for a, b in zip(groups, self.param_groups)):
-            raise ValueError("loaded state dict has a different number of "
-                             "parameter groups or parameters")
-        params = [p for g in self.param_groups for p in g["params"]]
-        per_layer = {}
-        for idx, st in state_dict["state"].items():
-            p = params[int(idx)]
-            per_layer.setdefault(p._nvswap.layer, []).append((p, st))
-        # Everything checked before anything is written.
-        parsed = {layer: self._parse_layer(layer, entries)
-                  for layer, entries in per_layer.items()}
-        masters = state_dict.get("master")
-        if masters is not None:
-            masters = check_masters(self._eng, params, masters)
-        if masters is not None:
-            load_masters(self._eng, masters)
-        for g, saved in zip(self.param_groups, groups):
-            g.update({k: v for k, v in saved.items() if k != "params"})
-        for layer, parts in parsed.items():
-            self._load_layer(layer, *parts)
-
-    def _parse_layer(self, layer, entries):
-        """(state tensors by (index, key), their keys in slot order,
-        scalars, key order) of a layer's loaded state; ValueError when
-        they do not match the state the optimizer holds for it."""
-        values, scalars, order = {}, {}, {}
-        for p, st in entries:
-            order[p] = list(st)
-            scalars[p] = {}
-            for k, v in st.items():
-                if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
-                    values[(p._nvswap.index, k)] = v.to(self._state_dtype(p))
-                else:
-                    scalars[p][k] = v.clone() if torch.is_tensor(v) else v
-        if layer in self._keys:
-            keys = self._keys[layer]
-            if set(keys) != set(values):
-                raise ValueError(f"loaded state of layer {layer} has "
-                                 f"tensors {sorted(values)}, the optimizer "
-                                 f"{sorted(keys)}")
-        else:
-            keys = sorted(values)
-        return values, keys, scalars, order
-
-    def _load_layer(self, layer, values, keys, scalars, order):
-        if layer in self._keys:
-            tensors = self._swap.swap_in(layer)
-            try:
-                for slot, key in enumerate(keys):
-                    tensors[slot].copy_(values[key])
-            finally:
-                del tensors
-                self._swap.swap_out(layer)
-        else:
-            self._swap.add_group(layer, [values[k].contiguous()
-                                         for k in keys])
-            self._keys[layer] = keys
-        self._scalars.update(scalars)
-        self._key_order.update(order)
+        self.half_done("load_state_dict()")
+        _optstate.load_state_dict(self, state_dict)
 
     def _live(self):
         if self._closed:

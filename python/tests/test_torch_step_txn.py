@@ -1,0 +1,274 @@
+# SPDX-License-Identifier: MIT
+"""An optimizer step is all or nothing (issue 46, finding 1): a disk that
+fills up in the middle of opt.step() on a persistent set leaves the
+layers stepped so far in memory, step() again steps each of the others
+once, and no checkpoint, close or restore() saves part of a step."""
+import copy
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+
+from torchhelp import same  # noqa: E402
+
+W = 128  # two Linear(W) layers: 64 KiB of weights, 128 KiB of AdamW state
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(W, W), torch.nn.Linear(W, W))
+
+
+def _batch(k):
+    return torch.randn(4, W, generator=torch.Generator().manual_seed(k))
+
+
+def _backward(model, k):
+    model(_batch(k)).square().mean().backward()
+
+
+def _fill(mnt, leave):
+    """The filesystem at mnt full but for leave bytes (a filler file)."""
+    path = os.path.join(mnt, "filler")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, bytes(1 << 16))
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
+    os.close(fd)
+    return path
+
+
+def _offload(model, mnt, persist="persistent"):
+    return nvt.offload(model, nvme_path=str(mnt), buffer_size="128K",
+                       buffer_count=3, optimizer_buffer_size="256K",
+                       optimizer_buffer_count=3, persist=persist)
+
+
+def _counts(opt_state):
+    return [int(s["step"]) for _, s in sorted(opt_state["state"].items())]
+
+
+def _half_done(fn):
+    with pytest.raises(nvswap.Error) as ei:
+        fn()
+    assert ei.value.errno == errno.EBUSY, ei.value
+    assert "while an optimizer step is half done" in str(ei.value)
+    return str(ei.value)
+
+
+@pytest.mark.parametrize("leave_k,clip", [
+    (0, False), (16, False), (64, False), (96, False), (128, False),
+    (192, False), (256, False), (320, False), (16, True), (192, True)])
+def test_a_full_disk_mid_step_is_finished_by_step_each_layer_once(
+        small_tmpfs, leave_k, clip):
+    """The disk fills at a different point of step 2 for each leave_k:
+    whatever stopped, step() once the space is back equals torch's two
+    steps bit for bit (each layer stepped twice; clipped alike when clip:
+    the retry applies the same clip to the layers left), and the
+    checkpoint after it resumes equal."""
+    ref = _model()
+    off = copy.deepcopy(ref)
+    _offload(off, small_tmpfs)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    for m, o in ((ref, ro), (off, oo)):
+        _backward(m, 1)
+        o.step()
+        o.zero_grad()
+    nvt.checkpoint(off).wait()
+    for m in (ref, off):
+        _backward(m, 2)
+        if clip:  # routed to nvt.clip_grad_norm_ for the offloaded model
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3)
+    ro.step()
+    nvt.wait(off)  # the gradients written behind: the step meets the full disk
+    filler = _fill(small_tmpfs, leave_k << 10)
+    try:
+        oo.step()
+        failed = None
+    except nvswap.Error as e:
+        failed = e
+    if failed is not None:
+        assert failed.errno == errno.ENOSPC, failed
+        if oo._done:  # stopped half way: nothing may take part of it
+            msg = _half_done(lambda: nvt.checkpoint(off))
+            assert "No space left on device" in msg, msg
+            assert "call step() again to finish it" in msg, msg
+            _half_done(oo.zero_grad)
+            _half_done(oo.state_dict)
+            _half_done(lambda: nvt.restore(off))
+            _half_done(lambda: _backward(off, 3))
+    os.unlink(filler)
+    if failed is not None:
+        oo.step()  # continues: the layers not stepped, once each
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    assert _counts(oo.state_dict()) == [2, 2, 2, 2]
+    assert nvt.stats(off)["steps"] == 2
+    oo.zero_grad()
+    nvt.checkpoint(off).wait()
+    nvt.restore(off)
+    back = _offload(_model(), small_tmpfs, persist="resume")
+    bo = nvt.AdamW(back.parameters(), lr=1e-2)
+    same(ref.state_dict(), back.state_dict())
+    same(ro.state_dict(), bo.state_dict())
+    nvt.restore(back)
+
+
+def test_some_leave_stops_the_step_half_way(small_tmpfs):
+    """The sweep above is only worth its name if some point of it
+    leaves a step half done: with 16 KiB left, step 2 stops after layer 0
+    (its AdamW state's write-back fails), layer 1 not stepped."""
+    off = _model()
+    _offload(off, small_tmpfs)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    _backward(off, 1)
+    oo.step()
+    oo.zero_grad()
+    nvt.checkpoint(off).wait()
+    _backward(off, 2)
+    nvt.wait(off)
+    filler = _fill(small_tmpfs, 16 << 10)
+    with pytest.raises(nvswap.Error) as ei:
+        oo.step()
+    assert ei.value.errno == errno.ENOSPC, ei.value
+    assert sorted(oo._done) == [0], str(ei.value)
+    msg = _half_done(lambda: nvt.checkpoint(off))
+    assert "layers [0] are stepped, [1] not" in msg, msg
+    os.unlink(filler)
+    oo.step()
+    assert _counts(oo.state_dict()) == [2, 2, 2, 2]
+    nvt.restore(off)
+
+
+def test_a_half_done_step_is_never_committed_by_close_or_exit(small_tmpfs):
+    """A process whose step stopped half way, that tries restore() and
+    then exits without finishing it: its sets keep the last checkpoint
+    (step 1), whole (the reported bug committed layer 0's new AdamW
+    state with its old weights, and resume took it)."""
+    here = os.path.dirname(__file__)
+    code = textwrap.dedent(f"""
+    import copy, errno, os, sys
+    import torch, nvswap, nvswap.torch as nvt
+    sys.path.insert(0, {here!r})
+    from test_torch_step_txn import _model, _backward, _fill, _offload
+    off = _model()
+    _offload(off, {str(small_tmpfs)!r})
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    _backward(off, 1); oo.step(); oo.zero_grad()
+    nvt.checkpoint(off, "one").wait()
+    _backward(off, 2)
+    nvt.wait(off)
+    filler = _fill({str(small_tmpfs)!r}, 16 << 10)
+    try:
+        oo.step()
+    except nvswap.Error as e:
+        print("step", errno.errorcode[e.errno], sorted(oo._done))
+    os.unlink(filler)  # room for a commit, had one been made
+    try:
+        nvt.restore(off)
+    except nvswap.Error as e:
+        print("restore", errno.errorcode[e.errno])
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "step ENOSPC [0]\nrestore EBUSY\n", r.stdout
+    ref = _model()
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    _backward(ref, 1)
+    ro.step()
+    back = _offload(_model(), small_tmpfs, persist="resume")
+    bo = nvt.AdamW(back.parameters(), lr=1e-2)
+    assert nvt.stats(back)["resumed"]["tag"] == "one"
+    same(ref.state_dict(), back.state_dict())
+    same(ro.state_dict(), bo.state_dict())
+    nvt.restore(back)
+
+
+def test_a_step_in_backward_that_fails_half_way_is_never_committed(
+        small_tmpfs):
+    """step_in_backward: a full disk stops the backward after a layer was
+    stepped; the gradients of the others are gone, so the step cannot be
+    finished: step(), checkpoint() and restore() say so, and the set
+    resumes at its last checkpoint."""
+    ref = _model()
+    off = copy.deepcopy(ref)
+    _offload(off, small_tmpfs)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, step_in_backward=True)
+    for m, o in ((ref, ro), (off, oo)):
+        _backward(m, 1)
+        o.step()
+        o.zero_grad()
+    nvt.checkpoint(off, "one").wait()
+    filler = _fill(small_tmpfs, 16 << 10)
+    with pytest.raises(nvswap.Error) as ei:
+        _backward(off, 2)
+    assert ei.value.errno == errno.ENOSPC, ei.value
+    eng = nvt.engine_of(off)
+    for sw in (eng.pswap, eng.gswap):  # the write-backs over, still full
+        try:
+            sw.wait_all()
+        except nvswap.Error as e:
+            assert e.errno == errno.ENOSPC, e
+    os.unlink(filler)
+    assert sorted(oo._done) == [1]  # the last layer, stepped first
+    for fn in (oo.step, lambda: nvt.checkpoint(off), oo.state_dict,
+               lambda: nvt.restore(off)):
+        msg = _half_done(fn)
+        assert "it cannot be finished" in msg, msg
+    eng.close()  # as at exit: no checkpoint of the half-done step
+    back = _offload(_model(), small_tmpfs, persist="resume")
+    bo = nvt.AdamW(back.parameters(), lr=1e-2, step_in_backward=True)
+    assert nvt.stats(back)["resumed"]["tag"] == "one"
+    same(ref.state_dict(), back.state_dict())
+    same(ro.state_dict(), bo.state_dict())
+    nvt.restore(back)
+
+
+def test_a_step_that_stepped_nothing_leaves_checkpoints_open(swapdir):
+    """A failure before the first layer is stepped (an injected EIO on
+    layer 0's gradient region) is no step: nothing is half done, so a
+    checkpoint is taken (it holds the state before the step), and step()
+    again trains on equal to torch."""
+    ref = _model()
+    off = copy.deepcopy(ref)
+    _offload(off, swapdir)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    for m in (ref, off):
+        _backward(m, 1)
+    ro.step()
+    eng = nvt.engine_of(off)
+
+    class FailOnce:  # the gradient swapper, its first acquire failing
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def acquire(self, layer):
+            eng.grads = self.real
+            raise nvswap.Error(errno.EIO, "injected")
+
+    eng.grads = FailOnce(eng.grads)
+    with pytest.raises(nvswap.Error, match="injected"):
+        oo.step()
+    assert not oo._done
+    nvt.checkpoint(off, "before").wait()
+    oo.step()
+    same(ref.state_dict(), off.state_dict())
+    same(ro.state_dict(), oo.state_dict())
+    nvt.restore(off)
