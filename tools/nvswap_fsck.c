@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static bool quiet;
 
@@ -297,6 +298,28 @@ static int check_all(const struct nvs_swapper_opts *given, int rank,
 	return worst;
 }
 
+/* Refuse (16) one directory given twice, whatever the spelling (a
+ * trailing slash, a symlink, ./X): the check would lock it twice and
+ * report the set as in use by this very process. A path that does not
+ * exist is left to the library, which names it. */
+static void paths_distinct(const struct nvs_swapper_opts *o)
+{
+	struct stat st[NVS_SWAPPER_MAX_PATHS];
+	bool ok[NVS_SWAPPER_MAX_PATHS];
+
+	for (unsigned i = 0; i < o->npaths; i++) {
+		ok[i] = stat(o->nvme_paths[i], &st[i]) == 0;
+		for (unsigned k = 0; ok[i] && k < i; k++)
+			if (ok[k] && st[k].st_dev == st[i].st_dev &&
+			    st[k].st_ino == st[i].st_ino)
+				tool_die(16,
+					 "--path '%s' and --path '%s' are the "
+					 "same directory: give each of the "
+					 "set's directories once",
+					 o->nvme_paths[k], o->nvme_paths[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -369,6 +392,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 16;
 	}
+	paths_distinct(&o);
 	o.rank = (int)rank;
 	if (!named)
 		return check_all(&o, ranked ? (int)rank : -1, &j);

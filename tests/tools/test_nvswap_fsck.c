@@ -548,3 +548,58 @@ Test(nvswap_fsck, a_path_recorded_whole_is_not_inferred_for_a_copy)
 	tu_out_free(&o);
 	umount2(mnt, MNT_DETACH);
 }
+
+/* One directory given twice, in any spelling (as is, with a trailing
+ * slash, through a symlink, as ./X from its parent): refused naming both
+ * --path options and the rule, never checked against itself ("in use by
+ * process <fsck's own pid>"). */
+Test(nvswap_fsck, the_same_directory_twice_is_refused_naming_both)
+{
+	char link[4200], parent[4200], cmd[8800];
+	const char *base;
+	struct tu_out o;
+
+	make_set();
+	snprintf(link, sizeof(link), "%s/link", tu_dir());
+	cr_assert_eq(symlink(tu_dir(), link), 0);
+	snprintf(parent, sizeof(parent), "%s", tu_dir());
+	base = strrchr(tu_dir(), '/') + 1;
+	*strrchr(parent, '/') = '\0';
+	const char *twice[][2] = {
+		{tu_dir(), tu_dir()},
+		{tu_dir(), NULL}, /* with a trailing slash */
+		{tu_dir(), link},
+	};
+	for (unsigned k = 0; k < 4; k++) {
+		for (unsigned named = 0; named < 2; named++) {
+			char second[4300];
+			const char *first = tu_dir();
+
+			if (k == 1)
+				snprintf(second, sizeof(second), "%s/",
+					 tu_dir());
+			else if (k == 3) /* ./X, run from X's parent */
+				snprintf(second, sizeof(second), "./%s", base);
+			else
+				snprintf(second, sizeof(second), "%s",
+					 twice[k][1]);
+			snprintf(cmd, sizeof(cmd),
+				 "cd %s && %s --path %s --path %s%s", parent,
+				 getenv("NVSWAP_FSCK"), first, second,
+				 named ? " --name param" : "");
+			o = tu_run(cmd);
+			cr_assert_eq(o.status, 16, "%s: %s%s", cmd, o.out,
+				     o.err);
+			char want[9000];
+			snprintf(want, sizeof(want),
+				 "nvswap-fsck: --path '%s' and --path '%s' "
+				 "are the same directory: give each of the "
+				 "set's directories once\n",
+				 first, second);
+			cr_assert(strstr(o.err, want), "%s: %s", cmd, o.err);
+			cr_assert_null(strstr(o.err, "in use"), "%s", o.err);
+			cr_assert_null(strstr(o.out, "in use"), "%s", o.out);
+			tu_out_free(&o);
+		}
+	}
+}
