@@ -76,7 +76,10 @@ struct nvs_pinned_stats {
  *
  * Return: the memory (free it with nvs_pinned_free()), or NULL with
  * *@err set and nvs_last_error() explaining:
- *   -EINVAL  @nbytes is 0;
+ *   -EINVAL  @nbytes is 0; or the environment holds a bad value, named
+ *            in the message, and every allocation is refused:
+ *            NVSWAP_CUDA or NVSWAP_ALLOW_UNPINNED no on/off spelling
+ *            (README: "On/off variables"), NVSWAP_PINNED_LIMIT no size;
  *   -ENOMEM  @nbytes is larger than any allocation can be, the address
  *            space or the cap from nvs_pinned_set_limit() is exhausted,
  *            or RLIMIT_MEMLOCK is too small (the message gives the size
@@ -137,7 +140,8 @@ NVS_API int nvs_pinned_set_limit(uint64_t bytes);
 /**
  * nvs_pinned_allow_unpinned() - opt in (or out) to unlocked memory when
  * locking fails, instead of an error. The default is off, or on when the
- * environment has NVSWAP_ALLOW_UNPINNED=1. Threading: any thread.
+ * environment has NVSWAP_ALLOW_UNPINNED=1 (or on, true, yes; any case).
+ * Threading: any thread.
  */
 NVS_API void nvs_pinned_allow_unpinned(bool allow);
 

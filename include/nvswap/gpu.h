@@ -50,7 +50,10 @@ extern "C" {
  *
  * Return: the number of devices (at least 1); -ENODEV when the driver
  * library is missing, NVSWAP_GPU=off, the driver fails to initialise or
- * finds no device (nvs_last_error() says which).
+ * finds no device (nvs_last_error() says which); -EINVAL when
+ * NVSWAP_GPU holds no on/off value (README: "On/off variables"; then
+ * every call that needs the driver, nvs_gpu_pointer() and every aio op
+ * included, is -EINVAL naming it).
  */
 NVS_API int nvs_gpu_open(void);
 
@@ -63,7 +66,8 @@ NVS_API int nvs_gpu_open(void);
  * read and write) are host memory. Never loads the driver (see above).
  *
  * Return: 1 device memory, 0 host memory, -EIO when the driver's pointer
- * query failed with an unexpected error.
+ * query failed with an unexpected error, -EINVAL when NVSWAP_GPU holds
+ * no on/off value.
  */
 NVS_API int nvs_gpu_pointer(const void *p, int *device);
 

@@ -5,6 +5,8 @@
  * cudaHostUnregister and cudaGetErrorString (cudaError_t is an int enum).
  */
 #include "buffers/cuda.h"
+#include "internal/errors.h"
+#include "internal/util.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -25,6 +27,7 @@ static register_fn cuda_register;
 static unregister_fn cuda_unregister;
 static errstr_fn cuda_errstr;
 static char init_msg[512];
+static int init_err; /* -EINVAL: NVSWAP_CUDA holds no on/off value */
 /* Written once, by the first failed registration, before the state moves
  * to FAILED (release); readers load the state with acquire first. */
 static char fail_msg[512];
@@ -77,13 +80,19 @@ static void *open_runtime(const char **which)
 
 static void init_once(void)
 {
-	const char *env = getenv("NVSWAP_CUDA");
 	const char *which = NULL;
+	bool on;
 	void *lib;
 
-	if (env && (!strcmp(env, "off") || !strcmp(env, "0"))) {
-		snprintf(init_msg, sizeof(init_msg),
-			 "CUDA registration off (NVSWAP_CUDA=%s)", env);
+	init_err = nvs__env_switch("NVSWAP_CUDA", true, &on, init_msg,
+				   sizeof(init_msg));
+	if (init_err || !on) {
+		/* A bad value registers nothing either: nvs__cuda_env()
+		 * refuses every pinned allocation, naming it. */
+		if (!init_err)
+			snprintf(init_msg, sizeof(init_msg),
+				 "CUDA registration off (NVSWAP_CUDA=%s)",
+				 getenv("NVSWAP_CUDA"));
 		atomic_store_explicit(&state, NVS_CUDA_OFF,
 				      memory_order_release);
 		return;
@@ -119,6 +128,12 @@ static void init_once(void)
 void nvs__cuda_init(void)
 {
 	pthread_once(&once, init_once);
+}
+
+int nvs__cuda_env(const char *call)
+{
+	pthread_once(&once, init_once);
+	return init_err ? nvs__err(init_err, "%s: %s", call, init_msg) : 0;
 }
 
 enum nvs_cuda_state nvs__cuda_state(void)

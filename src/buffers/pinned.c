@@ -42,6 +42,10 @@ static atomic_uint_fast64_t n_allocs, n_frees, n_failed, n_bad_frees;
 /* -1: not set through the API, the environment decides. */
 static atomic_int allow_api = -1;
 static bool allow_env;
+/* -EINVAL when NVSWAP_ALLOW_UNPINNED holds no on/off value (allow_msg
+ * says so): every allocation is refused, naming it. */
+static int allow_err;
+static char allow_msg[NVS_ERRMSG_MAX / 2];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* fork(): hold the registry across it, so the child's copy is consistent.
@@ -65,10 +69,8 @@ static void fork_child(void)
 
 static void init_once(void)
 {
-	const char *env = getenv("NVSWAP_ALLOW_UNPINNED");
-
-	allow_env = env && (!strcmp(env, "1") || !strcmp(env, "yes") ||
-			    !strcmp(env, "true"));
+	allow_err = nvs__env_switch("NVSWAP_ALLOW_UNPINNED", false, &allow_env,
+				    allow_msg, sizeof(allow_msg));
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
@@ -128,9 +130,15 @@ void *nvs__pinned_alloc(size_t n, size_t align, bool fallback, const char *call,
 	void *p = NULL;
 	int ret;
 
-	/* Before the first allocation: the fork handler and the opt-in. */
+	/* Before the first allocation: the fork handler and the opt-in.
+	 * The on/off variables are checked on every allocation, so that a
+	 * bad value is never taken for a default. */
 	pthread_once(&once, init_once);
-	if (n == 0) {
+	if (allow_err) {
+		ret = nvs__err(allow_err, "%s: %s", call, allow_msg);
+	} else if ((ret = nvs__cuda_env(call)) < 0) {
+		/* nvs_last_error() names NVSWAP_CUDA */
+	} else if (n == 0) {
 		ret = nvs__err(-EINVAL, "%s: zero bytes asked for", call);
 	} else if (n > (size_t)PTRDIFF_MAX - align) {
 		ret = nvs__err(-ENOMEM,

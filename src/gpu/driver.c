@@ -6,6 +6,7 @@
  */
 #include "gpu/driver.h"
 #include "internal/errors.h"
+#include "internal/util.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -50,11 +51,26 @@ static const char *lib_name(void)
 	return env && *env ? env : LIBCUDA;
 }
 
-static bool gpu_off(void)
-{
-	const char *env = getenv("NVSWAP_GPU");
+/* NVSWAP_GPU, read once (env_once orders these writes before every
+ * read): on unless it says off; env_err -EINVAL with env_msg when it
+ * holds no on/off value. */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool env_on;
+static int env_err;
+static char env_msg[NVS_ERRMSG_MAX / 2];
 
-	return env && (!strcmp(env, "off") || !strcmp(env, "0"));
+static void read_env(void)
+{
+	env_err = nvs__env_switch("NVSWAP_GPU", true, &env_on, env_msg,
+				  sizeof(env_msg));
+}
+
+/* 1 when NVSWAP_GPU turns GPU support off, 0 when not, -EINVAL when it
+ * holds no on/off value (env_msg says so). */
+static int gpu_off(void)
+{
+	pthread_once(&env_once, read_env);
+	return env_err ? env_err : !env_on;
 }
 
 /* A function pointer from dlsym: ISO C cannot cast void * to one. */
@@ -131,9 +147,15 @@ static void load_locked(void)
 	const char *name = lib_name(), *missing = NULL;
 	char cause[NVS_ERRMSG_MAX / 2];
 	void *lib;
-	int rc, n = 0;
+	int rc, n = 0, off = gpu_off();
 
-	if (gpu_off()) {
+	load_err = -ENODEV;
+	if (off < 0) {
+		load_err = off; /* a value to fix, not a missing driver */
+		snprintf(load_msg, sizeof(load_msg), "%s", env_msg);
+		goto fail;
+	}
+	if (off) {
 		snprintf(load_msg, sizeof(load_msg),
 			 "GPU support is off (NVSWAP_GPU=%s)",
 			 getenv("NVSWAP_GPU"));
@@ -174,7 +196,6 @@ static void load_locked(void)
 	atomic_store_explicit(&state, READY, memory_order_release);
 	return;
 fail:
-	load_err = -ENODEV;
 	atomic_store_explicit(&state, FAILED, memory_order_release);
 }
 
@@ -231,25 +252,34 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *data)
  */
 static atomic_ullong adds_seen;
 
-static bool driver_present(void)
+static int driver_present(void)
 {
 	int s = atomic_load_explicit(&state, memory_order_acquire);
 	unsigned long long adds = 0;
 	const char *want, *slash;
+	int off;
 
+	/* load_err is written before the release store of FAILED; -EINVAL
+	 * is NVSWAP_GPU's bad value, refused on every call, not taken for
+	 * "no driver". */
 	if (s != UNTRIED)
-		return s == READY;
+		return s == READY	     ? 1
+		       : load_err == -EINVAL ? nvs__gpu_load("nvswap")
+					     : 0;
+	off = gpu_off();
+	if (off < 0)
+		return nvs__gpu_load("nvswap");
 	dl_iterate_phdr(adds_cb, &adds);
 	if (adds == atomic_load_explicit(&adds_seen, memory_order_relaxed))
-		return false;
+		return 0;
 	atomic_store_explicit(&adds_seen, adds, memory_order_relaxed);
-	if (gpu_off())
-		return false;
+	if (off)
+		return 0;
 	want = lib_name();
 	slash = strrchr(want, '/');
 	if (!dl_iterate_phdr(find_cb,
 			     (void *)(uintptr_t)(slash ? slash + 1 : want)))
-		return false;
+		return 0;
 	return nvs__gpu_load("nvswap") == 0;
 }
 
@@ -262,8 +292,11 @@ int nvs__gpu_ptr(const void *p, int *device, void **ctx)
 	void *c = NULL;
 	void *data[4] = {&type, &managed, &ordinal, &c};
 
-	if (!p || !driver_present())
+	if (!p)
 		return 0;
+	rc = driver_present();
+	if (rc <= 0)
+		return rc;
 	rc = nvs__cu.PointerGetAttributes(4, attrs, data, (nvs_cuptr)p);
 	if (rc != 0)
 		return nvs__cu_fail(rc, "nvs_gpu_pointer",

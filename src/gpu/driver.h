@@ -61,7 +61,8 @@ extern struct nvs_cu nvs__cu;
 /*
  * Load and initialise the driver (once; later calls return the first
  * result). 0, or -ENODEV with nvs_last_error() naming the library, the
- * failing call or the missing device, prefixed by @who.
+ * failing call or the missing device, prefixed by @who; -EINVAL when
+ * NVSWAP_GPU holds no on/off value (nvs__env_switch()).
  */
 int nvs__gpu_load(const char *who);
 

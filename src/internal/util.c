@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 /* Full-length pread/pwrite, sorted-array search, the uthash OOM flag,
- * a path's open that never blocks. */
+ * a path's open that never blocks, the on/off environment variables. */
 #include "internal/util.h"
 #include "internal/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 _Thread_local int nvs__hash_oom;
@@ -107,4 +110,29 @@ const char *nvs__file_type(mode_t mode)
 	if (S_ISLNK(mode))
 		return "a symbolic link";
 	return "of an unknown type";
+}
+
+int nvs__env_switch(const char *name, bool dflt, bool *on, char *msg,
+		    size_t len)
+{
+	static const char *const yes[] = {"1", "on", "true", "yes"};
+	static const char *const no[] = {"0", "off", "false", "no"};
+	const char *v = getenv(name);
+
+	*on = dflt;
+	if (!v || !*v)
+		return 0;
+	for (size_t i = 0; i < NVS_ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(v, yes[i])) {
+			*on = true;
+			return 0;
+		}
+		if (!strcasecmp(v, no[i])) {
+			*on = false;
+			return 0;
+		}
+	}
+	snprintf(msg, len, "%s=%.100s%s is not one of " NVS_ENV_SWITCH_VALUES,
+		 name, v, strlen(v) > 100 ? "..." : "");
+	return -EINVAL;
 }

@@ -72,4 +72,19 @@ static inline bool nvs__file_io_ok(mode_t mode)
 /* "a FIFO", "a character device"...: what @mode says, for sentences. */
 const char *nvs__file_type(mode_t mode);
 
+/* The spellings every on/off environment variable takes (NVSWAP_GPU,
+ * NVSWAP_CUDA, NVSWAP_ALLOW_UNPINNED), for sentences. */
+#define NVS_ENV_SWITCH_VALUES                                                  \
+	"1, on, true, yes or 0, off, false, no (any case; empty is unset)"
+
+/*
+ * The on/off switch in the environment variable @name: one of
+ * NVS_ENV_SWITCH_VALUES into *@on (unset or empty: @dflt). Returns 0, or
+ * -EINVAL for any other value, with "NAME=value is not ..." in @msg
+ * (@len bytes) for the caller to keep and report: nothing is printed, and
+ * nvs_last_error() is left alone.
+ */
+int nvs__env_switch(const char *name, bool dflt, bool *on, char *msg,
+		    size_t len);
+
 #endif
