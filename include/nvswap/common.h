@@ -44,14 +44,22 @@ NVS_API const char *nvs_last_error(void);
 NVS_API const char *nvs_strerror(int err);
 
 /**
- * nvs_parse_size() - a byte count as people write it: decimal digits and
- * an optional binary suffix K, M, G or T (either case; "KiB", "KB" and
- * the like too), so "4096", "64K", "100M", "2GiB".
+ * nvs_parse_size() - a byte count as people write it, by the one rule
+ * every size nvswap reads follows (nvswap.torch's keywords too): decimal
+ * digits, then optionally a unit. K, M, G, T and KiB, MiB, GiB, TiB are
+ * binary (2^10 to 2^40, as fio and dd read "64K"); KB, MB, GB, TB are
+ * decimal (10^3 to 10^12, as transformers and accelerate read "5GB").
+ * The unit's letter (and the i) may be either case; a lowercase b after
+ * it ("1Gb", "100mb", "1Kib") is refused as ambiguous: a bit to
+ * transformers, a byte to most other tools. So "4096", "64K", "100m",
+ * "2GiB" (2147483648), "5GB" (5000000000).
  * @s:   the text, borrowed for the call.
  * @out: receives the bytes; unchanged on failure.
  *
- * Return: 0, -EINVAL for NULL arguments or anything else in @s (signs,
- * spaces, an empty string), -ERANGE when the value does not fit 64 bits.
+ * Return: 0, -EINVAL for NULL arguments, a lowercase b after the unit
+ * or anything else in @s (signs, spaces, fractions, an empty string),
+ * -ERANGE when the value does not fit 64 bits; nvs_last_error() names
+ * the text and states the rule.
  * Threading: any thread.
  */
 NVS_API int nvs_parse_size(const char *s, uint64_t *out);

@@ -178,10 +178,10 @@ int ext_arg_bytes(PyObject *v, const char *what, uint64_t *out)
 		return -1;
 	rc = nvs_parse_size(s, out);
 	if (rc < 0) {
+		/* nvs_last_error() says why and states the size rule */
 		PyErr_Format(PyExc_ValueError,
-			     "nvswap: %s %R is not a byte count (digits and "
-			     "an optional K, M, G or T)",
-			     what, v);
+			     "nvswap: %s %R is not a byte count: %s", what, v,
+			     nvs_last_error());
 		return -1;
 	}
 	return 0;

@@ -27,7 +27,8 @@ int ext_arg_i64(PyObject *v, const char *what, int64_t dflt, int64_t *out);
 int ext_arg_u64(PyObject *v, const char *what, uint64_t max, uint64_t *out);
 /*
  * A byte count: an int, or a str as nvs_parse_size() reads it ("64M",
- * "2GiB"). Unchanged when @v is NULL or None.
+ * "2GiB", "5GB" = 5 * 10^9); a refused str is a ValueError stating its
+ * rule. Unchanged when @v is NULL or None.
  */
 int ext_arg_bytes(PyObject *v, const char *what, uint64_t *out);
 /*

@@ -2,9 +2,9 @@
 /*
  * libFuzzer target: nvs_parse_size() on the input as a C string, checked
  * against a second, independent reading of its header's grammar (digits,
- * an optional K/M/G/T in either case, then "B" or "iB" in any case after
- * a suffix only): the same result, the same value, @out untouched on
- * failure.
+ * an optional K/M/G/T in either case, then nothing or "iB"/"IB" (binary)
+ * or "B" (decimal); a lowercase b refused): the same result, the same
+ * value, @out untouched on failure.
  */
 #include "fuzz.h"
 
@@ -16,18 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* The model: 0 and *out, -EINVAL or -ERANGE. The digits are read whole
  * first (an overflow there is -ERANGE whatever follows, as the parser
- * stops at it), then the rest must be a suffix, then the shift must fit. */
+ * stops at it), then the rest must be a unit, then the product must fit. */
 static int model(const char *s, uint64_t *out)
 {
 	static const char units[] = "kmgt";
-	unsigned __int128 v = 0;
+	unsigned __int128 v = 0, mult = 1;
 	size_t nd = strspn(s, "0123456789");
 	const char *p = s + nd, *u;
-	unsigned shift = 0;
 
 	if (!nd)
 		return -EINVAL;
@@ -37,14 +35,19 @@ static int model(const char *s, uint64_t *out)
 			return -ERANGE;
 	}
 	if (*p && (u = strchr(units, *p | 0x20)) && (*p | 0x20) == *u) {
-		shift = 10 * (unsigned)(u - units + 1);
+		unsigned step = 1024;
+
 		p++;
-		if (!strcasecmp(p, "B") || !strcasecmp(p, "iB"))
-			p += strlen(p);
+		if (!strcmp(p, "B"))
+			step = 1000, p++;
+		else if (!strcmp(p, "iB") || !strcmp(p, "IB"))
+			p += 2;
+		for (const char *x = units; x <= u; x++)
+			mult *= step;
 	}
 	if (*p)
 		return -EINVAL;
-	v <<= shift;
+	v *= mult;
 	if (v > UINT64_MAX)
 		return -ERANGE;
 	*out = (uint64_t)v;

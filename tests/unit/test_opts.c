@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,7 +365,7 @@ Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
 	cr_assert_eq(nvs_parse_size("2GiB", &v), 0);
 	cr_assert_eq(v, 2ull << 30);
 	cr_assert_eq(nvs_parse_size("3GB", &v), 0);
-	cr_assert_eq(v, 3ull << 30);
+	cr_assert_eq(v, 3000000000ull);
 	cr_assert_eq(nvs_parse_size("1T", &v), 0);
 	cr_assert_eq(v, 1ull << 40);
 	cr_assert_eq(nvs_parse_size("0", &v), 0);
@@ -387,35 +388,73 @@ Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
 	cr_assert_eq(v, 7, "unchanged on failure");
 }
 
-/* Hostile input 16: the header promises either case and the KiB and KB
- * forms, all binary; overflow is still refused. */
-Test(size, parse_size_takes_kib_and_kb_in_any_case)
+/* Hostile input 16, then round 4: one rule for every size keyword,
+ * transformers' (KB..TB decimal, KiB..TiB binary), the bare letters
+ * binary as fio reads them, either case for the unit's letter, and a
+ * lowercase b after it refused (a bit to transformers, a byte to most
+ * other tools). */
+Test(size, parse_size_reads_kb_as_decimal_kib_as_binary_and_refuses_b)
 {
-	static const char *const forms[] = {"1k",   "1K",   "1kib", "1KiB",
-					    "1KIB", "1kIb", "1kb",  "1kB",
-					    "1Kb",  "1KB"};
+	static const struct {
+		const char *text;
+		uint64_t bytes;
+	} ok[] = {
+		{"1k", 1024},
+		{"1K", 1024},
+		{"1kiB", 1024},
+		{"1KiB", 1024},
+		{"1KIB", 1024},
+		{"1kIB", 1024},
+		{"1kB", 1000},
+		{"1KB", 1000},
+		{"3miB", 3ull << 20},
+		{"3MB", 3000000},
+		{"2gB", 2000000000},
+		{"2G", 2ull << 30},
+		{"5tIB", 5ull << 40},
+		{"5TB", 5000000000000ull},
+		{"18446744TB", 18446744000000000000ull},
+	};
+	static const char *const ambiguous[] = {"1kb", "1Kb", "100mb", "1Gb",
+						"1gb", "1Tb", "1Kib",  "1kib"};
 	uint64_t v;
 
-	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		v = 0;
-		cr_assert_eq(nvs_parse_size(forms[i], &v), 0, "%s: %s",
-			     forms[i], nvs_last_error());
-		cr_assert_eq(v, 1024, "%s", forms[i]);
+		cr_assert_eq(nvs_parse_size(ok[i].text, &v), 0, "%s: %s",
+			     ok[i].text, nvs_last_error());
+		cr_assert_eq(v, ok[i].bytes, "%s: %" PRIu64, ok[i].text, v);
 	}
-	cr_assert_eq(nvs_parse_size("3mib", &v), 0);
-	cr_assert_eq(v, 3ull << 20);
-	cr_assert_eq(nvs_parse_size("2gb", &v), 0);
-	cr_assert_eq(v, 2ull << 30);
-	cr_assert_eq(nvs_parse_size("5tIB", &v), 0);
-	cr_assert_eq(v, 5ull << 40);
 	v = 7;
-	cr_assert_eq(nvs_parse_size("16777216tib", &v), -ERANGE);
-	cr_assert(strstr(nvs_last_error(), "nvs_parse_size"), "%s",
+	for (size_t i = 0; i < sizeof(ambiguous) / sizeof(ambiguous[0]); i++) {
+		cr_assert_eq(nvs_parse_size(ambiguous[i], &v), -EINVAL, "%s",
+			     ambiguous[i]);
+		cr_assert(strstr(nvs_last_error(), "ambiguous: a lowercase b"),
+			  "%s: %s", ambiguous[i], nvs_last_error());
+	}
+	cr_assert_eq(nvs_parse_size("1Gb", &v), -EINVAL);
+	cr_assert(strstr(nvs_last_error(),
+			 "nvs_parse_size: '1Gb': ambiguous: a lowercase b is "
+			 "a bit to transformers and accelerate, a byte to most "
+			 "other tools; a size is a whole number of bytes"),
+		  "%s", nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "KB, MB, GB, TB decimal"), "%s",
 		  nvs_last_error());
+	cr_assert_eq(nvs_parse_size("16777216TiB", &v), -ERANGE);
+	cr_assert_eq(nvs_parse_size("18446745TB", &v), -ERANGE);
+	cr_assert(strstr(nvs_last_error(), "larger than 2^64 - 1 bytes; a size "
+					   "is a whole number"),
+		  "%s", nvs_last_error());
 	cr_assert_eq(nvs_parse_size("1kibb", &v), -EINVAL);
 	cr_assert_eq(nvs_parse_size("1ki", &v), -EINVAL);
 	cr_assert_eq(nvs_parse_size("1b", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1B", &v), -EINVAL);
 	cr_assert_eq(nvs_parse_size("1 ", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1.5GB", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("1e-20GB", &v), -EINVAL);
+	cr_assert_eq(nvs_parse_size("infGB", &v), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "'infGB': not a size"), "%s",
+		  nvs_last_error());
 	cr_assert_eq(v, 7, "unchanged on failure");
 }
 
