@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
-from nvswap.torch import _load, _weights  # noqa: E402
+from nvswap.torch import _load, _weights, _wread  # noqa: E402
 from torchhelp import GPT, batches, same, train  # noqa: E402
 from weighthelp import (all_meta, files_under, hf_models, loss,  # noqa: E402
                         meta_gpt, on_meta, safetensors_torch, write_st)
@@ -76,8 +76,8 @@ def test_a_torch_saved_state_dict_loads_new_and_old_format(diskdir):
     torch.save(ref.state_dict(), old, _use_new_zipfile_serialization=False)
     for path in (new, old):
         src = nvt.open_weights(path)
-        # torch >= 2.1 maps the zip format; the old one is loaded whole
-        assert src.mmap == (_weights._MMAP and path == new)
+        # the zip format is read in place (_ptformat); the old one whole
+        assert src.lazy == (path == new)
         model = meta_gpt(tie=True)
         nvt.offload(model, nvme_path=s, weights=path, **KW)
         check_loaded(ref, model)
@@ -275,7 +275,7 @@ def test_read_into_and_tensor(diskdir, monkeypatch):
     b = (torch.randn(1001, generator=g) * 100).to(torch.bfloat16)
     path = os.path.join(w, "t.safetensors")
     write_st(path, {"a": a, "b": b})
-    monkeypatch.setattr(_weights, "STAGE", 4096)  # several pieces
+    monkeypatch.setattr(_wread, "STAGE", 4096)  # several pieces
     with nvt.open_weights(path) as src:
         assert sorted(src.keys()) == ["a", "b"] and len(src) == 2
         assert src.dtype("b") == torch.bfloat16 and src.shape("a") == (37, 29)

@@ -6,15 +6,26 @@ models, and where things lie after an offload."""
 import json
 import os
 import struct
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from filehelp import child_env
 from torchhelp import GPT
 
 _ST = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
        torch.float64: "F64", torch.int64: "I64", torch.int32: "I32",
        torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def dirs(diskdir):
+    """(weights folder, swap folder), made under diskdir."""
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    os.makedirs(w)
+    os.makedirs(s)
+    return w, s
 
 
 def raw_st(path, header, data=b"", hlen=None):
@@ -125,3 +136,19 @@ def loss(model, x):
     model.eval()
     with torch.no_grad():
         return model(input_ids=x, labels=x).loss
+
+
+def child(code, *args, timeout=300):
+    """Run code in a fresh interpreter (this nvswap, and this directory
+    on its path) with args as sys.argv[1:]: the CompletedProcess; a child
+    still running after timeout seconds fails the test as hung."""
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__),
+                                         env["PYTHONPATH"]])
+    try:
+        return subprocess.run([sys.executable, "-c", code, *args], env=env,
+                              capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the child hung: still running after {timeout} s "
+                    f"({(e.stderr or b'')[-2000:]!r})")

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
-"""The safetensors format, in pure Python (json and os only, so that an
-interpreter without the safetensors package reads and writes it too): a
-header parser that checks everything the format promises before a byte
-of data is trusted, and a header writer.
+"""The safetensors format, in pure Python (json and struct only, so that
+an interpreter without the safetensors package reads and writes it too):
+a header parser that checks everything the format promises before a byte
+of data is trusted (from a file _wfile.WFile holds open), and a header
+writer.
 
 A file is an 8-byte little-endian header length N, N bytes of JSON (an
 object: name -> {"dtype", "shape", "data_offsets": [begin, end)}, plus an
@@ -11,8 +12,8 @@ the tensors lie back to back: no gap, no overlap, nothing after the last.
 """
 import errno
 import json
-import os
 import struct
+import sys
 
 import nvswap
 
@@ -60,14 +61,18 @@ def bad(path, text, key=None):
 
 
 class Entry:
-    """One tensor of a file: its dtype name, shape, and the absolute file
-    offset and length of its bytes."""
+    """One tensor of a file: its dtype (a safetensors name; a torch dtype
+    in a torch.save'd file), shape, and the absolute file offset and
+    length of its bytes; stride: None when they are the tensor in
+    row-major order, else the element strides of a view whose first
+    element is at offset (torch.save keeps views: nbytes then spans the
+    elements it reaches)."""
 
-    __slots__ = ("path", "dtype", "shape", "offset", "nbytes")
+    __slots__ = ("path", "dtype", "shape", "offset", "nbytes", "stride")
 
-    def __init__(self, path, dtype, shape, offset, nbytes):
+    def __init__(self, path, dtype, shape, offset, nbytes, stride=None):
         self.path, self.dtype, self.shape = path, dtype, shape
-        self.offset, self.nbytes = offset, nbytes
+        self.offset, self.nbytes, self.stride = offset, nbytes, stride
 
     def numel(self):
         n = 1
@@ -85,12 +90,12 @@ class Header:
         self.size, self.data_start = size, data_start
 
 
-def _no_duplicates(path):
+def _no_duplicates(path, what):
     def hook(pairs):
         out = {}
         for k, v in pairs:
             if k in out:
-                raise bad(path, f"the header names '{k}' twice")
+                raise bad(path, f"{what} names '{k}' twice")
             out[k] = v
         return out
     return hook
@@ -132,40 +137,44 @@ def _entry(path, key, v, data_start):
                  offs[1] - offs[0])
 
 
-def read_header(path):
-    """Parse and check the header of a safetensors file: a Header, or
-    nvswap.Error(EBADMSG) naming the file (and the tensor) for a
-    truncated file, a header length past the end or above MAX_HEADER,
-    JSON that is not an object of well-formed entries, a dtype the format
-    does not define, offsets that disagree with shape x itemsize, overlap,
-    leave a hole or run past the end; ENOENT (and the OS's other errors)
-    for a file that cannot be opened."""
+def load_json(path, raw, what):
+    """raw (bytes) as JSON, or EBADMSG naming path (what: "the header",
+    "the index"): not UTF-8, not JSON, a name twice in one object, or
+    arrays and objects nested deeper than Python's json module parses
+    (its recursion limit: a header is 3 levels deep, an index 2 or 3)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise nvswap.Error(e.errno, f"nvswap.torch: cannot open {path}: "
-                           f"{e.strerror}") from None
-    try:
-        size = os.fstat(fd).st_size
-        if size < 8:
-            raise bad(path, f"truncated: {size} bytes, shorter than the "
-                      "8-byte header length")
-        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-        if n > MAX_HEADER:
-            raise bad(path, f"header length {n} is absurd (the format's "
-                      f"limit is {MAX_HEADER}): not a safetensors file")
-        if 8 + n > size:
-            raise bad(path, f"header length {n} runs past the end of the "
-                      f"file ({size} bytes): truncated, or not a "
-                      "safetensors file")
-        raw = os.pread(fd, n, 8)
-    finally:
-        os.close(fd)
-    try:
-        doc = json.loads(raw.decode("utf-8"),
-                         object_pairs_hook=_no_duplicates(path))
+        return json.loads(raw.decode("utf-8"),
+                          object_pairs_hook=_no_duplicates(path, what))
     except ValueError as e:  # UnicodeDecodeError is one too
-        raise bad(path, f"the header is not valid JSON ({e})") from None
+        raise bad(path, f"{what} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise bad(path, f"{what} nests JSON arrays or objects deeper than "
+                  "Python's json module parses (the recursion limit, "
+                  f"{sys.getrecursionlimit()}): not a weights file's "
+                  "JSON") from None
+
+
+def read_header(wf):
+    """Parse and check the header of a safetensors file open as wf (a
+    _wfile.WFile): a Header, or nvswap.Error(EBADMSG) naming the file
+    (and the tensor) for a truncated file, a header length past the end
+    or above MAX_HEADER, JSON that is not an object of well-formed
+    entries (or nests too deep), a dtype the format does not define,
+    offsets that disagree with shape x itemsize, overlap, leave a hole or
+    run past the end."""
+    path, size = wf.path, wf.size
+    if size < 8:
+        raise bad(path, f"truncated: {size} bytes, shorter than the "
+                  "8-byte header length")
+    (n,) = struct.unpack("<Q", wf.pread(8, 0, "the header length"))
+    if n > MAX_HEADER:
+        raise bad(path, f"header length {n} is absurd (the format's "
+                  f"limit is {MAX_HEADER}): not a safetensors file")
+    if 8 + n > size:
+        raise bad(path, f"header length {n} runs past the end of the "
+                  f"file ({size} bytes): truncated, or not a "
+                  "safetensors file")
+    doc = load_json(path, wf.pread(n, 8, "the header"), "the header")
     if not isinstance(doc, dict):
         raise bad(path, f"the header is a JSON {type(doc).__name__}, not "
                   "an object")
