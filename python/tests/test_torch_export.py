@@ -151,12 +151,21 @@ def test_files_of_an_earlier_save_are_replaced(diskdir):
 
 
 def test_max_shard_size():
+    # the rule of every size keyword (test_sizes.py): GB decimal as
+    # Hugging Face reads it, G and GiB binary
     assert parse_shard_size("5GB") == 5 * 10**9
     assert parse_shard_size("20KB") == 20000
-    assert parse_shard_size(" 1.5mb ") == 1500000
+    assert parse_shard_size("5GiB") == parse_shard_size("5G") == 5 << 30
     assert parse_shard_size(4096) == 4096
-    for bad in ("5GiB", "GB", "-1MB", 0, 2.5, True):
-        with pytest.raises(ValueError, match="max_shard_size must be"):
+    for bad in ("GB", "-1MB", " 1.5MB ", "1.5GB", "infGB", "1e-20GB", "0GB",
+                "1Gb", "100mb", 0):
+        with pytest.raises(ValueError, match=r"^nvswap\.torch\.save_pretrained"
+                           r": max_shard_size=.*: must be a byte count > 0 "
+                           r".*a size is a whole number of bytes"):
+            parse_shard_size(bad)
+    for bad in (2.5, True, None):
+        with pytest.raises(TypeError, match="max_shard_size must be a byte "
+                           "count > 0 .*, not "):
             parse_shard_size(bad)
 
 

@@ -3,41 +3,25 @@
 way Hugging Face's save_pretrained writes them (shards, index, tied
 weights once, config), one layer in memory at a time (of an embedding
 read by rows, a piece of its table)."""
-import json
 import os
 import re
+import stat
 
 import nvswap
 
+from ..checkpoint import _keep_mode
+from . import _savedir, _sizes
+from ._savedir import INDEX, SHARD, SINGLE
 from ._stformat import build_header, st_dtype
 
-SINGLE = "model.safetensors"
-INDEX = "model.safetensors.index.json"
-SHARD = "model-{:05d}-of-{:05d}.safetensors"
-_SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 DEFAULT_MAX_SHARD = "50GB"  # transformers 5's save_pretrained default
-_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}
 
 
 def parse_shard_size(size):
-    """Bytes of max_shard_size: an int, or "5GB"-style text in Hugging
-    Face's decimal units (TB, GB, MB, KB)."""
-    if isinstance(size, int) and not isinstance(size, bool):
-        if size <= 0:
-            raise ValueError("nvswap.torch.save_pretrained: max_shard_size "
-                             f"must be positive, not {size}")
-        return size
-    if isinstance(size, str):
-        s = size.strip()
-        unit = s[-2:].upper()
-        try:
-            if unit in _UNITS and float(s[:-2]) > 0:
-                return int(float(s[:-2]) * _UNITS[unit])
-        except ValueError:
-            pass
-    raise ValueError("nvswap.torch.save_pretrained: max_shard_size must be "
-                     "a positive int (bytes) or text such as '5GB' (units "
-                     f"TB, GB, MB, KB), not {size!r}")
+    """Bytes of max_shard_size: an int, or text by _sizes.RULE ("5GB"
+    is 5 * 10^9 bytes, as Hugging Face reads it; "5G" and "5GiB" 5 *
+    2^30)."""
+    return _sizes.keyword("save_pretrained", "max_shard_size", size)
 
 
 def _walk(m, prefix, out):
@@ -138,12 +122,18 @@ class _Layers:
             self.eng.release(layer)
 
 
-def _write(path, part, layers):
+def _write(path, part, layers, like):
+    """The safetensors file of part at path, through CkptWriter (under
+    its name only once complete), with the mode and owner of like (a
+    stat result; None: the default, 0666 less the umask)."""
     head, nbytes = build_header(
         [(k, st_dtype(t.dtype), tuple(t.shape)) for k, t in part],
         {"format": "pt"})
-    w = nvswap.CkptWriter(path, size_hint=len(head) + nbytes)
+    w = nvswap.CkptWriter(path, size_hint=len(head) + nbytes,
+                          mode=stat.S_IMODE(like.st_mode) if like else 0o666)
     try:
+        if like is not None:
+            _keep_mode(w, like)
         w.write(head)
         for k, t in part:
             if t.is_meta:
@@ -178,65 +168,67 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
     name Hugging Face keeps; persistent buffers included; header metadata
     {"format": "pt"}; and model.config (and generation_config) when the
     model has them. from_pretrained(directory) loads it; so does
-    offload(weights=directory).
+    offload(weights=directory). max_shard_size: an int, or a size by the
+    rule of every size keyword (docs/torch.md: "5GB" is 5 * 10^9 bytes,
+    "5G" and "5GiB" 5 * 2^30).
 
     An offloaded model is never gathered: each layer is acquired in turn
     and its tensors are copied into nvswap.CkptWriter's staging buffers
-    (O_DIRECT, each file under its name only once complete; an embedding
-    read by rows goes from its table 8 MiB of rows at a time); a model
-    in memory works too. Call it between steps. Shard files of an earlier
-    save that this one does not rewrite are removed, and the index is
-    written last: a failure leaves the shards already written and no
-    index of this save. Returns the paths written.
+    (O_DIRECT; an embedding read by rows goes from its table 8 MiB of
+    rows at a time); a model in memory works too. Call it between steps.
+
+    Over an earlier save it is atomic: whatever interrupts it (an
+    exception, a kill, a crash), the directory loads as the old save
+    whole or the new one whole (the switch: _savedir.py). The files of
+    the earlier save this one does not use are removed after it, and so
+    are the leftovers of a killed save, under the directory's flock: a
+    second save into the same directory meanwhile raises nvswap.Error
+    (EBUSY). A replaced file's mode (and owner, where permitted) is kept;
+    new files take the earlier save's, else 0666 less the umask. Every
+    file is created new (O_EXCL), never written through a link. A
+    symbolic link to a directory is followed; the directory is made when
+    missing. Returns the paths written.
 
     Raises ValueError (max_shard_size, a tensor on the meta device or of
-    a dtype safetensors lacks) and the writer's nvswap.Error (ENOSPC,
-    EIO...)."""
+    a dtype safetensors lacks), TypeError (max_shard_size neither an int
+    nor a str) and nvswap.Error (ENOTDIR, ENOENT for a link to nothing,
+    EBUSY, the writer's ENOSPC, EIO...)."""
     max_bytes = parse_shard_size(max_shard_size)
     directory = os.fspath(directory)
     items = entries(model)
     for k, t in items:
         st_dtype(t.dtype)  # refused before anything is written
     parts = shards(items, max_bytes)
-    os.makedirs(directory, exist_ok=True)
+    _savedir.prepare(directory)
     eng = getattr(model, "_nvswap_engine", None)
-    layers = _Layers(eng)
     names = ([SINGLE] if len(parts) <= 1 else
              [SHARD.format(i + 1, len(parts)) for i in range(len(parts))])
-    written = []
-    try:
-        for name, part in zip(names, parts or [[]]):
-            path = os.path.join(directory, name)
-            _write(path, part, layers)
-            written.append(path)
-    finally:
-        layers.let_go()
-    for f in os.listdir(directory):
-        stale = (_SHARD_RE.fullmatch(f) and f not in names) or (
-            f in (SINGLE, INDEX) and f not in names)
-        if stale and os.path.isfile(os.path.join(directory, f)):
-            os.unlink(os.path.join(directory, f))
-    if len(parts) > 1:
-        index = {"metadata": {
-            "total_parameters": sum(p.numel() for p in model.parameters()),
-            "total_size": sum(t.numel() * t.element_size()
-                              for _, t in items)},
-            "weight_map": {k: n for n, part in zip(names, parts)
-                           for k, _ in part}}
-        path = os.path.join(directory, INDEX)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        written.append(path)
-    cfg = getattr(model, "config", None)
-    if callable(getattr(cfg, "save_pretrained", None)):
-        cfg.save_pretrained(directory)
-        gen = getattr(model, "generation_config", None)
-        can = getattr(model, "can_generate", None)
-        if gen is not None and callable(can) and can():
-            gen.save_pretrained(directory)
+    with _savedir.Switch(directory) as sw:
+        layers = _Layers(eng)
+        try:
+            for name, part in zip(names, parts or [[]]):
+                sw.write(name, lambda path, like, part=part: _write(
+                    path, part, layers, like))
+        finally:
+            layers.let_go()
+        if len(parts) <= 1:
+            sw.commit_single()
+        else:
+            sw.commit_index({"metadata": {
+                "total_parameters": sum(p.numel()
+                                        for p in model.parameters()),
+                "total_size": sum(t.numel() * t.element_size()
+                                  for _, t in items)},
+                "weight_map": {k: n for n, part in zip(names, parts)
+                               for k, _ in part}})
+        written = [os.path.join(directory, n) for n in names]
+        if len(parts) > 1:
+            written.append(os.path.join(directory, INDEX))
+        cfg = getattr(model, "config", None)
+        if callable(getattr(cfg, "save_pretrained", None)):
+            cfg.save_pretrained(directory)
+            gen = getattr(model, "generation_config", None)
+            can = getattr(model, "can_generate", None)
+            if gen is not None and callable(can) and can():
+                gen.save_pretrained(directory)
     return written
-

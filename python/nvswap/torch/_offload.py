@@ -5,7 +5,6 @@ import atexit
 import ctypes
 import inspect
 import os
-import re
 import weakref
 
 import torch
@@ -13,7 +12,7 @@ import torch
 import nvswap
 
 from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
-               _statedict)
+               _sizes, _statedict)
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors, record_plan)
@@ -57,38 +56,24 @@ def _close_at_exit():
             pass
 
 
-_SIZE = re.compile(r"([0-9]+)(?:([KMGT])(?:I?B)?)?\Z", re.I)
-
-
 def _size_of(value):
     """A size keyword _pool_arg() accepted, in bytes."""
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(value)
-    return int(m.group(1)) << (10 * " KMGT".index((m.group(2) or " ")
-                                                  .upper()))
+    return value if isinstance(value, int) else _sizes.parse(value)
 
 
 def _pool_arg(name, value, size):
-    """A pool keyword as given (None: unset), refused naming the keyword
-    when it is not a positive count (size: bytes, an int or a str such
-    as '64M'; else a whole number of buffers)."""
+    """A pool keyword (None: unset), refused naming the keyword when it
+    is not a positive count; size: bytes, an int or a str such as '64M'
+    (_sizes.RULE), returned in bytes; else a whole number of buffers."""
     if value is None:
         return None
-    what = ("a byte count > 0 (an int, or a str such as '64M')" if size
-            else "a whole number > 0")
-    if isinstance(value, str) and size:
-        m = _SIZE.match(value)
-        n = None
-        if m:
-            unit = (m.group(2) or " ").upper()
-            n = int(m.group(1)) << (10 * " KMGT".index(unit))
-    elif isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    else:
+    if size:
+        return _sizes.keyword("offload", name, value)
+    what = "a whole number > 0"
+    if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"nvswap.torch.offload: {name} must be {what}, "
                         f"not {type(value).__name__}")
-    if n is None or n <= 0:
+    if value <= 0:
         raise ValueError(f"nvswap.torch.offload: {name}={value!r}: must be "
                          f"{what}")
     return value
