@@ -100,6 +100,47 @@ static int persist_arg(PyObject *v, uint8_t *out)
 	return -1;
 }
 
+/* keep_generations: an int from 1 to NVS_KEEP_GENERATIONS_MAX, the
+ * config's rule (None: as configured). The C struct's 0 means the
+ * default, but 0 kept generations would keep none of what checkpoint()
+ * commits, so it is refused here as in the config; a bool is no count.
+ * Every refusal quotes the whole range. */
+static int keep_arg(PyObject *v, uint32_t *out)
+{
+	PyObject *n;
+	long long x;
+	int overflow = 0;
+
+	if (!v || v == Py_None)
+		return 0;
+	if (PyBool_Check(v) || !PyIndex_Check(v)) {
+		PyErr_Format(PyExc_TypeError,
+			     "Swapper: keep_generations must be an int from 1 "
+			     "to %u (None: the default, 2), not %.100s",
+			     NVS_KEEP_GENERATIONS_MAX, Py_TYPE(v)->tp_name);
+		return -1;
+	}
+	n = PyNumber_Index(v);
+	if (!n)
+		return -1;
+	x = PyLong_AsLongLongAndOverflow(n, &overflow);
+	if (x == -1 && PyErr_Occurred()) {
+		Py_DECREF(n);
+		return -1;
+	}
+	if (overflow || x < 1 || x > NVS_KEEP_GENERATIONS_MAX) {
+		PyErr_Format(PyExc_ValueError,
+			     "Swapper: keep_generations must be from 1 to %u "
+			     "(None: the default, 2), not %S",
+			     NVS_KEEP_GENERATIONS_MAX, n);
+		Py_DECREF(n);
+		return -1;
+	}
+	Py_DECREF(n);
+	*out = (uint32_t)x;
+	return 0;
+}
+
 int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = {"config",
@@ -132,7 +173,7 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	struct nvs_swapper_opts opts;
 	enum nvs_offload_kind k = NVS_OFFLOAD_PARAM;
 	struct nvs_swapper *s = NULL;
-	uint64_t r = 0, count, elem = 0, wms, kept;
+	uint64_t r = 0, count, elem = 0, wms;
 	int rc = -1, rk;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$OOOOOOOOOOOOOOO",
@@ -182,7 +223,6 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	}
 	count = opts.buffer_count;
 	wms = opts.wait_ms;
-	kept = opts.keep_generations;
 	if (paths && paths != Py_None && paths_arg(paths, &opts, bpaths))
 		goto out;
 	if (name && name != Py_None) {
@@ -215,22 +255,9 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    opt_uint(wait, "wait_ms", UINT32_MAX, &wms) ||
 	    ext_parse_backend(backend, &opts.aio.backend) ||
 	    persist_arg(persist, &opts.persist) ||
-	    opt_uint(keep, "keep_generations", UINT32_MAX, &kept) ||
+	    keep_arg(keep, &opts.keep_generations) ||
 	    opt_uint(gen, "generation", UINT64_MAX, &opts.generation))
 		goto out;
-	/* The config's rule: a count from 1 (the C struct's 0, like None
-	 * here, means the default); 0 kept generations would keep none of
-	 * what checkpoint() commits, and the C library read it as 2. */
-	if (keep && keep != Py_None &&
-	    (kept == 0 || kept > NVS_KEEP_GENERATIONS_MAX)) {
-		PyErr_Format(PyExc_ValueError,
-			     "Swapper: keep_generations must be from 1 to %u "
-			     "(None: the default, 2), not %llu",
-			     NVS_KEEP_GENERATIONS_MAX,
-			     (unsigned long long)kept);
-		goto out;
-	}
-	opts.keep_generations = (uint32_t)kept;
 	opts.buffer_count = (unsigned)count;
 	opts.wait_ms = (uint32_t)wms;
 	EXT_NOGIL(rc, msg, nvs_swapper_create(&opts, &s));

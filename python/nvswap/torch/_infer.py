@@ -8,14 +8,16 @@ them: gradients (a backward through the model raises), an nvswap.torch
 optimizer, persist=, grad_hook=, the optimizer pool keywords.
 
 memory= is a host-memory budget for what nvswap holds for the model: the
-parameter pool (buffer_size from the largest layer, as many buffers as
-the read-ahead needs) and, with the rest, whole layers kept resident in
-CPU memory (the C ParamSwapper's max_in_cpu: in the order they are added,
-while they fit; they are never read from NVMe again). A model that fits
-runs at in-memory speed; one that does not streams only what does not
-fit. An input embedding is read by rows instead (_rows.py): it needs
-neither a buffer nor residency."""
+parameter pool (buffer_size from the largest streamed layer, 2 buffers,
+more only where they stream no more) and, with the rest, whole layers
+kept resident in CPU memory (spread along the walk; they are never read
+from NVMe again), chosen to stream the fewest bytes per forward, so that
+more memory never streams more (fit()). A model that fits runs at
+in-memory speed; one that does not streams only what does not fit. An
+input embedding may be read by rows instead (_rows.py): it needs neither
+a buffer nor residency."""
 import errno
+import functools
 
 import nvswap
 
@@ -47,57 +49,76 @@ def check(inference, memory, persist, grad_hook, kw):
                              f"no optimizer pool: {k}= has no use")
 
 
+class Short(ValueError):
+    """A budget too small to serve the model; least: the least that
+    serves it (what the message quotes)."""
+
+    def __init__(self, text, least):
+        super().__init__(text)
+        self.least = least
+
+
 def budget(memory, layer_bytes, lookahead, buffer_count=None,
            buffer_size=None, rows=()):
     """(buffer_size, buffer_count, in_cpu, by_rows) for a budget of
-    memory bytes: fit()'s plan of every layer when it keeps them all
-    resident; else, with rows (the indexes of layers that can be read by
-    rows, _rows.candidates), fit()'s plan of the others in what reading
-    by rows leaves (_rows.MEMORY), and by_rows those layers: they then
-    need no buffer, no residency and stream only the rows a forward
-    uses. Without rows, or when what reading by rows takes leaves too
-    little, by_rows is empty."""
-    rows, plan = set(rows), None
+    memory bytes: fit()'s plan of every layer, or, with rows (the
+    indexes of layers that can be read by rows, _rows.candidates),
+    fit()'s plan of the others in what reading by rows leaves
+    (_rows.MEMORY), by_rows those layers (they then need no buffer and
+    no residency, and a forward reads only the rows its ids use),
+    whichever streams fewer layer bytes per forward (the whole plan on
+    a tie: the rows a forward reads depend on its ids). Each plan's
+    bytes never grow with memory, nor does the lesser of the two. A
+    budget neither serves is refused (Short) quoting the lesser least
+    budget of the two, which serves."""
+    rows = set(rows)
+    plans, short = [], []
     try:
-        plan = fit(memory, layer_bytes, lookahead, buffer_count,
-                   buffer_size)
-        if not rows or len(plan[2]) == len(layer_bytes):
-            return plan + (set(),)
-    except ValueError:
-        if not rows:
-            raise
-    rest = [i for i in range(len(layer_bytes)) if i not in rows]
-    try:
-        size, count, keep = fit(memory, [layer_bytes[i] for i in rest],
-                                lookahead, buffer_count, buffer_size,
-                                _rows.MEMORY)
-    except ValueError:
-        if plan is None:
-            raise
-        return plan + (set(),)  # a budget too small to read by rows
-    return size, count, {rest[i] for i in keep}, rows
+        plans.append(fit(memory, layer_bytes, lookahead, buffer_count,
+                         buffer_size) + (set(),))
+    except Short as e:
+        short.append(e)
+    if rows:
+        rest = [i for i in range(len(layer_bytes)) if i not in rows]
+        try:
+            size, count, keep = fit(memory, [layer_bytes[i] for i in rest],
+                                    lookahead, buffer_count, buffer_size,
+                                    _rows.MEMORY)
+            plans.append((size, count, {rest[i] for i in keep}, rows))
+        except Short as e:
+            short.append(e)
+    if not plans:
+        raise min(short, key=lambda e: e.least)
+
+    def streamed(plan):
+        return sum(b for i, b in enumerate(layer_bytes)
+                   if i not in plan[2] and i not in plan[3])
+
+    return min(plans, key=streamed)  # the first, the whole plan, on a tie
 
 
 def fit(memory, layer_bytes, lookahead, buffer_count=None,
         buffer_size=None, reserve=0):
     """(buffer_size, buffer_count, in_cpu) for a budget of memory bytes:
-    a pool of buffer_count buffers of buffer_size (the read-ahead's
-    lookahead + 2, or 2 when every streamed layer fits beside them) and
-    in_cpu, the set of layers (indexes into layer_bytes, each layer's
-    pool bytes in add order) kept resident with the rest.
+    a pool of buffer_count buffers of buffer_size and in_cpu, the set of
+    layers (indexes into layer_bytes, each layer's pool bytes in add
+    order) kept resident with the rest.
 
-    Without buffer_size, the t largest layers may be made resident so
-    that the buffers need only fit the largest streamed one (a Llama's
-    embedding and head are each several decoder layers): every t is
-    tried and, among those whose pool holds the read-ahead, the one
-    streaming the fewest bytes per forward wins (then the deeper pool,
-    then the smaller). Other layers stay spread along the add order
-    (spread()). Refused
-    (ValueError naming the sizes) when no choice fits two buffers.
-    reserve: bytes of memory taken by something else."""
+    The fewest bytes streamed per forward come first, so that more
+    memory never streams more: without buffer_size, the t largest
+    layers may be made resident so that the buffers need only fit the
+    largest streamed one (a Llama's embedding and head are each several
+    decoder layers), every t is tried, and the other layers are kept
+    along the walk (spread()) in what two buffers leave; then the
+    deepest pool (up to the read-ahead's lookahead + 2 buffers) that
+    streams no more bytes, and a pool of 2 when nothing streams; then
+    the smaller pool. Refused (Short, naming the sizes and the least
+    budget that serves) when no choice fits two buffers. reserve: bytes
+    of memory taken by something else."""
     avail = memory - reserve
     n, total = len(layer_bytes), sum(layer_bytes)
     order = sorted(range(n), key=lambda i: -layer_bytes[i])
+    least_k = max(2, buffer_count or 2)
     best, least = None, None
     for t in (range(n + 1) if buffer_size is None else [None]):
         if t is None:
@@ -107,70 +128,82 @@ def fit(memory, layer_bytes, lookahead, buffer_count=None,
             size = layer_bytes[order[t]] if t < n else min(layer_bytes,
                                                            default=ALIGN)
             size = max(ALIGN, (size + ALIGN - 1) // ALIGN * ALIGN)
-        left = avail - sum(layer_bytes[i] for i in forced)
-        need = avail - left + (buffer_count or 2) * size + reserve
+        held = sum(layer_bytes[i] for i in forced)
+        left = avail - held
+        need = held + least_k * size + reserve
         least = need if least is None else min(least, need)
-        if left < 2 * size:
-            continue
-        rest = total - (avail - left)
-        count, want = buffer_count, 2
-        if count is None:
-            want = 2 if rest <= left - 2 * size else lookahead + 2
-            count = max(2, min(want, left // size))
-        elif count * size > left:
-            continue
-        keep = set(forced) | spread(layer_bytes, forced,
-                                    left - count * size)
-        streamed = total - sum(layer_bytes[i] for i in keep)
-        # a pool too shallow for the read-ahead exposes each read: the
-        # read-ahead's depth first, then the fewest bytes streamed
-        score = (count < want, streamed, -count, count * size, t or 0)
-        if best is None or score < best[0]:
-            best = (score, size, count, keep)
+        counts = ([buffer_count] if buffer_count is not None else
+                  range(2, max(2, lookahead + 2) + 1))
+        first = None
+        for count in counts:
+            if left < max(2, count) * size:
+                break
+            keep = set(forced) | spread(layer_bytes, forced,
+                                        left - count * size)
+            streamed = total - sum(layer_bytes[i] for i in keep)
+            if first is None:
+                first = streamed
+            elif streamed > first or first == 0:
+                break  # a deeper pool streams more, or nothing streams
+            score = (streamed, -count if streamed else count,
+                     count * size, t or 0)
+            if best is None or score < best[0]:
+                best = (score, size, count, keep)
     if best is not None:
         return best[1:]
     beside = (f" beside {reserve} bytes for reading embeddings by rows"
               if reserve else "")
     if buffer_size is not None and buffer_count is not None and \
             avail >= 2 * buffer_size:
-        raise ValueError(f"nvswap.torch.offload: memory={memory} bytes "
-                         f"cannot hold buffer_count={buffer_count} buffers "
-                         f"of {buffer_size} bytes{beside}")
+        raise Short(f"nvswap.torch.offload: memory={memory} bytes cannot "
+                    f"hold buffer_count={buffer_count} buffers of "
+                    f"{buffer_size} bytes{beside}: give it at least "
+                    f"{least} bytes", least)
     big = buffer_size if buffer_size is not None else max(
         [ALIGN] + [(b + ALIGN - 1) // ALIGN * ALIGN for b in layer_bytes])
     also = "" if buffer_size is not None else (
         ", nor its largest layers resident beside buffers of the next")
-    k = buffer_count or 2
-    raise ValueError(f"nvswap.torch.offload: memory={memory} bytes cannot "
-                     f"hold {'two' if k == 2 else k} buffers of the largest "
-                     f"layer ({k} x {big} = {k * big} bytes){also}{beside}: "
-                     f"give it at least {least} bytes")
+    k = least_k
+    raise Short(f"nvswap.torch.offload: memory={memory} bytes cannot hold "
+                f"{'two' if k == 2 else k} buffers of the largest layer "
+                f"({k} x {big} = {k * big} bytes){also}{beside}: give it "
+                f"at least {least} bytes", least)
+
+
+@functools.lru_cache(maxsize=16)
+def spread_order(n):
+    """Positions 0 .. n-1 of a walk in the order spread() keeps them:
+    the last, then those ending its halves, quarters, eighths... (at
+    1/2, 1/4, 3/4, 1/8, ... of the walk), so that the first k of them
+    lie evenly along it for any k (2 of 4: the 2nd and 4th; 2 of 5: the
+    3rd and 5th)."""
+    out, seen, den = [], set(), 1
+    while len(out) < n:
+        for num in range(1, den + 1, 2):
+            i = max(0, -(-num * n // den) - 1)  # ceil(num / den * n) - 1
+            if i not in seen:
+                seen.add(i)
+                out.append(i)
+        den *= 2
+    return tuple(out)
 
 
 def spread(layer_bytes, taken, room):
-    """Layers (not in taken) to keep resident in room bytes, spread evenly
-    along the add order (the walk of a forward) rather than the first
-    that fit: while a resident layer computes, the disk reads ahead into
-    the free buffers, so resident layers bunched at the start leave the
-    disk idle there, and the streamed ones bunched later leave it
-    behind. A running share of each layer's bytes (room over the bytes
-    left) picks a layer once its share covers it; room still left then
-    goes first fit."""
-    rest = [i for i in range(len(layer_bytes)) if i not in set(taken)]
-    avail = sum(layer_bytes[i] for i in rest)
-    if avail <= room:
-        return set(rest)
-    # in integers: acc counts bytes x avail, each layer adds its share
-    share, acc, out = room, 0, set()
-    for i in rest:
-        b = layer_bytes[i]
-        acc += b * share
-        if b * avail <= acc and b <= room:
-            out.add(i)
-            room -= b
-            acc -= b * avail
-    for i in rest:
-        if i not in out and layer_bytes[i] <= room:
+    """Layers (not in taken) to keep resident in room bytes: first fit in
+    spread_order() along the add order (the walk of a forward), rather
+    than first fit in add order. While a resident layer computes, the
+    disk reads ahead into the free buffers, so resident layers bunched
+    at the start leave the disk idle there, and the streamed ones
+    bunched later leave it behind. First fit in one order that room
+    does not change keeps no fewer bytes in more room: where the first
+    choice differs, the larger room takes a layer larger than all the
+    smaller one has left."""
+    taken = set(taken)
+    rest = [i for i in range(len(layer_bytes)) if i not in taken]
+    out = set()
+    for k in spread_order(len(rest)):
+        i = rest[k]
+        if layer_bytes[i] <= room:
             out.add(i)
             room -= layer_bytes[i]
     return out

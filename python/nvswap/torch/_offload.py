@@ -244,20 +244,20 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     layers kept in CPU memory are bound once (no per-forward hooks).
     memory: (inference=True only) a host-memory budget in bytes (or a
     str such as '6G') for the parameter pool and the layers kept
-    resident, chosen to stream the fewest bytes per forward once the
-    pool holds the read-ahead (lookahead + 2 buffers, lookahead at least
-    2 unless given; 2 when every streamed layer fits beside them;
-    buffer_count= overrides): the largest layers may stay so that the
-    buffers need only fit the largest streamed one (with buffer_size=
-    given, they keep that size), then whole layers spread evenly along
-    the order they are added, so that the disk reads ahead while a
-    resident layer computes (never read from NVMe again); a budget that
-    cannot hold two buffers is refused naming the least that serves.
-    On the CPU, an input nn.Embedding whose weight no other module uses
-    is read by rows (each forward reads its ids' rows from the table's
-    own unnamed O_DIRECT file): it takes no pool buffer and, with
-    memory=, 1 MiB of the budget, unless the budget keeps the whole
-    model resident (not with max_in_cpu=). stats() reports
+    resident, chosen to stream the fewest bytes per forward, so that
+    more memory never streams more: the largest layers may stay so that
+    the buffers need only fit the largest streamed one (with
+    buffer_size= given, they keep that size), then whole layers spread
+    evenly along the order they are added, so that the disk reads
+    ahead while a resident layer computes (never read from NVMe again),
+    beside 2 buffers (more, up to lookahead + 2, only where they stream
+    no more; buffer_count= overrides); a budget that cannot hold two
+    buffers is refused naming the least that serves. On the CPU, an
+    input nn.Embedding whose weight no other module uses is read by
+    rows (each forward reads its ids' rows from the table's own unnamed
+    O_DIRECT file) when that streams fewer layer bytes than keeping it
+    whole: it takes no pool buffer and, with memory=, 1 MiB of the
+    budget (not with max_in_cpu=). stats() reports
     resident_layers, resident_bytes, forwards, last_forward_bytes_read,
     row_layers, row_bytes, rows_read, page_cache and read_ahead.
 
@@ -347,9 +347,10 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                      if cfg is not None else 1)
     plan_size = in_cpu = None  # memory=: layers planned for whole modules
     if memory is not None:
-        # decoding's walk is fixed: read at least 2 layers ahead (measured
-        # on a virtio disk, 4-6 buffers of an 11 MiB layer beat 2-3 by
-        # 3-7 %, more did not help)
+        # decoding's walk is fixed: a pool may read up to 2 layers ahead
+        # where its buffers stream no more bytes (measured on a virtio
+        # disk, 4-6 buffers of an 11 MiB layer beat 2-3 by 3-7 %, but
+        # a layer resident saves its read: _infer.fit)
         if deepest:
             lookahead = max(lookahead, 2)
         memory = _size_of(_pool_arg("memory", memory, True))

@@ -16,8 +16,31 @@ def _read(path):
     try:
         with open(path) as f:
             return f.read().strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path text
         return None
+
+
+def _ancestors(path):
+    """The cgroup @path (as /proc/self/cgroup writes it) and each of its
+    ancestors up to the root, as paths relative to the mount, deepest
+    first. Any text gives a finite list: empty and '.' parts are
+    dropped, '..' is taken lexically and never climbs above the root
+    (so '//x', '/../', 'x/' all end there, and nothing outside the mount
+    is read)."""
+    parts = []
+    for c in path.split("/"):
+        if c == "..":
+            if parts:
+                parts.pop()
+        elif c and c != ".":
+            parts.append(c)
+    return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _count(text):
+    """A byte count the kernel wrote (ASCII digits), else None."""
+    return int(text) if text and text.isascii() and text.isdigit() \
+        else None
 
 
 def mem_available():
@@ -45,17 +68,13 @@ def cgroup_room(proc_cgroup="/proc/self/cgroup", v2=_V2, v1=_V1):
                               "memory.usage_in_bytes")
         else:
             continue
-        path = parts[2]
-        while True:
-            d = os.path.join(root, path.lstrip("/"))
-            limit, used = (_read(os.path.join(d, k)) for k in keys)
-            if limit and used and limit.isdigit() and used.isdigit() \
-                    and int(limit) < _NO_LIMIT:  # v2's "max": no limit
-                left = max(0, int(limit) - int(used))
+        for rel in _ancestors(parts[2]):
+            d = os.path.join(root, rel)
+            limit, used = (_count(_read(os.path.join(d, k))) for k in keys)
+            if limit is not None and used is not None \
+                    and limit < _NO_LIMIT:  # v2's "max": no limit
+                left = max(0, limit - used)
                 room = left if room is None else min(room, left)
-            if path in ("", "/"):
-                break
-            path = os.path.dirname(path)
     return room
 
 
