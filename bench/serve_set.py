@@ -10,6 +10,7 @@ tokens/s medians and spread, and what each run read and kept.
 
     PYTHONPATH=build/python build/venv-pypi/bin/python bench/serve_set.py \\
         [--dir /var/tmp/serve_set] [--memory 384M] [--repeats 3]
+        [--kinds weights,weights-crc,set]
 
 --dir keeps the weights and the set for the next run; remove it by hand."""
 import argparse
@@ -53,8 +54,10 @@ def prepare(a):
 def child(a):
     import nvswap.torch as nvt
     kw = (dict(weights=os.path.join(a.dir, "weights"), nvme_path=a.dir)
-          if a.child == "weights" else
+          if a.child.startswith("weights") else
           dict(nvme_path=os.path.join(a.dir, "set"), persist="resume"))
+    if a.child.startswith("weights"):  # weights-crc: the copy checked
+        kw["checksum"] = a.child == "weights-crc"
     m = meta_model(a)
     nvt.offload(m, inference=True, memory=a.memory, page_cache=False, **kw)
     out, _, clock = demo.generate(m, demo.prompt(a), a.new_tokens)
@@ -73,6 +76,10 @@ def main():
     ap.add_argument("--dir", default="/var/tmp/serve_set")
     ap.add_argument("--memory", type=parse_size, default=parse_size("384M"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--kinds", default="weights,set",
+                    help="what to serve from, in turn: weights (the "
+                    "safetensors' scratch copy), weights-crc (the same, "
+                    "checksum=True), set (default: weights,set)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     demo.model_args(ap)
     ap.add_argument("--batch", type=int, default=1)
@@ -82,7 +89,7 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     prepare(a)
     print(f"load {loadavg()}; memory={a.memory >> 20} MiB, O_DIRECT")
-    got, tokens = {"weights": [], "set": []}, set()
+    got, tokens = {k: [] for k in a.kinds.split(",")}, set()
     for _ in range(a.repeats):
         for kind in got:
             if os.geteuid() == 0:

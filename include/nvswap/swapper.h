@@ -207,7 +207,10 @@ struct nvs_swap_stats {
 				flight (nvs_aio_stats.busy_ns): bytes_read
 				/ io_busy_ns is the rate reads ran at while
 				the disk was kept busy */
-	uint64_t reserved[6];
+	bool checksum;	     /* every read is checked against a CRC32C
+				(opts.checksum, always for a persistent set) */
+	uint8_t reserved8[7];
+	uint64_t reserved[5];
 };
 
 /** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */

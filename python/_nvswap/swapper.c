@@ -585,7 +585,9 @@ static PyMethodDef swapper_methods[] = {
 	  "clean_evictions, auto_evictions, zero_fills,\n"
 	  "revived, write_hits, buffer_waits, buffer_wait_ns, buffer_count,\n"
 	  "buffers_in_use, pool_high_water, tensors, buffer_size, pinned,\n"
-	  "backend, tensor_bytes, npaths, and per path (lists of npaths):\n"
+	  "checksum (every read checked: checksum=True, or a persistent\n"
+	  "set), backend, tensor_bytes, npaths, and per path (lists of\n"
+	  "npaths):\n"
 	  "path_bytes_read, path_bytes_written, path_space_used,\n"
 	  "path_file_size."),
 	M(info, METH_O,

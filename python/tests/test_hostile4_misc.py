@@ -4,6 +4,9 @@ keep_generations out of range quotes the real range; the cgroup helper
 ends on any /proc/self/cgroup text; read_rows refuses a 0-d tensor;
 offload(inference=True, memory=) quotes the least budget that really
 serves, and more memory never reads more bytes per forward."""
+import copy
+import errno
+import glob
 import random
 import re
 
@@ -309,3 +312,53 @@ def test_the_plan_never_streams_more_in_more_memory():
                 (trial, sizes, rows, kw, memory, streamed, prev)
             prev = streamed
 
+
+# ---- finding 8: a served model's scratch copy, checked on request --------
+
+
+def _flip_every(path, step=1 << 16):
+    """Flip the low bit of one byte every step bytes of path."""
+    with open(path, "r+b") as f:
+        size = f.seek(0, 2)
+        for off in range(0, size, step):
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 1]))
+
+
+@pytest.mark.parametrize("how", ["keyword", "config"])
+def test_a_served_model_checks_its_swap_files_with_checksum(swapdir, how):
+    """Finding 8: zeroed or flipped swap files under inference=True gave
+    wrong outputs. offload(checksum=True) (or the config's
+    nvswap.checksum) checks the CRC32C of every read: the forward raises
+    EBADMSG naming the layer and the file; checksum=False over a config's
+    true turns it off. Not the default: on two cores it costs 0.79-0.92 x
+    decoding (bench/RESULTS.md), for a copy nvswap made itself in a 0700
+    directory moments before; persistent sets always check."""
+    ref = torch.nn.Sequential(*_linears(256, 256, 256, 256, 256)).eval()
+    x = torch.randn(2, 256)
+    want = ref(x)
+    kw = (dict(checksum=True, nvme_path=swapdir) if how == "keyword" else
+          dict(config={"nvswap": {"checksum": True},
+                       "zero_optimization": {"offload_param": {
+                           "device": "nvme", "nvme_path": swapdir}}}))
+    m = copy.deepcopy(ref)
+    nvt.offload(m, inference=True, memory=600 << 10, page_cache=False, **kw)
+    assert nvt.stats(m)["param"]["checksum"] is True
+    assert torch.equal(m(x), want)
+    (f,) = glob.glob(swapdir + "/nvswap/param/rank0/swap.*")
+    _flip_every(f)
+    with pytest.raises(nvswap.Error) as ei:
+        m(x)
+    assert ei.value.errno == errno.EBADMSG, ei.value
+    assert re.search(r"reading layer \d+ \(\d\.weight, \d\.bias\): .*"
+                     r"checksum mismatch reading " + re.escape(f),
+                     str(ei.value)), ei.value
+    nvt.engine_of(m).close(save=False)
+    if how == "config":
+        off = copy.deepcopy(ref)
+        nvt.offload(off, inference=True, memory=600 << 10, checksum=False,
+                    page_cache=False, **kw)
+        assert nvt.stats(off)["param"]["checksum"] is False
+        nvt.restore(off)

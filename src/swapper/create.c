@@ -263,6 +263,7 @@ static int create(const struct nvs_swapper_opts *o,
 	ret = nvs__persist_restore(s);
 	if (ret < 0)
 		goto fail;
+	s->st.checksum = s->checksum; /* a persistent set turned it on */
 	*out = s;
 	return 0;
 fail : {

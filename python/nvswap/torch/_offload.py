@@ -120,7 +120,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             optimizer_buffer_size=None, optimizer_buffer_count=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
             persist=None, device=None, grad_hook=None, dtype=None,
-            weights=None, inference=False, memory=None, page_cache=None):
+            weights=None, inference=False, memory=None, page_cache=None,
+            checksum=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -277,6 +278,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     through, every read a miss: slower than O_DIRECT); decided once, at
     offload(). Training's default is False.
 
+    checksum: True (or the config's nvswap.checksum, which the keyword
+    overrides either way) keeps a CRC32C of every tensor written to the
+    scratch swap files and checks it at every read (nvswap.Swapper(
+    checksum=True)): a swap file changed behind nvswap's back raises
+    nvswap.Error(EBADMSG) naming the layer and the file instead of
+    computing with wrong weights. A persistent set always checks.
+
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
     nvswap.Error(ENOTDIR, EACCES...) naming a level of nvme_path that is
@@ -296,6 +304,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             page_cache != "auto":
         raise TypeError("nvswap.torch.offload: page_cache must be True, "
                         f"False or 'auto', not {page_cache!r}")
+    if checksum is not None and not isinstance(checksum, bool):
+        raise TypeError("nvswap.torch.offload: checksum must be True, "
+                        f"False or None, not {checksum!r}")
     if page_cache == "auto" and not inference:
         raise ValueError("nvswap.torch.offload: page_cache='auto' decides "
                          "from the bytes a forward streams: inference="
@@ -393,7 +404,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
               optimizer_buffer_size=optimizer_buffer_size,
               optimizer_buffer_count=optimizer_buffer_count,
               persist=persist, dtype=dtype, inference=inference,
-              page_cache=page_cache)  # False overrides the config
+              page_cache=page_cache,  # False overrides the config
+              checksum=checksum)
     pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw, served)
     try:
         if rec is not None:

@@ -53,7 +53,7 @@ def persist_mode(cfg, kw):
 def swappers(cfg, raw, rank, kw, generations=(None, None)):
     """The parameter Swapper and the gradient/optimizer-state Swapper
     (each opened at the given generation of a persistent set)."""
-    common = {k: kw[k] for k in ("backend", "page_cache")
+    common = {k: kw[k] for k in ("backend", "page_cache", "checksum")
               if kw.get(k) is not None}
     persist, keep = persist_mode(cfg, kw)
     if persist != "scratch":
