@@ -35,7 +35,6 @@ The defaults make a 1.08 GB model (271M parameters, fp32) served in an
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -48,14 +47,15 @@ sys.path.insert(0, HERE)
 import memcgroup  # noqa: E402
 
 GB = 1e9
-_SIZE = re.compile(r"([0-9]+)([KMGT]?)(?:I?B)?\Z", re.I)
 
 
 def size(text):
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
-    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+    """A size as every nvswap keyword reads it (nvswap.parse_size)."""
+    import nvswap
+    try:
+        return nvswap.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def config(a):

@@ -200,6 +200,21 @@ static PyObject *mod_pinned_stats(PyObject *Py_UNUSED(m),
 		"bad_frees", st.bad_frees);
 }
 
+static PyObject *mod_parse_size(PyObject *Py_UNUSED(m), PyObject *v)
+{
+	uint64_t n = 0;
+
+	if (v == Py_None) {
+		PyErr_SetString(
+			PyExc_TypeError,
+			"parse_size: a size is an int or a str, not None");
+		return NULL;
+	}
+	if (ext_arg_bytes(v, "size", &n))
+		return NULL;
+	return PyLong_FromUnsignedLongLong(n);
+}
+
 static PyObject *mod_version(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
 	return PyUnicode_FromString(nvs_version());
@@ -257,6 +272,14 @@ static PyMethodDef mod_methods[] = {
 	 "Slurm): rank, world_size, local_rank, local_size and source (who\n"
 	 "said so, 'none' outside a job). nvswap.Error (EINVAL) names a\n"
 	 "variable that is not a valid number."},
+	{"parse_size", mod_parse_size, METH_O,
+	 "parse_size(size) -> int\n\n"
+	 "Bytes of a size as every nvswap size keyword reads it\n"
+	 "(nvs_parse_size()): an int is bytes; a str is digits with an\n"
+	 "optional unit, K, M, G, T and KiB..TiB binary, KB..TB decimal as\n"
+	 "transformers reads them; a lowercase b after the unit is refused\n"
+	 "as ambiguous. ValueError stating that rule, TypeError for\n"
+	 "another type."},
 	{"version", mod_version, METH_NOARGS,
 	 "version() -> str\n\nThe C library's version."},
 	{"build_features", mod_build_features, METH_NOARGS,

@@ -22,6 +22,8 @@ Beyond DeepNVMe
     gpu_info()                  the CUDA driver, device and cuFile as
                                 nvswap finds them (docs/gpu-python.md).
     Config                      a checked DeepSpeed-style JSON config.
+    parse_size(text)            bytes of a size by the one rule every
+                                size keyword follows (64M, 2GiB, 5GB).
     Swapper                     the swap manager: register, prefetch,
                                 acquire -> a tensor on the pinned pool
                                 buffer, release, evict, stats.
@@ -81,6 +83,7 @@ from ._nvswap import (
     gpu_info,
     launch,
     pinned_buffer,
+    parse_size,
     pinned_stats,
     version,
 )
@@ -112,6 +115,7 @@ __all__ = [
     "launch",
     "pinned_buffer",
     "pinned_empty",
+    "parse_size",
     "pinned_stats",
     "save",
     "version",

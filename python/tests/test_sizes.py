@@ -40,6 +40,24 @@ def test_the_c_parser_reads_the_table():
             w.abort()
 
 
+def test_parse_size_reads_the_table_and_refuses_the_rest():
+    """nvswap.parse_size, the rule for scripts of users (the examples'
+    --memory): the C parser's answers."""
+    for text, n in TABLE:
+        assert nvswap.parse_size(text) == n, text
+    assert nvswap.parse_size(12345) == 12345
+    for text in AMBIGUOUS + NOT_SIZES:
+        with pytest.raises(ValueError, match="is not a byte count: "
+                           "nvs_parse_size: .*" + RULE.replace("(", r"\(")
+                           .replace(")", r"\)").replace("^", r"\^")):
+            nvswap.parse_size(text)
+    for bad in (None, 1.5, b"64K"):
+        with pytest.raises(TypeError):
+            nvswap.parse_size(bad)
+    with pytest.raises(ValueError):
+        nvswap.parse_size(-1)
+
+
 @pytest.mark.parametrize("text", AMBIGUOUS + NOT_SIZES + ["18446745TB"])
 def test_the_c_parser_refuses_stating_the_rule(text):
     with pytest.raises(ValueError) as ei:
