@@ -333,8 +333,8 @@ def test_a_served_model_checks_its_swap_files_with_checksum(swapdir, how):
     wrong outputs. offload(checksum=True) (or the config's
     nvswap.checksum) checks the CRC32C of every read: the forward raises
     EBADMSG naming the layer and the file; checksum=False over a config's
-    true turns it off. Not the default: on two cores it costs 0.79-0.92 x
-    decoding (bench/RESULTS.md), for a copy nvswap made itself in a 0700
+    true turns it off. Not the default: on two cores it costs a median
+    0.90 x of decoding (bench/RESULTS.md), for a copy nvswap made itself in a 0700
     directory moments before; persistent sets always check."""
     ref = torch.nn.Sequential(*_linears(256, 256, 256, 256, 256)).eval()
     x = torch.randn(2, 256)

@@ -34,9 +34,12 @@ restore, the hooks), _pools (the two Swappers from a config), _plan (the
 layer plan, meta-device materialization), _engine (acquire, release,
 forward and backward), _optim (the optimizers), _durable (checkpoints),
 _statedict, _api, _clip (gradient clipping), _mixed (bf16 with fp32
-masters); pretrained weights in _weights (the readers), _stformat (the
-safetensors format), _load (offload(weights=)) and _export
-(save_pretrained).
+masters), _optstate (the optimizers' state dicts); pretrained weights in
+_weights (the readers), _wfile (each file held open, checked unchanged),
+_wread (reading tensors out of them), _stformat (the safetensors format),
+_ptformat (a torch.save zip, read in place), _load (offload(weights=)),
+_export (save_pretrained) with _savedir (its atomic switch of files);
+_sizes (the one size rule).
 """
 from . import _durable
 from ._api import checkpoint, gathered, stats, wait
