@@ -334,8 +334,8 @@ def test_a_served_model_checks_its_swap_files_with_checksum(swapdir, how):
     nvswap.checksum) checks the CRC32C of every read: the forward raises
     EBADMSG naming the layer and the file; checksum=False over a config's
     true turns it off. Not the default: on two cores it costs a median
-    0.90 x of decoding (bench/RESULTS.md), for a copy nvswap made itself in a 0700
-    directory moments before; persistent sets always check."""
+    0.89 x of decoding (bench/RESULTS.md), for a copy nvswap made itself
+    in a 0700 directory moments before; persistent sets always check."""
     ref = torch.nn.Sequential(*_linears(256, 256, 256, 256, 256)).eval()
     x = torch.randn(2, 256)
     want = ref(x)
