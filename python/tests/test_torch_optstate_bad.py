@@ -164,3 +164,94 @@ def test_a_tag_with_nul_is_refused_not_cut(swapdir):
     assert nvt.checkpoint(m, "abc").wait()
     assert [g["tag"] for g in s.generations()][0].endswith(":abc")
     nvt.restore(m)
+
+
+def test_a_step_count_given_as_a_number_becomes_a_tensor(swapdir, diskdir):
+    """An older torch's (or a converted checkpoint's) "step": 3 was
+    taken as is, and every later step() raised in torch's adam() (its
+    steps must be tensors). It becomes a tensor, as torch's Adam makes
+    it, and training goes on equal to torch's."""
+    m, opt = _stepped(swapdir)
+    sd = opt.state_dict()
+    for st in sd["state"].values():
+        st["step"] = int(st["step"])
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(W, W), torch.nn.Linear(W, W))
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    ref(torch.randn(2, W)).square().mean().backward()
+    ro.step()
+    ro.zero_grad()
+    ro.load_state_dict(sd)
+    opt.load_state_dict(sd)
+    x = torch.randn(2, W)
+    for mm, o in ((ref, ro), (m, opt)):
+        mm(x).square().mean().backward()
+        o.step()
+    same(ref.state_dict(), m.state_dict())
+    same(ro.state_dict(), opt.state_dict())
+
+
+def test_amsgrad_loaded_into_a_pool_too_small_changes_nothing(swapdir):
+    """The loaded groups turn amsgrad on for a fresh optimizer: a third
+    state tensor per parameter that no optimizer pool buffer holds.
+    Refused (EFBIG) before anything is written: the hyper-parameters and
+    the state as they were (none)."""
+    _, opt = _stepped(swapdir)
+    sd = opt.state_dict()
+    sd["param_groups"][0]["amsgrad"] = True
+    sd["param_groups"][0]["lr"] = 5.0
+    for st in sd["state"].values():
+        st["max_exp_avg_sq"] = st["exp_avg_sq"].clone()
+    torch.manual_seed(0)
+    m2 = torch.nn.Sequential(torch.nn.Linear(W, W), torch.nn.Linear(W, W))
+    nvt.offload(m2, nvme_path=swapdir, buffer_size="64K", rank=1,
+                optimizer_buffer_size="40K")
+    o2 = nvt.AdamW(m2.parameters(), lr=1e-2)
+    with pytest.raises(nvswap.Error) as ei:
+        o2.load_state_dict(sd)
+    assert ei.value.errno == errno.EFBIG, ei.value
+    assert "larger than an optimizer pool buffer" in str(ei.value)
+    assert o2.state_dict()["state"] == {}
+    assert o2.param_groups[0]["lr"] == 1e-2
+    assert not o2.param_groups[0]["amsgrad"]
+
+
+def test_a_load_failing_while_it_writes_is_retried_not_committed(swapdir):
+    """A write failing part way through load_state_dict() (an injected
+    EIO on the second layer) leaves part of the state loaded: everything
+    but another load_state_dict() refuses (EBUSY), no checkpoint can be
+    taken, and the retry loads it whole."""
+    m, opt = _stepped(swapdir, persist="persistent")
+    sd = opt.state_dict()
+    want = copy.deepcopy(sd)
+    for st in want["state"].values():
+        st["exp_avg"] = st["exp_avg"] + 1
+    real = opt._swap
+
+    class FailSecond:
+        def __init__(self):
+            self.n = 0
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def swap_in(self, layer):
+            self.n += 1
+            if self.n == 2:
+                raise nvswap.Error(errno.EIO, "injected")
+            return real.swap_in(layer)
+
+    opt._swap = FailSecond()
+    with pytest.raises(nvswap.Error, match="injected"):
+        opt.load_state_dict(want)
+    opt._swap = real
+    for fn in (opt.state_dict, opt.step, lambda: nvt.checkpoint(m)):
+        with pytest.raises(nvswap.Error) as ei:
+            fn()
+        assert ei.value.errno == errno.EBUSY
+        assert "after a load_state_dict() that failed while writing" in \
+            str(ei.value)
+    opt.load_state_dict(want)
+    same(want, opt.state_dict())
+    assert nvt.checkpoint(m).wait()
+    nvt.restore(m)

@@ -58,6 +58,32 @@ def _counts(opt_state):
     return [int(s["step"]) for _, s in sorted(opt_state["state"].items())]
 
 
+def _one_step(mnt, tag=None, **opt_kw):
+    """(ref, off, ro, oo): a model in memory and its offloaded copy on a
+    persistent set at mnt, one AdamW step taken by each, checkpointed."""
+    ref = _model()
+    off = copy.deepcopy(ref)
+    _offload(off, mnt)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, **opt_kw)
+    for m, o in ((ref, ro), (off, oo)):
+        _backward(m, 1)
+        o.step()
+        o.zero_grad()
+    nvt.checkpoint(off, tag).wait()
+    return ref, off, ro, oo
+
+
+def _resumes_equal(mnt, ref, ro, tag, **opt_kw):
+    """The set at mnt resumes at checkpoint tag, equal to ref and ro."""
+    back = _offload(_model(), mnt, persist="resume")
+    bo = nvt.AdamW(back.parameters(), lr=1e-2, **opt_kw)
+    assert nvt.stats(back)["resumed"]["tag"] == tag
+    same(ref.state_dict(), back.state_dict())
+    same(ro.state_dict(), bo.state_dict())
+    nvt.restore(back)
+
+
 def _half_done(fn):
     with pytest.raises(nvswap.Error) as ei:
         fn()
@@ -76,16 +102,7 @@ def test_a_full_disk_mid_step_is_finished_by_step_each_layer_once(
     steps bit for bit (each layer stepped twice; clipped alike when clip:
     the retry applies the same clip to the layers left), and the
     checkpoint after it resumes equal."""
-    ref = _model()
-    off = copy.deepcopy(ref)
-    _offload(off, small_tmpfs)
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
-    for m, o in ((ref, ro), (off, oo)):
-        _backward(m, 1)
-        o.step()
-        o.zero_grad()
-    nvt.checkpoint(off).wait()
+    ref, off, ro, oo = _one_step(small_tmpfs)
     for m in (ref, off):
         _backward(m, 2)
         if clip:  # routed to nvt.clip_grad_norm_ for the offloaded model
@@ -116,13 +133,9 @@ def test_a_full_disk_mid_step_is_finished_by_step_each_layer_once(
     assert _counts(oo.state_dict()) == [2, 2, 2, 2]
     assert nvt.stats(off)["steps"] == 2
     oo.zero_grad()
-    nvt.checkpoint(off).wait()
+    nvt.checkpoint(off, "two").wait()
     nvt.restore(off)
-    back = _offload(_model(), small_tmpfs, persist="resume")
-    bo = nvt.AdamW(back.parameters(), lr=1e-2)
-    same(ref.state_dict(), back.state_dict())
-    same(ro.state_dict(), bo.state_dict())
-    nvt.restore(back)
+    _resumes_equal(small_tmpfs, ref, ro, "two")
 
 
 def test_some_leave_stops_the_step_half_way(small_tmpfs):
@@ -188,12 +201,7 @@ def test_a_half_done_step_is_never_committed_by_close_or_exit(small_tmpfs):
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     _backward(ref, 1)
     ro.step()
-    back = _offload(_model(), small_tmpfs, persist="resume")
-    bo = nvt.AdamW(back.parameters(), lr=1e-2)
-    assert nvt.stats(back)["resumed"]["tag"] == "one"
-    same(ref.state_dict(), back.state_dict())
-    same(ro.state_dict(), bo.state_dict())
-    nvt.restore(back)
+    _resumes_equal(small_tmpfs, ref, ro, "one")
 
 
 def test_a_step_in_backward_that_fails_half_way_is_never_committed(
@@ -202,16 +210,7 @@ def test_a_step_in_backward_that_fails_half_way_is_never_committed(
     stepped; the gradients of the others are gone, so the step cannot be
     finished: step(), checkpoint() and restore() say so, and the set
     resumes at its last checkpoint."""
-    ref = _model()
-    off = copy.deepcopy(ref)
-    _offload(off, small_tmpfs)
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2, step_in_backward=True)
-    for m, o in ((ref, ro), (off, oo)):
-        _backward(m, 1)
-        o.step()
-        o.zero_grad()
-    nvt.checkpoint(off, "one").wait()
+    ref, off, ro, oo = _one_step(small_tmpfs, "one", step_in_backward=True)
     filler = _fill(small_tmpfs, 16 << 10)
     with pytest.raises(nvswap.Error) as ei:
         _backward(off, 2)
@@ -229,12 +228,7 @@ def test_a_step_in_backward_that_fails_half_way_is_never_committed(
         msg = _half_done(fn)
         assert "it cannot be finished" in msg, msg
     eng.close()  # as at exit: no checkpoint of the half-done step
-    back = _offload(_model(), small_tmpfs, persist="resume")
-    bo = nvt.AdamW(back.parameters(), lr=1e-2, step_in_backward=True)
-    assert nvt.stats(back)["resumed"]["tag"] == "one"
-    same(ref.state_dict(), back.state_dict())
-    same(ro.state_dict(), bo.state_dict())
-    nvt.restore(back)
+    _resumes_equal(small_tmpfs, ref, ro, "one", step_in_backward=True)
 
 
 def test_a_step_that_stepped_nothing_leaves_checkpoints_open(swapdir):
@@ -271,4 +265,77 @@ def test_a_step_that_stepped_nothing_leaves_checkpoints_open(swapdir):
     oo.step()
     same(ref.state_dict(), off.state_dict())
     same(ro.state_dict(), oo.state_dict())
+    nvt.restore(off)
+
+
+def test_torch_raising_inside_a_layer_s_step_is_never_committed(small_tmpfs):
+    """torch's own step raising part way (out of memory for its
+    temporaries, KeyboardInterrupt) leaves a layer part old, part new:
+    it can be neither finished nor undone, so step() refuses to go on,
+    nothing commits it, and the set resumes at its last checkpoint."""
+    ref, off, ro, oo = _one_step(small_tmpfs, "one")
+    _backward(off, 2)
+    inner = oo._inner
+    real = type(inner).step
+
+    def half_then_raise(self, *a, **kw):  # the fault: the first layer's
+        type(inner).step = real           # step dies after changing it
+        with torch.no_grad():
+            self.param_groups[0]["params"][0].add_(1.0)
+        raise MemoryError("injected")
+
+    type(inner).step = half_then_raise
+    try:
+        with pytest.raises(MemoryError, match="injected"):
+            oo.step()
+    finally:
+        type(inner).step = real
+    for fn in (oo.step, lambda: nvt.checkpoint(off), lambda: nvt.restore(off),
+               oo.zero_grad):
+        msg = _half_done(fn)
+        assert "it cannot be finished: torch's step of layer" in msg, msg
+        assert "MemoryError (injected)" in msg, msg
+    nvt.engine_of(off).close()  # as at exit: nothing of it committed
+    _resumes_equal(small_tmpfs, ref, ro, "one")
+
+
+def test_step_in_backward_failing_at_its_first_layer_trains_on(small_tmpfs):
+    """A step_in_backward backward whose very first layer's step fails
+    stepped nothing: no half step stays behind, and once the space is
+    back a new backward and step() train on, equal to torch."""
+    ref = _model()
+    off = copy.deepcopy(ref)
+    _offload(off, small_tmpfs)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, step_in_backward=True)
+    eng = nvt.engine_of(off)
+
+    class FailOnce:  # the state swapper's first swap_in fails
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def swap_in(self, layer):
+            oo._swap = self.real
+            raise nvswap.Error(errno.EIO, "injected")
+
+    _backward(ref, 1)
+    ro.step()
+    ro.zero_grad()
+    _backward(off, 1)  # the first step: no state to swap in yet
+    oo.step()
+    oo.zero_grad()
+    _backward(ref, 2)
+    ro.step()
+    oo._swap = FailOnce(oo._swap)
+    with pytest.raises(nvswap.Error, match="injected"):
+        _backward(off, 2)
+    assert not oo._done and not oo._broken
+    oo.zero_grad()  # lets go of what the failed backward held
+    _backward(off, 2)
+    oo.step()
+    same(ref.state_dict(), off.state_dict())
+    assert eng.optimizer is oo
     nvt.restore(off)

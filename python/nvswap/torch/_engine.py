@@ -485,7 +485,9 @@ class Engine(Passes, Grads):
         err = None
         # A step half done is not saved (the sets, in a step, make no
         # checkpoint at their close either): they stay at their last one.
-        half = self.optimizer is not None and bool(self.optimizer._done)
+        opt = self.optimizer
+        half = opt is not None and bool(opt._done or opt._broken or
+                                        opt._loading)
         if save and self.persistent and self.gswap is not None and \
                 not half and (self.pswap.unsaved() or self.gswap.unsaved()):
             from . import _durable

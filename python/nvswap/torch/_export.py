@@ -198,9 +198,11 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
     items = entries(model)
     for k, t in items:
         st_dtype(t.dtype)  # refused before anything is written
+    eng = getattr(model, "_nvswap_engine", None)
+    if eng is not None and eng.optimizer is not None:
+        eng.optimizer.half_done("nvswap.torch.save_pretrained()")
     parts = shards(items, max_bytes)
     _savedir.prepare(directory)
-    eng = getattr(model, "_nvswap_engine", None)
     names = ([SINGLE] if len(parts) <= 1 else
              [SHARD.format(i + 1, len(parts)) for i in range(len(parts))])
     with _savedir.Switch(directory) as sw:

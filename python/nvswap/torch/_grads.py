@@ -42,7 +42,9 @@ class Grads:
                 err = err or e
         if self.bw_stepped:  # step() must come before the next backward
             self.bw_stepped = False
-            self.optimizer._unconsumed = True
+            # (one that stepped nothing, failing at its first layer, owes
+            # no step())
+            self.optimizer._unconsumed = bool(self.optimizer._done)
         held, self.bw_held = self.bw_held, {}
         self.bw_got = {}
         for layer in held:
@@ -129,7 +131,11 @@ class Grads:
         """step_in_backward: gradients are kept in memory until their layer
         has all of them, then the layer is stepped at once, while its
         parameters are still resident; no gradient I/O at all."""
-        if self.optimizer._unconsumed:
+        opt = self.optimizer
+        if opt._broken or opt._loading:
+            opt.half_done(f"a gradient of '{self.names[layer][i]}' "
+                          "(backward)")
+        if opt._unconsumed:
             raise error(errno.EINVAL,
                         "nvswap.torch: a second backward before step() "
                         "with step_in_backward: the first one's step was "

@@ -109,7 +109,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._done = set()
         self._failure = None
         self._retry = False
-        self._bw_failed = False  # step_in_backward: a layer's step raised
+        self._open = False  # the sets' step is open (Swapper.step_begin)
+        # a sentence when the step cannot be finished (torch's arithmetic
+        # raised inside a layer; a step_in_backward backward failed after
+        # stepping layers), else None
+        self._broken = None
+        self._loading = False  # a load_state_dict() failed while writing
         self._closed = False
         self.step_in_backward = bool(step_in_backward)
         self._unconsumed = False  # a backward stepped; step() not yet
@@ -161,15 +166,21 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         again writes those back and continues with the other layers, so
         each layer is stepped once. Until the step is whole, checkpoint()
         refuses, close() and a kill leave a persistent set at its last
-        checkpoint, and zero_grad(), backward, state_dict() and restore()
-        refuse (EBUSY). A gradient write-behind that failed is raised
-        first, before anything changes."""
+        checkpoint, and zero_grad(), backward, state dicts,
+        save_pretrained() and restore() refuse (EBUSY). torch's own step
+        raising inside a layer leaves a step that cannot be finished (the
+        layer part old, part new): refused likewise, step() too, never
+        committed. A retry skips the closure (its backward began the
+        step). A gradient write-behind that failed is raised first,
+        before anything changes."""
         loss = None
-        if closure is not None:
+        self._live()
+        if self._broken or self._loading:
+            self.half_done("step()")
+        if closure is not None and not self._done:
+            # (a retry finishes the step the closure's backward began)
             with torch.enable_grad():
                 loss = closure()
-        self._live()
-        self._finishable()
         eng = self._eng
         try:
             if self._retry:  # what the failed step wrote, written again
@@ -187,11 +198,21 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         except BaseException as e:
             self._failed(e)
             raise
-        if self._done:
-            eng.step_end()
+        self._close_step()
         self._done, self._failure = set(), None
         eng.steps += 1
         return loss
+
+    def _open_step(self):
+        if not self._open:
+            self._eng.step_begin(
+                f"nvswap.torch optimizer step {self._eng.steps + 1}")
+            self._open = True
+
+    def _close_step(self):
+        if self._open:
+            self._eng.step_end()
+            self._open = False
 
     def _step_all(self):
         eng = self._eng
@@ -215,37 +236,43 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """A step raised e: its layers stepped stay stepped (the retry
         writes them back first); one that stepped none is no step."""
         self._retry = True
-        if not self._done:
-            self._eng.step_end()
-        elif self._failure is None:
-            self._failure = f"{type(e).__name__}: {e}"
+        self._failure = f"{type(e).__name__}: {e}"
+        if not self._done and not self._broken:
+            self._close_step()
+            self._failure = None
 
     def half_done(self, what):
         """Raise nvswap.Error(EBUSY) for what while a step is half done
         (some layers stepped, others not): it would see, save or undo
         part of a step."""
-        if not self._done or self._closed:
+        if self._closed or not (self._done or self._broken or
+                                self._loading):
             return
-        left = [layer for layer in self._order() if layer not in self._done]
-        if self.step_in_backward and self._bw_failed:
-            how = ("it cannot be finished: the backward that stepped "
-                   "them raised before the others got their gradients; "
-                   "the persistent set (if any) keeps its last checkpoint:"
-                   " offload again with persist='resume'")
+        why = f" (it stopped on {self._failure})" if self._failure else ""
+        if self._loading:
+            raise error(errno.EBUSY,
+                        f"nvswap.torch: {what} after a load_state_dict() "
+                        f"that failed while writing{why}: the optimizer "
+                        "holds part of the state loaded; call "
+                        "load_state_dict() again")
+        eng = self._eng
+        done = sorted(self._done)
+        if self._broken:
+            how = (f"it cannot be finished: {self._broken}; the sets keep "
+                   "their last checkpoint: exit this process and offload "
+                   "again with persist='resume' (a scratch offload's "
+                   "training state is lost)")
         elif self.step_in_backward and not self._failure:
             how = "call step() after backward, as step_in_backward wants"
         else:
             how = ("call step() again to finish it (it writes back what "
                    "was stepped and steps the rest, each layer once)")
-        why = f" (it stopped on {self._failure})" if self._failure else ""
+        left = "" if self.step_in_backward else ", {} not".format(
+            [layer for layer in self._order()
+             if layer not in self._done and eng.written.get(layer)])
         raise error(errno.EBUSY,
                     f"nvswap.torch: {what} while an optimizer step is half "
-                    f"done: layers {sorted(self._done)} are stepped, "
-                    f"{left} not{why}; {how}")
-
-    def _finishable(self):
-        if self.step_in_backward and self._bw_failed and self._done:
-            self.half_done("step()")
+                    f"done: layers {done} are stepped{left}{why}; {how}")
 
     def _step_layer(self, layer, items, grads=None):
         """Step one layer; grads: {param index: gradient} given in
@@ -255,8 +282,6 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         layer is stepped (in self._done) and released dirty, whatever
         the write-backs after it raise."""
         eng = self._eng
-        if not self._done:
-            eng.step_begin(f"nvswap.torch optimizer step {eng.steps + 1}")
         eng.acquire(layer, host=True)  # steps in CPU memory
         changed = False
         try:
@@ -286,7 +311,18 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             targets = [self._proxy.get(p, p) for _, _, p in items]
             if first:
                 before = [t.data.clone() for t in targets]
-            self._inner.step()
+            self._open_step()
+            try:
+                self._inner.step()
+            except BaseException as e:
+                # torch changes a layer's tensors one by one, in place:
+                # this layer is part old, part new, and can be neither
+                # finished nor undone
+                self._done.add(layer)
+                self._broken = (f"torch's step of layer {layer} raised "
+                                f"{type(e).__name__} ({e}) with its "
+                                "values partly changed")
+                raise
             if first:
                 try:
                     self._register(layer, items)
@@ -312,7 +348,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             try:
                 self._step_layer(layer, items, grads)
             except BaseException as e:
-                self._bw_failed = True
+                if self._done and not self._broken:
+                    self._broken = (
+                        f"the backward that stepped layers "
+                        f"{sorted(self._done)} raised {type(e).__name__} "
+                        f"({e}) before the others were stepped, and "
+                        "their gradients are gone")
                 self._failed(e)
                 raise
 
@@ -417,7 +458,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         is written: a refused state dict (ValueError naming the key,
         the parameter and the rule) changes nothing."""
         self._live()
-        self.half_done("load_state_dict()")
+        if not self._loading:  # else: the retry of a failed load
+            self.half_done("load_state_dict()")
         _optstate.load_state_dict(self, state_dict)
 
     def _live(self):

@@ -79,6 +79,9 @@ def _resolve(opt, sd):
     if len(id_map) != len(keys):
         raise ValueError(f"{cls}: the saved groups' 'params' list a key "
                          "twice")
+    if not isinstance(sd.get("master", {}), (dict, type(None))):
+        raise ValueError("loaded state dict's 'master' is a "
+                         f"{type(sd['master']).__name__}, not a dict")
     for where in ("state", "master"):
         for k in (sd.get(where) or {}):
             if k not in id_map:
@@ -127,6 +130,10 @@ def _parse_layer(opt, layer, entries, amsgrad):
                     and not v.is_meta):
                 raise ValueError(f"{what} is {v!r}: a step count (a number "
                                  "or a one-element tensor)")
+            elif k == "step" and not torch.is_tensor(v):
+                # a number (an older torch's, a converted checkpoint's):
+                # a tensor, as torch's Adam.__setstate__ makes it
+                scalars[p][k] = torch.tensor(float(v), dtype=torch.float32)
             else:
                 scalars[p][k] = v.clone() if torch.is_tensor(v) else v
     if layer in opt._keys:
@@ -170,13 +177,25 @@ def load_state_dict(opt, sd):
               for layer, entries in per_layer.items()}
     masters = sd.get("master")
     if masters is not None:
-        if not isinstance(masters, dict):
-            raise ValueError("loaded state dict's 'master' is a "
-                             f"{type(masters).__name__}, not a dict")
         masters = check_masters(opt._eng, [(k, id_map[k], t)
                                            for k, t in masters.items()])
-        load_masters(opt._eng, masters)
+    # amsgrad's third state tensor must fit a pool buffer too
+    opt._check_fit(opt._eng, opt._where, any(amsgrad.values()))
+    # The writes: a failure part way (a full disk) leaves the optimizer
+    # refusing everything but another load (opt._loading), and the sets
+    # making no checkpoint of what it wrote (a step open).
+    eng = opt._eng
+    eng.step_begin("nvswap.torch load_state_dict()")
+    opt._loading = True
+    try:
+        if masters is not None:
+            load_masters(eng, masters)
+        for layer, parts in parsed.items():
+            _load_layer(opt, layer, *parts)
+    except BaseException as e:
+        opt._failure = f"{type(e).__name__}: {e}"
+        raise
     for g, saved in zip(opt.param_groups, sd["param_groups"]):
         g.update({k: v for k, v in saved.items() if k != "params"})
-    for layer, parts in parsed.items():
-        _load_layer(opt, layer, *parts)
+    opt._loading, opt._failure = False, None
+    eng.step_end()
