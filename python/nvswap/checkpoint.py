@@ -185,17 +185,32 @@ def _check_target(path):
 def _keep_mode(w, old):
     """The new file (still under its temp name) takes the mode of the
     one it replaces, umask or not, and its owner and group where this
-    process may give them."""
-    tmp = w.temp_path
+    process may give them. Through a descriptor opened without following
+    a link: a link swapped in at the temp name (a shared directory) is
+    refused, its target's mode and owner never changed."""
+    try:
+        fd = os.open(w.temp_path, os.O_RDONLY | os.O_NOFOLLOW |
+                     os.O_CLOEXEC | os.O_NONBLOCK)
+    except PermissionError:  # a umask without the owner's read bit
+        fd = os.open(w.temp_path, os.O_WRONLY | os.O_NOFOLLOW |
+                     os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        _keep_mode_fd(fd, old)
+    finally:
+        os.close(fd)
+
+
+def _keep_mode_fd(fd, old):
+    """_keep_mode() on an open file."""
     if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
         try:
-            os.chown(tmp, old.st_uid, old.st_gid)
+            os.fchown(fd, old.st_uid, old.st_gid)
         except OSError:
             try:  # at least the group, where this user is in it
-                os.chown(tmp, -1, old.st_gid)
+                os.fchown(fd, -1, old.st_gid)
             except OSError:
                 pass
-    os.chmod(tmp, stat.S_IMODE(old.st_mode))
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))
 
 
 class _Sink:

@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -356,7 +357,9 @@ def test_a_new_model_takes_the_default_mode(diskdir):
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
 
 
-def test_a_second_save_into_the_same_directory_is_refused(diskdir):
+def test_a_second_save_into_the_same_directory_is_refused(diskdir,
+                                                          monkeypatch):
+    monkeypatch.setattr(_savedir, "LOCK_WAIT_S", 0.2)
     model = make(3)
     d = os.path.join(diskdir, "out")
     save(model, d, 40000)
@@ -428,3 +431,73 @@ def test_without_hard_links_the_shards_are_copied(diskdir, monkeypatch):
     assert all(os.stat(os.path.join(d, n)).st_nlink == 1 for n in want)
     assert check_whole(d, old, new, "copied") == dict.fromkeys(READERS,
                                                               "new")
+
+
+def test_a_load_waits_for_a_save_and_a_save_for_a_load(diskdir,
+                                                       monkeypatch):
+    """Readers share, writers exclude: open_weights of a directory holds
+    its flock shared while it opens the index and the shards, so a load
+    never opens half of one save and half of the next (the same count of
+    shards renames new ones over the names the old index lists); a load
+    that finds a save running waits for it (EBUSY after LOCK_WAIT_S), a
+    save that finds a load opening files waits a moment."""
+    from nvswap.torch import _wfile
+    model = make(3)
+    d = os.path.join(diskdir, "out")
+    save(model, d, 40000)
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a save switching its files
+        monkeypatch.setattr(_wfile, "LOCK_WAIT_S", 0.3)
+        with pytest.raises(nvswap.Error) as ei:
+            nvt.open_weights(d)
+        assert ei.value.errno == errno.EBUSY
+        assert f"{d}: a save_pretrained() into it still holds it" in str(
+            ei.value)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a load opening the files
+        done = []
+        t = threading.Thread(target=lambda: done.append(
+            save(make(4), d, 40000)))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not done  # the save waits for the load
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        t.join(60)
+        assert done
+    finally:
+        os.close(fd)
+    want = make(4).state_dict()
+    with nvt.open_weights(d) as w:
+        assert w.keys() and all(torch.equal(w.tensor(k), want[k])
+                                for k in w.keys())
+
+
+@pytest.mark.skipif(not HAVE_HF, reason="transformers is not installed "
+                    "here: the model config it writes is what is tested")
+def test_the_config_files_are_renamed_in_not_written_through_a_link(
+        diskdir):
+    """config.json and generation_config.json were written by
+    transformers' plain open() after the commit, through a link planted
+    at the name. Now they go to a private folder and are renamed in,
+    the link replaced, its target untouched, the old mode kept."""
+    d = os.path.join(diskdir, "out")
+    model = make(3)
+    save(model, d, None)
+    os.chmod(os.path.join(d, "config.json"), 0o600)
+    victim = os.path.join(diskdir, "victim")
+    with open(victim, "w") as f:
+        f.write("mine")
+    gen = os.path.join(d, "generation_config.json")
+    if os.path.exists(gen):
+        os.unlink(gen)
+        os.symlink(victim, gen)
+    save(make(4), d, None)
+    assert open(victim).read() == "mine"
+    cfg = os.path.join(d, "config.json")
+    assert not os.path.islink(cfg) and stat.S_ISREG(os.stat(cfg).st_mode)
+    assert stat.S_IMODE(os.stat(cfg).st_mode) == 0o600
+    if os.path.lexists(gen):
+        assert not os.path.islink(gen)
+    assert not [n for n in os.listdir(d) if n.startswith(".nvswap")]
+    type(model).from_pretrained(d)  # loads

@@ -185,9 +185,14 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
     second save into the same directory meanwhile raises nvswap.Error
     (EBUSY). A replaced file's mode (and owner, where permitted) is kept;
     new files take the earlier save's, else 0666 less the umask. Every
-    file is created new (O_EXCL), never written through a link. A
-    symbolic link to a directory is followed; the directory is made when
-    missing. Returns the paths written.
+    file is created new (O_EXCL), never written through a link; the
+    config files transformers writes go to a private folder first and
+    are each renamed in just before the weights' commit (a kill between
+    the two leaves the new config beside the old weights). A load by
+    open_weights()/weights= waits for a save running in the directory
+    (the flock, shared). Refused (EBUSY) while an optimizer step of the
+    model is half done. A symbolic link to a directory is followed; the
+    directory is made when missing. Returns the paths written.
 
     Raises ValueError (max_shard_size, a tensor on the meta device or of
     a dtype safetensors lacks), TypeError (max_shard_size neither an int
@@ -213,6 +218,9 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
                     path, part, layers, like))
         finally:
             layers.let_go()
+        cfg = getattr(model, "config", None)
+        if callable(getattr(cfg, "save_pretrained", None)):
+            sw.adopt(lambda folder: _configs(model, cfg, folder))
         if len(parts) <= 1:
             sw.commit_single()
         else:
@@ -226,11 +234,14 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
         written = [os.path.join(directory, n) for n in names]
         if len(parts) > 1:
             written.append(os.path.join(directory, INDEX))
-        cfg = getattr(model, "config", None)
-        if callable(getattr(cfg, "save_pretrained", None)):
-            cfg.save_pretrained(directory)
-            gen = getattr(model, "generation_config", None)
-            can = getattr(model, "can_generate", None)
-            if gen is not None and callable(can) and can():
-                gen.save_pretrained(directory)
     return written
+
+
+def _configs(model, cfg, folder):
+    """model.config (and its generation_config) as transformers writes
+    them, into folder."""
+    cfg.save_pretrained(folder)
+    gen = getattr(model, "generation_config", None)
+    can = getattr(model, "can_generate", None)
+    if gen is not None and callable(can) and can():
+        gen.save_pretrained(folder)

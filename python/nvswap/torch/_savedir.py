@@ -30,13 +30,20 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
+import time
 
 import nvswap
 
-from ..checkpoint import _keep_mode
+from ..checkpoint import _keep_mode_fd
 
 FN = "nvswap.torch.save_pretrained"
+CONFIG_TMP = ".nvswap-config-"  # adopt()'s folders, then a tag
+_CONFIG_TMP_RE = re.compile(re.escape(CONFIG_TMP) + r"[0-9a-f]{12}")
+# how long a save waits for the directory's flock: a load (open_weights)
+# holds it shared while it opens a save's files; another save for good
+LOCK_WAIT_S = 5.0
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 SHARD = "model-{:05d}-of-{:05d}.safetensors"
@@ -117,17 +124,25 @@ def _lock(directory):
     except OSError as e:
         raise _error(e.errno, f"cannot open the directory {directory}: "
                      f"{e.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno != errno.EWOULDBLOCK:
-            raise _error(e.errno, f"cannot lock the directory {directory}: "
-                         f"{e.strerror}") from None
-        raise _error(errno.EBUSY, f"{directory}: another save_pretrained "
-                     "is writing this directory (it holds the directory's "
-                     "flock): wait for it to finish") from None
-    return fd
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError as e:
+            if e.errno == errno.EWOULDBLOCK and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)  # a load opening its files: a moment
+                continue
+            os.close(fd)
+            if e.errno != errno.EWOULDBLOCK:
+                raise _error(e.errno, "cannot lock the directory "
+                             f"{directory}: {e.strerror}") from None
+            raise _error(errno.EBUSY, f"{directory}: another "
+                         "save_pretrained is writing this directory (it "
+                         "holds the directory's flock; a load holds it "
+                         "only while it opens the files): wait for it to "
+                         "finish") from None
 
 
 def _regular(path):
@@ -138,14 +153,6 @@ def _regular(path):
     except OSError:
         return None
     return st if stat.S_ISREG(st.st_mode) else None
-
-
-class _Opened:
-    """A file being made, as checkpoint._keep_mode takes a writer: its
-    descriptor stands for the path (os.chmod and os.chown take one)."""
-
-    def __init__(self, fd):
-        self.temp_path = fd
 
 
 class Switch:
@@ -191,18 +198,54 @@ class Switch:
                     refs.update(v for v in wm.values()
                                 if isinstance(v, str))
             except (OSError, ValueError, LookupError, TypeError,
-                    AttributeError):
+                    AttributeError, RecursionError):
                 pass
         self.refs = refs
         return refs
 
+    def adopt(self, make):
+        """The files make(folder) writes into a new private folder in the
+        directory (the model's config.json, generation_config.json: what
+        transformers' save_pretrained writes with a plain open()), each
+        renamed in, replacing what is there (a link planted at the name
+        is replaced, never written through), with the mode of the file it
+        replaces, synced: before the weights' commit, so a kill between
+        the two leaves the new config beside the old weights of the same
+        model, never a config half written."""
+        tmp = os.path.join(self.dir, f"{CONFIG_TMP}{_new_tag()}")
+        self._call("make", os.mkdir, tmp, 0o700)
+        try:
+            make(tmp)
+            for n in sorted(os.listdir(tmp)):
+                src, dst = os.path.join(tmp, n), self._p(n)
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW |
+                             os.O_CLOEXEC)
+                try:
+                    like = _regular(dst)
+                    if like is not None:
+                        _keep_mode_fd(fd, like)
+                    else:  # as a plain open() would have made it
+                        mask = os.umask(0)
+                        os.umask(mask)
+                        os.fchmod(fd, 0o666 & ~mask)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._call("rename", os.replace, src, dst)
+            self._sync()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def _tidy(self, keep, shards):
         """Remove this module's temporaries and writers' temporaries of
         its names, and with shards an index and shards, that keep does
-        not name (never a directory). The index first: a loader that
-        reads it then never finds shards missing."""
+        not name (never a directory but adopt()'s folders). The index
+        first: a loader that reads it then never finds shards missing."""
         names = sorted(os.listdir(self.dir), key=lambda n: n != INDEX)
         for n in names:
+            if _CONFIG_TMP_RE.fullmatch(n):  # a killed save's config
+                shutil.rmtree(self._p(n), ignore_errors=True)
+                continue
             if n in keep or not _ours(n) or not shards and not (
                     _WRITER_TMP.fullmatch(n) or MINE.fullmatch(n)):
                 continue
@@ -265,7 +308,7 @@ class Switch:
         try:
             try:
                 if like is not None:
-                    _keep_mode(_Opened(fd), like)
+                    _keep_mode_fd(fd, like)
                 write(fd)
                 os.fsync(fd)
             finally:

@@ -21,7 +21,7 @@ import nvswap
 
 from . import _ptformat, _stformat
 from ._stformat import bad
-from ._wfile import WFile
+from ._wfile import WFile, shared_dir
 from ._wread import FileWeights, Weights, same_bytes
 
 INDEX = "model.safetensors.index.json"
@@ -48,17 +48,19 @@ def open_weights(path):
     one."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        for name, kind in ORDER:
-            p = os.path.join(path, name)
-            if os.path.exists(p):  # a FIFO is refused, not skipped
-                return _KINDS[kind](p)
+        with shared_dir(path):  # not while a save_pretrained switches
+            for name, kind in ORDER:
+                p = os.path.join(path, name)
+                if os.path.exists(p):  # a FIFO is refused, not skipped
+                    return _KINDS[kind](p)
         raise nvswap.Error(errno.ENOENT, f"nvswap.torch: {path}: no {INDEX}"
                            f", {SINGLE} or {TORCH_SINGLE} in this directory")
     if not os.path.exists(path):
         raise nvswap.Error(errno.ENOENT, f"nvswap.torch: {path}: no such "
                            "file or directory")
     if path.endswith(".index.json"):
-        return Safetensors(path, index=True)
+        with shared_dir(os.path.dirname(path) or "."):
+            return Safetensors(path, index=True)
     if path.endswith(".safetensors"):
         return Safetensors(path)
     wf = WFile(path, "weights file")

@@ -23,12 +23,17 @@ the open keeps both times on kernels without multigrain timestamps
 (before 6.13; since, a stat makes the next change's times fine): that
 one can pass unseen.
 """
+import contextlib
 import errno
 import fcntl
 import os
 import stat
+import time
 
 import nvswap
+
+# how long a load waits for a save_pretrained into its directory to end
+LOCK_WAIT_S = 120.0
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a character device"),
@@ -163,3 +168,37 @@ class WFile:
 
     def __del__(self):
         self.close()
+
+
+@contextlib.contextmanager
+def shared_dir(directory):
+    """A shared flock on directory while a load looks up and opens a
+    save's files (the index, then its shards): save_pretrained holds it
+    exclusively for its whole switch (_savedir), so a load never opens
+    half of one save and half of the next. Waits up to LOCK_WAIT_S, then
+    nvswap.Error(EBUSY) naming it; where the directory cannot be opened
+    or locked (a filesystem without flock), the load goes on unlocked."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    break  # ENOLCK, EINVAL: no locks here
+                if time.monotonic() >= deadline:
+                    raise nvswap.Error(
+                        errno.EBUSY, f"nvswap.torch: {directory}: a "
+                        "save_pretrained() into it still holds it after "
+                        f"{LOCK_WAIT_S:g} s (a load waits for a save to "
+                        "end, so as not to read half of each)") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
