@@ -57,8 +57,9 @@ int nvs_parse_size(const char *s, uint64_t *out)
 		if (*p == 'b' && !p[1])
 			return fail(-EINVAL, s,
 				    "ambiguous: a lowercase b is a bit to "
-				    "transformers and accelerate, a byte to "
-				    "most other tools");
+				    "some tools and a byte to others (Gb is "
+				    "a gigabit to transformers, Gib a GiB): "
+				    "write GB or GiB");
 		if (*p == 'B')
 			p++;
 		for (unsigned i = 0; i < power; i++)

@@ -50,8 +50,9 @@ NVS_API const char *nvs_strerror(int err);
  * binary (2^10 to 2^40, as fio and dd read "64K"); KB, MB, GB, TB are
  * decimal (10^3 to 10^12, as transformers and accelerate read "5GB").
  * The unit's letter (and the i) may be either case; a lowercase b after
- * it ("1Gb", "100mb", "1Kib") is refused as ambiguous: a bit to
- * transformers, a byte to most other tools. So "4096", "64K", "100m",
+ * it ("1Gb", "100mb", "1Kib") is refused as ambiguous: a bit to some
+ * tools (transformers reads "Gb" as gigabits), a byte to others. So
+ * "4096", "64K", "100m",
  * "2GiB" (2147483648), "5GB" (5000000000).
  * @s:   the text, borrowed for the call.
  * @out: receives the bytes; unchanged on failure.

@@ -391,7 +391,7 @@ Test(size, parse_size_takes_binary_suffixes_and_refuses_the_rest)
 /* Hostile input 16, then round 4: one rule for every size keyword,
  * transformers' (KB..TB decimal, KiB..TiB binary), the bare letters
  * binary as fio reads them, either case for the unit's letter, and a
- * lowercase b after it refused (a bit to transformers, a byte to most
+ * lowercase b after it refused (a bit to some tools, a byte to most
  * other tools). */
 Test(size, parse_size_reads_kb_as_decimal_kib_as_binary_and_refuses_b)
 {
@@ -433,11 +433,13 @@ Test(size, parse_size_reads_kb_as_decimal_kib_as_binary_and_refuses_b)
 			  "%s: %s", ambiguous[i], nvs_last_error());
 	}
 	cr_assert_eq(nvs_parse_size("1Gb", &v), -EINVAL);
-	cr_assert(strstr(nvs_last_error(),
-			 "nvs_parse_size: '1Gb': ambiguous: a lowercase b is "
-			 "a bit to transformers and accelerate, a byte to most "
-			 "other tools; a size is a whole number of bytes"),
-		  "%s", nvs_last_error());
+	cr_assert(
+		strstr(nvs_last_error(),
+		       "nvs_parse_size: '1Gb': ambiguous: a lowercase b is "
+		       "a bit to some tools and a byte to others (Gb is a "
+		       "gigabit to transformers, Gib a GiB): write GB or GiB; "
+		       "a size is a whole number of bytes"),
+		"%s", nvs_last_error());
 	cr_assert(strstr(nvs_last_error(), "KB, MB, GB, TB decimal"), "%s",
 		  nvs_last_error());
 	cr_assert_eq(nvs_parse_size("16777216TiB", &v), -ERANGE);

@@ -26,12 +26,16 @@ def parse(text):
         power = " KMGT".index(unit.upper())
         if b == "b":
             shown = f"{digits}{unit.upper()}"
+            how = (f"a lowercase b is a byte to transformers and "
+                   f"accelerate here ({text} = {n << 10 * power} bytes) "
+                   "and a bit to other tools" if i else
+                   f"a lowercase b is a bit to transformers and "
+                   f"accelerate ({shown}b = {n * 1000 ** power // 8} "
+                   "bytes) and a byte to most other tools")
             raise ValueError(
-                f"{text!r} is ambiguous: a lowercase b is a bit to "
-                f"transformers and accelerate ({shown}b = "
-                f"{n * 1000 ** power // 8} bytes) and a byte to most other "
-                f"tools: write {shown}B ({n * 1000 ** power} bytes) or "
-                f"{shown}iB ({n << 10 * power} bytes); {RULE}")
+                f"{text!r} is ambiguous: {how}: write {shown}B "
+                f"({n * 1000 ** power} bytes) or {shown}iB "
+                f"({n << 10 * power} bytes); {RULE}")
         n = n * 1000 ** power if b and not i else n << 10 * power
     if n > MOST:
         raise ValueError(f"{text!r} is larger than 2^64 - 1 bytes; {RULE}")
