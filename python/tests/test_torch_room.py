@@ -188,4 +188,6 @@ def test_cgroup_room_in_a_real_memory_cgroup():
     assert r.returncode == 0, r.stderr[-2000:]
     room, avail = (int(x) for x in r.stdout.split())
     assert 0 < room < 512 * MIB
-    assert 0 < avail <= room
+    # read one after the other: the cgroup's usage may move by a few
+    # pages between them (it did by 4 KiB in a fresh-ci run)
+    assert 0 < avail <= room + (64 << 10)

@@ -339,3 +339,39 @@ def test_step_in_backward_failing_at_its_first_layer_trains_on(small_tmpfs):
     same(ref.state_dict(), off.state_dict())
     assert eng.optimizer is oo
     nvt.restore(off)
+
+
+def test_step_in_backward_is_whole_after_its_backward_and_not_half(
+        swapdir):
+    """step_in_backward: once a backward stepped every layer the step is
+    whole (a state dict and a checkpoint see it before step()); a
+    backward that raises after stepping some layers (a grad_hook failing
+    on layer 0's first gradient, layer 1 stepped) cannot be finished."""
+    calls = []
+
+    def hook(name, g):
+        calls.append(name)
+        if len(calls) == 7:  # the second backward, layer 0's first
+            raise RuntimeError("hook failed")
+
+    torch.manual_seed(0)
+    ref = _model()
+    off = copy.deepcopy(ref)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="128K", buffer_count=3,
+                persist="persistent", grad_hook=hook)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, step_in_backward=True)
+    _backward(ref, 1)
+    ro.step()
+    _backward(off, 1)
+    same(ref.state_dict(), off.state_dict())  # before step(): whole
+    nvt.checkpoint(off, "one").wait()
+    oo.step()
+    oo.zero_grad()
+    with pytest.raises(RuntimeError, match="hook failed"):
+        _backward(off, 2)
+    msg = _half_done(oo.step)
+    assert "it cannot be finished: the backward that stepped layers [1]" \
+        in msg, msg
+    nvt.engine_of(off).close()
+    _resumes_equal(swapdir, ref, ro, "one", step_in_backward=True)

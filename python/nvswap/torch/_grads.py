@@ -42,9 +42,20 @@ class Grads:
                 err = err or e
         if self.bw_stepped:  # step() must come before the next backward
             self.bw_stepped = False
+            opt = self.optimizer
             # (one that stepped nothing, failing at its first layer, owes
             # no step())
-            self.optimizer._unconsumed = bool(self.optimizer._done)
+            opt._unconsumed = bool(opt._done)
+            if opt._done and (abandoned or err is not None) and \
+                    not opt._broken:
+                opt._broken = (f"the backward that stepped layers "
+                               f"{sorted(opt._done)} raised before the "
+                               "others were stepped, and their gradients "
+                               "are gone")
+            elif opt._done and not opt._broken:
+                # every layer stepped: the step is whole in memory (step()
+                # waits for its writes), a checkpoint may save it
+                opt._close_step()
         held, self.bw_held = self.bw_held, {}
         self.bw_got = {}
         for layer in held:

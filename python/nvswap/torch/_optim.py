@@ -175,6 +175,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         before anything changes."""
         loss = None
         self._live()
+        # a backward that raised: finish it (step() never runs inside one)
+        self._eng.stale_backward(sure=True)
         if self._broken or self._loading:
             self.half_done("step()")
         if closure is not None and not self._done:
@@ -248,6 +250,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if self._closed or not (self._done or self._broken or
                                 self._loading):
             return
+        if self.step_in_backward and not (self._open or self._broken or
+                                          self._loading):
+            return  # a backward stepped every layer: whole, step() waits
         why = f" (it stopped on {self._failure})" if self._failure else ""
         if self._loading:
             raise error(errno.EBUSY,
