@@ -6,7 +6,9 @@ checkpointing on, trained a few steps by variants run side by side.
 
 --compare memory: offloaded (nvt.AdamW, clipping at 1.0) against the
   same recipe in memory (torch.optim.AdamW, torch's clipping); the
-  losses and total norms must be equal at every step.
+  losses and total norms must be equal at every step. --sync adds the
+  offloaded step taken in step() (defer=False) beside the deferred one
+  (the default, applied by the next forward: its cost shows in fwd).
 --compare clip: offloaded with clipping against offloaded without (the
   cost of the norms taken in backward and the clip applied in step()).
 --compare dtype: offloaded fp32 against offloaded dtype=bf16 with fp32
@@ -87,6 +89,10 @@ def variants(a, src):
         off = offloaded(a, src, 0)
         mk.append(Variant("offloaded", off, nvt.AdamW(
             off.parameters(), lr=1e-4), True, True))
+        if a.sync:  # the step taken in step(), as before issue 47
+            off = offloaded(a, src, 1)
+            mk.append(Variant("offloaded, defer=False", off, nvt.AdamW(
+                off.parameters(), lr=1e-4, defer=False), True, True))
     elif a.compare == "clip":
         for rank, clip in enumerate((True, False)):
             off = offloaded(a, src, rank)
@@ -152,10 +158,13 @@ def run(a):
         order = vs[i % len(vs):] + vs[:i % len(vs)]
         got = {v.name: step(v, tokens) for v in order}
         if a.compare == "memory":
-            x, y = got[vs[0].name], got[vs[1].name]
-            if (x["loss"], x["norm"]) != (y["loss"], y["norm"]):
-                sys.exit(f"step {i}: in memory {x['loss']} / {x['norm']}, "
-                         f"offloaded {y['loss']} / {y['norm']}: differ")
+            x = got[vs[0].name]
+            for v in vs[1:]:
+                y = got[v.name]
+                if (x["loss"], x["norm"]) != (y["loss"], y["norm"]):
+                    sys.exit(f"step {i}: in memory {x['loss']} / "
+                             f"{x['norm']}, {v.name} {y['loss']} / "
+                             f"{y['norm']}: differ")
         if i >= a.warmup:
             for v in vs:
                 v.steps.append(got[v.name])
@@ -220,6 +229,9 @@ def main():
     ap.add_argument("--buffer-count", type=int, default=6)
     ap.add_argument("--lookahead", type=int, default=2)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--sync", action="store_true",
+                    help="--compare memory: also the offloaded step taken "
+                    "in step() (defer=False)")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     fs = fs_type(a.dir)

@@ -17,13 +17,14 @@ import nvswap.torch as nvt  # noqa: E402
 from torchhelp import GPT, batches, same, train  # noqa: E402
 
 
-def pair(swapdir, opt_cls="AdamW", seed=0, **model_kw):
+def pair(swapdir, opt_cls="AdamW", seed=0, opt_kw=None, **model_kw):
     torch.manual_seed(seed)
     ref = GPT(**model_kw)
     off = copy.deepcopy(ref)
     nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
     ref_opt = getattr(torch.optim, opt_cls)(ref.parameters(), lr=1e-2)
-    off_opt = getattr(nvt, opt_cls)(off.parameters(), lr=1e-2)
+    off_opt = getattr(nvt, opt_cls)(off.parameters(), lr=1e-2,
+                                    **(opt_kw or {}))
     return ref, off, ref_opt, off_opt
 
 
@@ -53,7 +54,10 @@ def test_a_module_called_twice_in_one_forward(swapdir):
 def test_step_in_backward_is_bit_identical_with_less_io(swapdir, tie,
                                                         twice):
     data = batches(3)
-    ref, off, ro, oo = pair(swapdir, tie=tie, twice=twice)
+    # against a step after backward (defer=False: a deferred step reads
+    # the parameters once too, with the next forward's read)
+    ref, off, ro, oo = pair(swapdir, tie=tie, twice=twice,
+                            opt_kw={"defer": False})
     torch.manual_seed(0)
     fused = GPT(tie=tie, twice=twice)
     nvt.offload(fused, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
@@ -399,7 +403,7 @@ def test_a_failed_read_raises_in_step_and_step_resumes(swapdir):
     nvt.offload(off, nvme_path={swapdir!r}, buffer_size="64K",
                 buffer_count=4, backend="psync")
     ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
-    oo = nvt.Adam(off.parameters(), lr=1e-2)
+    oo = nvt.Adam(off.parameters(), lr=1e-2, defer=False)  # steps in step()
     data = batches(2)
     train(ref, ro, data[:1]); train(off, oo, data[:1])
     tok = data[1]

@@ -75,6 +75,7 @@ def test_an_offloaded_gpt_saved_reads_back_bit_for_bit(diskdir, tie, shard):
 def test_one_layer_is_held_at_a_time(diskdir, monkeypatch):
     out, s = dirs(diskdir)
     model = trained_gpt(s, tie=True)
+    nvt.wait(model)  # its last (deferred) step applied
     eng = nvt.engine_of(model)
     held, acquired = [], []
     real_acq, real_rel = eng.acquire, eng.release

@@ -200,6 +200,7 @@ def test_the_newest_checkpoint_is_served_not_what_followed_it(swapdir):
     train(model, opt, range(1, STOP + 1))
     nvt.checkpoint(model).wait()
     train(model, opt, [STOP + 1])
+    nvt.wait(model)  # the step applied (a pending one is not committed)
     engine_of(model).close(save=False)
     ref = make(0)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)

@@ -2,7 +2,10 @@
 """An optimizer step is all or nothing (issue 46, finding 1): a disk that
 fills up in the middle of opt.step() on a persistent set leaves the
 layers stepped so far in memory, step() again steps each of the others
-once, and no checkpoint, close or restore() saves part of a step."""
+once, and no checkpoint, close or restore() saves part of a step.
+
+These take the step in step() (defer=False); test_torch_defer.py holds
+the same guarantees for a deferred step."""
 import copy
 import errno
 import os
@@ -61,6 +64,7 @@ def _counts(opt_state):
 def _one_step(mnt, tag=None, **opt_kw):
     """(ref, off, ro, oo): a model in memory and its offloaded copy on a
     persistent set at mnt, one AdamW step taken by each, checkpointed."""
+    opt_kw.setdefault("defer", False)
     ref = _model()
     off = copy.deepcopy(ref)
     _offload(off, mnt)
@@ -144,7 +148,7 @@ def test_some_leave_stops_the_step_half_way(small_tmpfs):
     (its AdamW state's write-back fails), layer 1 not stepped."""
     off = _model()
     _offload(off, small_tmpfs)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, defer=False)
     _backward(off, 1)
     oo.step()
     oo.zero_grad()
@@ -177,7 +181,7 @@ def test_a_half_done_step_is_never_committed_by_close_or_exit(small_tmpfs):
     from test_torch_step_txn import _model, _backward, _fill, _offload
     off = _model()
     _offload(off, {str(small_tmpfs)!r})
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, defer=False)
     _backward(off, 1); oo.step(); oo.zero_grad()
     nvt.checkpoint(off, "one").wait()
     _backward(off, 2)
@@ -240,7 +244,7 @@ def test_a_step_that_stepped_nothing_leaves_checkpoints_open(swapdir):
     off = copy.deepcopy(ref)
     _offload(off, swapdir)
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, defer=False)
     for m in (ref, off):
         _backward(m, 1)
     ro.step()

@@ -9,7 +9,10 @@ from ._engine import engine_of
 
 def stats(model):
     """A dict: layers, layers_held (acquired now), steps (optimizer steps
-    taken), parameters, parameter_bytes, bytes_read,
+    taken), step_pending (a deferred step() not applied in full yet),
+    deferred_step_s (the time deferred steps' layer updates took where
+    they ran: the next forward, or a call that needed them),
+    parameters, parameter_bytes, bytes_read,
     bytes_written, io_exposed_s (time acquires waited for I/O or a buffer,
     from the C library), pool_bytes, pool_high_water, walk, resumed
     ({tag, steps, generations} when offload() resumed a checkpoint, else
@@ -32,9 +35,11 @@ def stats(model):
 
 def wait(model):
     """Write back every changed parameter layer and wait for all of the
-    model's I/O (gradient and state write-behind included); raises the
-    first failure. Layers held by a running forward stay."""
+    model's I/O (gradient and state write-behind included, and a
+    deferred optimizer step applied first); raises the first failure.
+    Layers held by a running forward stay."""
     eng = engine_of(model)
+    eng.settle()
     eng.drain()
     eng.write_back()
 

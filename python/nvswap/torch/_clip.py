@@ -92,6 +92,7 @@ def _gradients(params, what):
                 "default step mode")
         if eng not in engines:
             engines.append(eng)
+            eng.settle()  # a deferred step took the clips before this
             eng.drain()
         if eng.has_grad(rec.layer, rec.index):
             out.append((p, eng))

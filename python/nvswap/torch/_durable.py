@@ -303,6 +303,7 @@ def checkpoint(eng, tag):
                          f"character at {tag.index(chr(0))}: a tag is text "
                          "without NUL (the set would keep it cut there)")
     eng.drain()  # gradients written behind are part of the state
+    eng.collect()  # a write behind that failed: written again first
     # Above any number either set holds: one set may be ahead of the
     # generation this run resumed from.
     seq = max([eng.ckpt_seq, *ours(eng.pswap), *ours(eng.gswap)]) + 1

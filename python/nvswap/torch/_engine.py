@@ -96,7 +96,7 @@ class Engine(Passes, Grads):
                         gswap is not None else None)
         self.opts = opts
         self.gswap_options = opts.get(
-            "optimizer", {"pipeline_read": False, "pipeline_write": False})
+            "optimizer", {"pipeline_read": False, "pipeline_write": None})
         self.layers = []  # layer -> [param]
         self.layer_bytes = []  # layer -> its bytes in a pool buffer
         self.forwards = 0  # top-level forwards run (not recomputations)
@@ -157,6 +157,10 @@ class Engine(Passes, Grads):
         self.keep = []  # AccumulateGrad nodes (torch < 2.1)
         self.exposed_ns = 0  # time spent in acquire calls (Python side)
         self.steps = 0
+        # a deferred step's update running (its acquires are not the
+        # walk's); the time spent in such updates
+        self.settling = False
+        self.pending_ns = 0
         self.closed = False
         self.optimizer = None
         self.grad_hook = None  # offload(grad_hook=): fn(name, grad)
@@ -270,6 +274,10 @@ class Engine(Passes, Grads):
     def acquire(self, layer, host=False):
         """host: the caller (the optimizer, a state dict) wants the pool
         buffers themselves even when the model computes on a device."""
+        opt = self.optimizer
+        if opt is not None and opt._pending is not None and \
+                not self.settling:
+            opt.pend(layer)  # a deferred step's update comes first
         stage = self.device is not None and not host
         if self.refs[layer] == 0 and layer in self.rows:
             # an embedding read by rows, used whole (a state dict, or a
@@ -289,8 +297,11 @@ class Engine(Passes, Grads):
             if stage:
                 tensors = self._to_device(layer, tensors)
             self._set_live(layer, tensors)
-            # the walk: the C acquires of forward, and of backward
-            if self.recomputing:
+            # the walk: the C acquires of forward, and of backward (not
+            # a deferred step's, which comes just before the layer's own)
+            if self.settling:
+                pass
+            elif self.recomputing:
                 self.recompute_acquires += 1
                 self.bw_trace.append(layer)
             elif self.frames:
@@ -411,6 +422,17 @@ class Engine(Passes, Grads):
         for sw in pools:
             sw.wait_all()
 
+    def collect(self):
+        """Wait for the model's writes behind; one that failed and no
+        call reported yet (its data kept resident and dirty) is written
+        again now, and raises while the failure lasts."""
+        try:
+            for sw in (self.pswap, self.gswap):
+                if sw is not None:
+                    sw.wait_all()
+        except nvswap.Error:
+            self.write_back(retry=True)
+
     def step_begin(self, name):
         """A step changes the layers one by one: until step_end(), both
         sets refuse checkpoints and close saves none of it (nvswap
@@ -421,6 +443,14 @@ class Engine(Passes, Grads):
     def step_end(self):
         self.pswap.step_end()
         self.gswap.step_end()
+
+    def settle(self):
+        """A deferred optimizer step applied in full (its failure raises;
+        the next call retries)."""
+        opt = self.optimizer
+        if opt is not None and opt._pending is not None and \
+                not self.settling:
+            opt.half_done("finishing the deferred step")
 
     # ----------------------------------------------------------- state
     def read_layer(self, layer, indexes=None):
@@ -458,6 +488,11 @@ class Engine(Passes, Grads):
                              gs["acquire_wait_ns"] + gs["buffer_wait_ns"])
             / 1e9,
             "acquire_s": self.exposed_ns / 1e9,
+            # deferred optimizer steps: the time the updates took where
+            # they ran (in the next forward, or a reader that needed them)
+            "deferred_step_s": self.pending_ns / 1e9,
+            "step_pending": bool(self.optimizer is not None and
+                                 self.optimizer._pending is not None),
             "pool_bytes": ps["buffer_size"] * ps["buffer_count"] +
             gs["buffer_size"] * gs["buffer_count"],
             "pool_high_water": {"param": ps["pool_high_water"],
@@ -486,8 +521,14 @@ class Engine(Passes, Grads):
         # A step half done is not saved (the sets, in a step, make no
         # checkpoint at their close either): they stay at their last one.
         opt = self.optimizer
+        if save and opt is not None and opt._pending is not None:
+            try:  # a deferred step: applied, so the close saves it whole
+                opt.half_done("closing the model's offload")
+            except Exception:  # the sets stay at their last checkpoint
+                pass
         half = opt is not None and bool(opt._done or opt._broken or
-                                        opt._loading)
+                                        opt._loading or
+                                        opt._pending is not None)
         if save and self.persistent and self.gswap is not None and \
                 not half and (self.pswap.unsaved() or self.gswap.unsaved()):
             from . import _durable

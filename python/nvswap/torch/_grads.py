@@ -20,6 +20,7 @@ class Grads:
 
     def _backward_started(self):
         if not self.bw_active:
+            self.settle()  # a deferred step: whole before any gradient
             self.bw_active = True
             torch.autograd.Variable._execution_engine.queue_callback(
                 self._backward_done)
@@ -250,8 +251,13 @@ class Grads:
     def zero_grads(self):
         self.stale_backward(sure=True)
         self.backlog, self.unflushed = [], set()
+        opt = self.optimizer
+        pend = opt._pending if opt is not None else None
         for layer in self.written:
-            self.grads.zero(layer)
+            if pend is not None and layer in pend.left():
+                pend.zero.add(layer)  # its update still reads it
+            else:
+                self.grads.zero(layer)
         self.written = {}
         self.norms, self.norm_stale, self.grad_ops = {}, {}, []
 
@@ -309,9 +315,10 @@ class Grads:
         for k in keys:
             self.norms.pop(k, None)
 
-    def clipped(self, layer, i, g):
-        """Gradient g of parameter i with the deferred clips applied."""
-        for keys, op in self.grad_ops:
+    def clipped(self, layer, i, g, ops=None):
+        """Gradient g of parameter i with the deferred clips applied (ops:
+        those a deferred step took, else the current ones)."""
+        for keys, op in (self.grad_ops if ops is None else ops):
             if (layer, i) in keys:
                 g = apply_op(g, op)
         return g

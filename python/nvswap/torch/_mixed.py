@@ -68,7 +68,11 @@ class Masters:
 
     def __init__(self, gswap):
         self.gswap = gswap
-        self.swap = nvswap.OptimizerSwapper(gswap, id_base=MASTER_BASE)
+        # written behind: a write that fails keeps the master resident
+        # and dirty, and the next wait (a step's drain, a checkpoint)
+        # raises it; the next eviction writes it again
+        self.swap = nvswap.OptimizerSwapper(gswap, pipeline_write=True,
+                                            id_base=MASTER_BASE)
         self.index = {}  # layer -> indexes of its parameters with a master
         self.shapes = {}  # layer -> their shapes
 

@@ -3,6 +3,7 @@
 and the hooks that make its forward, backward and state dicts work."""
 import atexit
 import ctypes
+import functools
 import inspect
 import os
 import weakref
@@ -43,10 +44,21 @@ def _fix_mmap_threshold(nbytes):
 # process also without restore() (the Swappers are in reference cycles
 # with the model, which the interpreter need not collect at exit).
 _SCRATCH = weakref.WeakSet()
+# the persistent engines of this process: a deferred optimizer step
+# still pending at exit is applied first (what closes the sets then saves
+# it whole; a scratch set's files go with the process anyway)
+_PERSISTENT = weakref.WeakSet()
 
 
 @atexit.register
 def _close_at_exit():
+    for eng in list(_PERSISTENT):
+        if eng.pid != os.getpid() or eng.closed:
+            continue
+        try:
+            eng.settle()
+        except Exception:  # the sets keep their last checkpoint
+            pass
     for eng in list(_SCRATCH):
         if eng.pid != os.getpid():
             continue  # a forked child's copy: the parent's files
@@ -427,8 +439,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         oo = (cfg.offload("optimizer") if cfg is not None else {})
         eng = Engine(pswap, params, gswap, {
             "rank": rank,
+            # pipeline_write: None when the config leaves it unset (the
+            # optimizer then picks: behind for a deferred step)
             "optimizer": {"pipeline_read": bool(oo.get("pipeline_read")),
-                          "pipeline_write": bool(oo.get("pipeline_write"))}},
+                          "pipeline_write": None if _pools.raw_key(
+                              raw, "zero_optimization", "offload_optimizer",
+                              "pipeline_write") is None
+                          else bool(oo.get("pipeline_write"))}},
             device=device, dtype=dtype)
         eng.grad_hook = grad_hook
         eng.lookahead = lookahead
@@ -507,9 +524,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     _install(model, eng)
     _clip.route_torch()
-    if not eng.persistent:
-        eng.pid = os.getpid()
-        _SCRATCH.add(eng)
+    eng.pid = os.getpid()
+    (_PERSISTENT if eng.persistent else _SCRATCH).add(eng)
     return model
 
 
@@ -584,17 +600,21 @@ def _install(model, eng):
                 _infer.refuse_grads(eng, p)
             elif p.requires_grad:
                 eng.hook_grads(p)
-    if not _ALWAYS_CALL:
-        forward = model.forward
+    # torch < 2.1 has no always-called forward hooks, and torch >= 2.1
+    # skips them for a KeyboardInterrupt (or another BaseException that
+    # is not an Exception): the top-level forward lets go of what a
+    # forward that raised left held
+    forward = model.forward
 
-        def unwinding_forward(*args, **kwargs):
-            try:
-                return forward(*args, **kwargs)
-            except BaseException:
-                eng.unwind()
-                raise
+    @functools.wraps(forward)  # its signature: the Trainer reads it
+    def unwinding_forward(*args, **kwargs):
+        try:
+            return forward(*args, **kwargs)
+        except BaseException:
+            eng.unwind()
+            raise
 
-        model.forward = unwinding_forward
+    model.forward = unwinding_forward
     model.zero_grad = lambda set_to_none=True: eng.zero_grads()
     model._nvswap_engine = eng
 

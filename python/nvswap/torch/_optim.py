@@ -11,13 +11,14 @@ version. The state tensors are made by torch on a layer's first step and
 registered then; scalar state (the step count) stays in memory.
 """
 import errno
+import time
 from collections import defaultdict
 
 import torch
 
 import nvswap
 
-from . import _durable, _optstate
+from . import _durable, _optstate, _pending
 from ._common import itemsize
 from ._engine import ALIGN, STATE_BASE, error
 
@@ -32,7 +33,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     impl = None
 
     def __init__(self, params, *args, pipeline_read=None,
-                 pipeline_write=None, step_in_backward=False, **kwargs):
+                 pipeline_write=None, step_in_backward=False, defer=True,
+                 **kwargs):
         cls = type(self).__name__
         params = list(params)
         if not params:
@@ -93,12 +95,19 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 f" at once: {need} optimizer pool buffers, the pool has "
                 f"{have} (raise offload_optimizer.buffer_count, "
                 "optimizer_buffer_count=)")
+        # A deferred step (the default; not with step_in_backward) is
+        # applied layer by layer as the next forward reaches each layer
+        # (_pending.py): its state writes go behind unless the config
+        # says otherwise.
+        self.defer = bool(defer) and not step_in_backward
         opt = eng.gswap_options
+        if pipeline_read is None:
+            pipeline_read = bool(opt["pipeline_read"])
+        if pipeline_write is None:
+            pipeline_write = (self.defer if opt["pipeline_write"] is None
+                              else bool(opt["pipeline_write"]))
         self._swap = nvswap.OptimizerSwapper(
-            eng.gswap,
-            opt["pipeline_read"] if pipeline_read is None else pipeline_read,
-            opt["pipeline_write"] if pipeline_write is None else
-            pipeline_write, id_base=STATE_BASE)
+            eng.gswap, pipeline_read, pipeline_write, id_base=STATE_BASE)
         self._eng, self._where = eng, where
         self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
@@ -115,6 +124,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         # stepping layers), else None
         self._broken = None
         self._loading = False  # a load_state_dict() failed while writing
+        self._pending = None  # a deferred step not applied in full yet
         self._closed = False
         self.step_in_backward = bool(step_in_backward)
         self._unconsumed = False  # a backward stepped; step() not yet
@@ -159,26 +169,41 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One optimizer step over every layer with a gradient, all or
-        nothing: a failure (an I/O error, a full disk) raises with the
-        layers stepped so far kept in memory (a write-back that failed
-        leaves its data resident; nothing is lost), and calling step()
-        again writes those back and continues with the other layers, so
-        each layer is stepped once. Until the step is whole, checkpoint()
-        refuses, close() and a kill leave a persistent set at its last
-        checkpoint, and zero_grad(), backward, state dicts,
-        save_pretrained() and restore() refuse (EBUSY). torch's own step
-        raising inside a layer leaves a step that cannot be finished (the
-        layer part old, part new): refused likewise, step() too, never
-        committed. A retry skips the closure (its backward began the
-        step). A gradient write-behind that failed is raised first,
-        before anything changes."""
+        """One optimizer step over every layer with a gradient.
+
+        Deferred (the default): the step takes its gradients, clips and
+        hyper-parameters (lr from a scheduler, betas, weight decay) now,
+        and returns; each layer is updated when the next forward reaches
+        it (its state and gradient read ahead meanwhile), the rest at
+        the end of that forward, and anything that reads parameters or
+        optimizer state (gathered(), state dicts, checkpoint(),
+        save_pretrained(), restore(), a backward, exit) finishes the
+        step first. A layer's update that fails (an I/O error, a full
+        disk) raises from what needed it; the next such call retries it,
+        so each layer is stepped once. defer=False: every layer now.
+
+        All or nothing: a failure raises with the layers stepped so far
+        kept in memory (a write-back that failed leaves its data
+        resident; nothing is lost), and calling step() again writes
+        those back and finishes the step, each layer stepped once
+        (without running the closure: its backward began the step).
+        Until the step is whole, checkpoint() refuses, close() and a
+        kill leave a persistent set at its last checkpoint. torch's own
+        step raising inside a layer leaves a step that cannot be
+        finished (the layer part old, part new): refused likewise,
+        step() too, never committed. A gradient write-behind that failed
+        is raised first, before anything changes."""
         loss = None
         self._live()
         # a backward that raised: finish it (step() never runs inside one)
         self._eng.stale_backward(sure=True)
         if self._broken or self._loading:
             self.half_done("step()")
+        if self._pending is not None:
+            retry = self._failure is not None
+            self._finish()
+            if retry:  # this call was the retry of the deferred step
+                return None
         if closure is not None and not self._done:
             # (a retry finishes the step the closure's backward began)
             with torch.enable_grad():
@@ -195,6 +220,10 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 eng.pswap.wait_all()
                 eng.gswap.wait_all()
                 self._unconsumed = False
+            elif self.defer and not self._done:
+                self._defer()
+                eng.steps += 1
+                return loss
             else:
                 self._step_all()
         except BaseException as e:
@@ -216,23 +245,89 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             self._eng.step_end()
             self._open = False
 
-    def _step_all(self):
+    def _settled(self):
+        """Before a step: the gradient write-behind collected, and a
+        parameter write-back that failed after the last step written
+        again (raises, before anything changes, while a failure
+        lasts)."""
         eng = self._eng
         eng.drain()
         try:
             eng.pswap.wait_all()
         except nvswap.Error:
-            # A write-back that failed after the last step returned: its
-            # data is still resident; write it again now (raises, before
-            # anything changes, while the failure lasts).
+            # its data is still resident: write it again now
             eng.write_back(retry=True)
+
+    def _items(self):
+        """{layer: [(group, index, param)] with a gradient}, in step
+        order (the forward's)."""
+        eng, out = self._eng, {}
         for layer in self._order():
-            if layer in self._done:
-                continue
             got = eng.written.get(layer, ())
             items = [it for it in self._where[layer] if it[1] in got]
             if items:
+                out[layer] = items
+        return out
+
+    def _step_all(self):
+        self._settled()
+        for layer, items in self._items().items():
+            if layer not in self._done:
                 self._step_layer(layer, items)
+
+    def _defer(self):
+        """step(), deferred: what the step needs is taken now; the layers
+        are stepped by pend() as they are needed."""
+        self._settled()
+        items = self._items()
+        if not items:
+            return
+        self._pending = _pending.Pending(self, items)
+        self._open_step()
+        self._pending.read_ahead(None)
+
+    def pend(self, layer):
+        """The deferred step's update of layer, if it has one left: before
+        anything reads the layer (Engine.acquire). A failure raises (the
+        next call retries); the last layer ends the step."""
+        pend = self._pending
+        if pend is None or pend.running or layer in self._done or \
+                layer not in pend.items:
+            return
+        if self._broken or self._loading:
+            self.half_done(f"reading layer {layer}")
+        eng = self._eng
+        pend.running = eng.settling = True
+        t0 = time.perf_counter_ns()
+        try:
+            if self._retry:
+                eng.write_back(retry=True)
+                self._retry = False
+            with pend.context():
+                self._step_layer(layer, pend.items[layer], pend.ops,
+                                 pend.groups)
+            pend.stepped(layer)
+            # the next layer's reads go on while the forward computes
+            pend.read_ahead(layer)
+        except BaseException as e:
+            self._retry = True
+            self._failure = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            pend.running = eng.settling = False
+            eng.pending_ns += time.perf_counter_ns() - t0
+        if all(layer in self._done for layer in pend.items):
+            self._pending = None
+            self._close_step()
+            self._done, self._failure = set(), None
+
+    def _finish(self):
+        """Every layer the deferred step has left, now (in step order)."""
+        pend = self._pending
+        if pend is None or pend.running:
+            return
+        for layer in list(pend.items):
+            self.pend(layer)
 
     def _failed(self, e):
         """A step raised e: its layers stepped stay stepped (the retry
@@ -247,8 +342,13 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """Raise nvswap.Error(EBUSY) for what while a step is half done
         (some layers stepped, others not): it would see, save or undo
         part of a step."""
-        if self._closed or not (self._done or self._broken or
-                                self._loading):
+        if self._closed:
+            return
+        if self._pending is not None and not (self._broken or
+                                              self._loading):
+            self._finish()  # a deferred step: finished, or its failure
+            return
+        if not (self._done or self._broken or self._loading):
             return
         if self.step_in_backward and not (self._open or self._broken or
                                           self._loading):
@@ -279,13 +379,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                     f"nvswap.torch: {what} while an optimizer step is half "
                     f"done: layers {done} are stepped{left}{why}; {how}")
 
-    def _step_layer(self, layer, items, grads=None):
+    def _step_layer(self, layer, items, ops=None, groups=None, grads=None):
         """Step one layer; grads: {param index: gradient} given in
         backward (step_in_backward), else the layer's gradient region.
         With fp32 masters torch steps them, and the layer takes their
         values rounded to its dtype. Once torch's arithmetic ran the
         layer is stepped (in self._done) and released dirty, whatever
-        the write-backs after it raise."""
+        the write-backs after it raise. ops, groups: a deferred step's
+        clips and hyper-parameters, taken at its step()."""
         eng = self._eng
         eng.acquire(layer, host=True)  # steps in CPU memory
         changed = False
@@ -295,7 +396,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 masters = (eng.masters.swap_in(layer)
                            if eng.masters is not None else None)
                 try:
-                    self._step_lent(layer, items, region, grads, masters)
+                    self._step_lent(layer, items, region, grads, masters,
+                                    ops, groups)
                 finally:
                     changed = layer in self._done
                     if masters is not None:
@@ -308,11 +410,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         finally:
             eng.release(layer, changed)
 
-    def _step_lent(self, layer, items, region, grads, masters):
+    def _step_lent(self, layer, items, region, grads, masters, ops, groups):
         first = layer not in self._keys
         state = None if first else self._swap.swap_in(layer)
         try:
-            self._lend(layer, items, region, state, grads, masters)
+            self._lend(layer, items, region, state, grads, masters, ops,
+                       groups)
             targets = [self._proxy.get(p, p) for _, _, p in items]
             if first:
                 before = [t.data.clone() for t in targets]
@@ -351,7 +454,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         items = [it for it in self._where.get(layer, ()) if it[1] in grads]
         if items and not self._closed:
             try:
-                self._step_layer(layer, items, grads)
+                self._step_layer(layer, items, grads=grads)
             except BaseException as e:
                 if self._done and not self._broken:
                     self._broken = (
@@ -362,19 +465,21 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 self._failed(e)
                 raise
 
-    def _lend(self, layer, items, region, state, grads=None, masters=None):
+    def _lend(self, layer, items, region, state, grads=None, masters=None,
+              ops=None, groups=None):
         eng, inner = self._eng, self._inner
-        groups = {}
+        groups = groups or self.param_groups
+        by_group = {}
         inner.state = defaultdict(dict)
         for gi, i, p in items:
             g = (grads[i] if grads is not None else
-                 eng.clipped(layer, i, eng.grad_view(region, layer, i)))
+                 eng.clipped(layer, i, eng.grad_view(region, layer, i), ops))
             t = self._proxy.get(p, p)
             if t is not p:  # the fp32 master, stepped with g in fp32
                 t.data = masters[i]
                 g = g.float()
             t.grad = g
-            groups.setdefault(gi, []).append(t)
+            by_group.setdefault(gi, []).append(t)
             if state is not None:
                 inner.state[t] = dict(self._scalars.get(p, {}))
         if state is not None:
@@ -395,8 +500,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
                 t = self._proxy.get(p, p)
                 inner.state[t] = {k: inner.state[t][k]
                                   for k in self._key_order[p]}
-        inner.param_groups = [dict(self.param_groups[gi], params=ps)
-                              for gi, ps in groups.items()]
+        inner.param_groups = [dict(groups[gi], params=ps)
+                              for gi, ps in by_group.items()]
 
     def _unlend(self, items):
         for _, _, p in items:
@@ -433,8 +538,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         """Every gradient reads as zero again: no I/O (nothing at all with
         step_in_backward, where gradients are never kept)."""
         self._live()
-        self.half_done("zero_grad()")
-        self._eng.zero_grads()
+        if self._pending is None or self._broken or self._loading:
+            self.half_done("zero_grad()")
+        self._eng.zero_grads()  # a deferred step keeps what it needs
 
     # ------------------------------------------------------------ state
     def _index(self):

@@ -184,13 +184,18 @@ class Passes:
         trace, self.trace = self.trace, []
         self.forwards += 1
         self.last_forward_read = self.param_bytes_read() - self.fwd_read0
-        if not trace:
-            return
-        self.fwd_trace = trace
-        if self.walk is None or self.walk[:len(trace)] != trace:
-            self._set_walk(trace)
-        if self.tuner is not None:
-            self.tuner.forward_ends()
+        if trace:
+            self.fwd_trace = trace
+            if self.walk is None or self.walk[:len(trace)] != trace:
+                self._set_walk(trace)
+            if self.tuner is not None:
+                self.tuner.forward_ends()
+        # a deferred step's layers this forward did not reach (not after
+        # its update failed: what needs it next retries it)
+        opt = self.optimizer
+        if opt is not None and opt._pending is not None and \
+                opt._failure is None and not opt._broken:
+            self.settle()
 
     def _set_walk(self, walk):
         if walk != self.walk:
