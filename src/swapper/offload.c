@@ -8,6 +8,7 @@
 #include "nvswap/offload.h"
 #include "internal/errors.h"
 #include "swapper/gset.h"
+#include "swapper/swapper.h"
 
 #include <errno.h>
 #include <string.h>
@@ -240,7 +241,14 @@ int nvs_grad_zero(struct nvs_grad_swapper *x, unsigned group)
 				"nvs_grad_zero: gradient group %u is open or "
 				"acquired",
 				group);
-	/* A fresh registration reads as zeros without I/O. */
+	/* Scratch space: the region's blocks are kept (punching them and
+	 * placing them again costs each step more than the step's I/O). */
+	if (!nvs__swapper_persistent(x->gs.core))
+		return nvs__swapper_clear(x->gs.core,
+					  nvs__gset_id(&x->gs, group),
+					  "nvs_grad_zero");
+	/* A persistent set: a fresh registration reads as zeros without
+	 * I/O, and the next checkpoint saves it so. */
 	ret = nvs_swapper_unregister(x->gs.core, nvs__gset_id(&x->gs, group));
 	if (ret == 0)
 		ret = nvs__gset_register(&x->gs, group, g, NULL);

@@ -15,6 +15,7 @@
 #include "swapper/persist.h"
 #include "swapper/room.h"
 #include "swapper/space.h"
+#include "swapper/swapper.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -154,6 +155,42 @@ static void punch(struct nvs_swapper *s, const struct tensor *t)
 			  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 			  (off_t)e->off, (off_t)nvs__io_len(s, e));
 	}
+}
+
+int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
+{
+	struct tensor *t = NULL;
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		ret = nvs__tensor_idle(s, id, call, &t, NULL);
+		if (ret < 0)
+			goto out;
+		if (t->pins) {
+			ret = nvs__err(-EBUSY,
+				       "%s: tensor %" PRIu64
+				       " is acquired %u time(s)",
+				       call, id, t->pins);
+			goto out;
+		}
+		if (t->on != &s->flight)
+			break;
+		nvs__collect(s, t);
+	}
+	nvs__tlist_remove(t);
+	if (t->buf)
+		nvs__buffer_put(s, t);
+	t->state = NVS_TENSOR_ON_NVME;
+	t->dirty = false;
+	t->on_disk = false; /* reads as zeros; its blocks stay its own */
+	t->err = 0;
+	nvs__free(t->errmsg);
+	t->errmsg = NULL;
+	pthread_cond_broadcast(&s->cond);
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
 }
 
 int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,

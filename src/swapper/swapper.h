@@ -33,6 +33,13 @@ int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id);
  * (ask again later). */
 int nvs__swapper_drop_unused(struct nvs_swapper *s, uint64_t id);
 
+/* Scratch space: tensor @id reads as zeros again, without I/O: its
+ * buffer goes back (a write in flight is waited for first), its data is
+ * dropped with any failure not yet reported, and its blocks stay its own
+ * (no hole punched, nothing placed again: the next write-back overwrites
+ * them). 0, -ENOENT, -EBUSY (acquired). */
+int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call);
+
 /* Whether @s is a persistent set (opts.persist). */
 bool nvs__swapper_persistent(const struct nvs_swapper *s);
 
