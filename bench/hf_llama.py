@@ -8,7 +8,9 @@ checkpointing on, trained a few steps by variants run side by side.
   same recipe in memory (torch.optim.AdamW, torch's clipping); the
   losses and total norms must be equal at every step. --sync adds the
   offloaded step taken in step() (defer=False) beside the deferred one
-  (the default, applied by the next forward: its cost shows in fwd).
+  (the default, applied by the next forward: its cost shows in fwd);
+  use --warmup 2 with it (the deferred variant makes its AdamW state in
+  the second step's forward).
 --compare clip: offloaded with clipping against offloaded without (the
   cost of the norms taken in backward and the clip applied in step()).
 --compare dtype: offloaded fp32 against offloaded dtype=bf16 with fp32
