@@ -206,9 +206,9 @@ def test_bf16_with_fp32_masters_deferred_equals_the_recipe(swapdir):
 
 # ---------------------------------------------- failures and exits
 # (a persistent set on a small tmpfs, the models of test_torch_step_txn)
-from test_torch_step_txn import (_backward, _batch, _counts,  # noqa: E402
-                                 _fill, _model, _offload, _one_step,
-                                 _resumes_equal)
+from test_torch_step_txn import (_backward, _batch, _fill,  # noqa: E402
+                                 _model, _one_step, _resumes_equal,
+                                 _two_steps_saved)
 
 
 def _forward(model):
@@ -218,7 +218,7 @@ def _forward(model):
 
 @pytest.mark.parametrize("leave_k,clip", [
     (0, False), (64, False), (128, False), (192, False), (16, True),
-    (160, True)])
+    (160, True), (320, False), (512, False), (768, False)])
 def test_a_full_disk_under_a_deferred_update_loses_and_mixes_nothing(
         small_tmpfs, leave_k, clip):
     """The disk fills at a different point of the update the next forward
@@ -252,14 +252,7 @@ def test_a_full_disk_under_a_deferred_update_loses_and_mixes_nothing(
     os.unlink(filler)
     assert torch.equal(_forward(off), _forward(ref))
     assert not nvt.stats(off)["step_pending"]
-    same(ref.state_dict(), off.state_dict())
-    same(ro.state_dict(), oo.state_dict())
-    assert _counts(oo.state_dict()) == [2, 2, 2, 2]
-    assert nvt.stats(off)["steps"] == 2
-    oo.zero_grad()
-    nvt.checkpoint(off, "two").wait()
-    nvt.restore(off)
-    _resumes_equal(small_tmpfs, ref, ro, "two")
+    _two_steps_saved(small_tmpfs, ref, off, ro, oo)
 
 
 def _resumes_equal_copy(mnt, tag):

@@ -132,6 +132,12 @@ def test_a_full_disk_mid_step_is_finished_by_step_each_layer_once(
     os.unlink(filler)
     if failed is not None:
         oo.step()  # continues: the layers not stepped, once each
+    _two_steps_saved(small_tmpfs, ref, off, ro, oo)
+
+
+def _two_steps_saved(mnt, ref, off, ro, oo):
+    """off and oo equal ref and ro after two steps, each layer stepped
+    twice; checkpointed as "two", restored, and resumed equal."""
     same(ref.state_dict(), off.state_dict())
     same(ro.state_dict(), oo.state_dict())
     assert _counts(oo.state_dict()) == [2, 2, 2, 2]
@@ -139,7 +145,7 @@ def test_a_full_disk_mid_step_is_finished_by_step_each_layer_once(
     oo.zero_grad()
     nvt.checkpoint(off, "two").wait()
     nvt.restore(off)
-    _resumes_equal(small_tmpfs, ref, ro, "two")
+    _resumes_equal(mnt, ref, ro, "two")
 
 
 def test_some_leave_stops_the_step_half_way(small_tmpfs):
