@@ -186,6 +186,63 @@ def test_step_twice_without_a_backward_steps_twice_as_torch(swapdir):
     nvt.restore(off)
 
 
+def test_step_inside_gathered_updates_the_held_layer_first(swapdir):
+    """step() while gathered() holds a layer: that layer is updated at
+    once, so what the block then reads is stepped and what it writes
+    wins, as in memory."""
+    ref, off, ro, oo = _pair(swapdir)
+    data = batches(2)
+    for m, o in ((ref, ro), (off, oo)):
+        _loss(m, data[0]).backward()
+        lin = m.blocks[0].linear1
+        with (nvt.gathered(lin, modify=True) if m is off
+              else torch.no_grad()):
+            o.step()
+            stepped = lin.bias.detach().clone()
+            with torch.no_grad():
+                lin.weight.fill_(0.5)
+        if m is ref:
+            want = stepped
+        o.zero_grad()
+    assert torch.equal(stepped, want)
+    same(ref.state_dict(), off.state_dict())
+    assert _run(ref, ro, data[1:], [None]) == _run(off, oo, data[1:], [None])
+    same(ro.state_dict(), oo.state_dict())
+    nvt.restore(off)
+
+
+def test_a_failure_after_the_last_layer_s_arithmetic_ends_the_step(swapdir):
+    """The last layer's update raises after torch's arithmetic (its
+    release fails: injected): the step is whole all the same, and the
+    steps after it train on equal to memory."""
+    ref, off, ro, oo = _pair(swapdir)
+    data = batches(3)
+    _run(ref, ro, data[:1], [None])
+    _run(off, oo, data[:1], [None])       # step 1 pending
+    eng = nvt.engine_of(off)
+    last = oo._pending.order[-1]
+    real = eng.release
+
+    def release(layer, dirty=False):
+        real(layer, dirty)
+        if eng.settling and layer == last:
+            raise nvswap.Error(errno.EIO, "injected after the release")
+
+    eng.release = release
+    with pytest.raises(nvswap.Error) as ei:
+        with torch.no_grad():
+            off(data[1][:, :-1])
+    del eng.release
+    assert "injected" in str(ei.value)
+    assert not nvt.stats(off)["step_pending"] and not oo._open
+    assert _run(ref, ro, data[1:], [None, 1e-3]) == \
+        _run(off, oo, data[1:], [None, 1e-3])
+    same(ro.state_dict(), oo.state_dict())
+    same(ref.state_dict(), off.state_dict())
+    assert nvt.stats(off)["steps"] == 3
+    nvt.restore(off)
+
+
 def test_bf16_with_fp32_masters_deferred_equals_the_recipe(swapdir):
     from torchhelp import MasterAdamW
     torch.manual_seed(0)
@@ -247,6 +304,7 @@ def test_a_full_disk_under_a_deferred_update_loses_and_mixes_nothing(
     except nvswap.Error as e:
         assert e.errno == errno.ENOSPC, e
         committed = False
+    assert leave_k or not committed, "a checkpoint on a full disk"
     if committed:  # then whole: the two steps
         _resumes_equal_copy(small_tmpfs, "full")
     os.unlink(filler)

@@ -147,7 +147,7 @@ static void unplace(struct nvs_swapper *s, struct tensor *t)
  * filesystem without hole punching keeps them until destroy. */
 static void punch(struct nvs_swapper *s, const struct tensor *t)
 {
-	if (!t->on_disk)
+	if (!t->on_disk && !t->stale)
 		return;
 	for (size_t i = 0; i < t->nexts; i++) {
 		const struct nvs_extent *e = &t->ext[i];
@@ -162,6 +162,7 @@ int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
 	struct tensor *t = NULL;
 	int ret;
 
+	NVS__PARENT_ONLY(s, call, "swapper");
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		ret = nvs__tensor_idle(s, id, call, &t, NULL);
@@ -183,7 +184,9 @@ int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
 		nvs__buffer_put(s, t);
 	t->state = NVS_TENSOR_ON_NVME;
 	t->dirty = false;
-	t->on_disk = false; /* reads as zeros; its blocks stay its own */
+	if (t->on_disk)
+		t->stale = true; /* punched at unregister all the same */
+	t->on_disk = false;	 /* reads as zeros; its blocks stay its own */
 	t->err = 0;
 	nvs__free(t->errmsg);
 	t->errmsg = NULL;

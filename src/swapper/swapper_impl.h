@@ -43,6 +43,8 @@ struct tensor {
 	bool other_multi;
 	bool dirty;   /* RESIDENT data differs from the disk's */
 	bool on_disk; /* written at least once; else reads as zeros */
+	bool stale;   /* not on_disk, but its blocks hold an old write (a
+			 cleared gradient region): punched when removed */
 	bool revive;  /* WRITING: keep the buffer when the write ends */
 	bool redirty; /* WRITING: released dirty since the write started (it
 			 was acquired meanwhile): still dirty when it ends */

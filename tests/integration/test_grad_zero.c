@@ -99,7 +99,9 @@ Test(grad_zero, a_zeroed_region_keeps_its_blocks_and_is_overwritten)
 	}
 	cr_assert_eq(disk_blocks(s), (long long)sizeof(v) / 512,
 		     "the second step overwrote the first's blocks");
+	/* removed while zeroed: its blocks go back to the filesystem */
 	cr_assert_eq(nvs_grad_swapper_destroy(g), 0);
+	cr_assert_eq(disk_blocks(s), 0, "punched at unregister");
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
@@ -124,7 +126,8 @@ Test(grad_zero,
 	cr_assert_eq(nvs_grad_acquire(g, 0, &p), 0);
 	cr_assert_eq(nvs_grad_zero(g, 0), -EBUSY, "acquired");
 	cr_assert_eq(nvs_grad_release(g, 0), 0);
-	/* a write-back in flight: waited for, then dropped */
+	/* a write-back just started (in flight or done by now): waited for
+	 * if need be, then dropped */
 	cr_assert_eq(nvs_grad_write(g, 0, 0, v, sizeof(v), NVS_GRAD_ASSIGN), 0);
 	cr_assert_eq(nvs_grad_flush(g, 0), 0);
 	cr_assert_eq(nvs_swapper_evict(s, 0), 0);

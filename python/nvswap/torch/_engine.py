@@ -415,12 +415,17 @@ class Engine(Passes, Grads):
                     layer not in self.rows:
                 self.params.evict_layer(layer)
         if retry and self.gswap is not None:
-            for i in self.gswap.ids():
-                info = self.gswap.info(i)
-                if info["dirty"] and not info["acquired"]:
-                    self.gswap.evict(i)
+            self.evict_dirty(self.gswap)
         for sw in pools:
             sw.wait_all()
+
+    @staticmethod
+    def evict_dirty(sw):
+        """Start the write of every dirty tensor of sw nothing holds."""
+        for i in sw.ids():
+            info = sw.info(i)
+            if info["dirty"] and not info["acquired"]:
+                sw.evict(i)
 
     def collect(self):
         """Wait for the model's writes behind; one that failed and no

@@ -203,6 +203,10 @@ class Grads:
             return
         for layer in sorted(set(self.written) | self.unflushed):
             self.gswap.evict(GRAD_BASE + (layer << 20))
+        # the failure may have been an optimizer state's or a master's
+        # write behind: what is left dirty is written again (the wait
+        # below raises while the failure lasts)
+        self.evict_dirty(self.gswap)
         while self.backlog:
             layer, i, g = self.backlog[0]
             self.write_grad(layer, i, g)

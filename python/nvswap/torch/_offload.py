@@ -44,21 +44,10 @@ def _fix_mmap_threshold(nbytes):
 # process also without restore() (the Swappers are in reference cycles
 # with the model, which the interpreter need not collect at exit).
 _SCRATCH = weakref.WeakSet()
-# the persistent engines of this process: a deferred optimizer step
-# still pending at exit is applied first (what closes the sets then saves
-# it whole; a scratch set's files go with the process anyway)
-_PERSISTENT = weakref.WeakSet()
 
 
 @atexit.register
 def _close_at_exit():
-    for eng in list(_PERSISTENT):
-        if eng.pid != os.getpid() or eng.closed:
-            continue
-        try:
-            eng.settle()
-        except Exception:  # the sets keep their last checkpoint
-            pass
     for eng in list(_SCRATCH):
         if eng.pid != os.getpid():
             continue  # a forked child's copy: the parent's files
@@ -524,8 +513,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     _install(model, eng)
     _clip.route_torch()
-    eng.pid = os.getpid()
-    (_PERSISTENT if eng.persistent else _SCRATCH).add(eng)
+    if not eng.persistent:
+        eng.pid = os.getpid()
+        _SCRATCH.add(eng)
     return model
 
 

@@ -174,15 +174,20 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         Deferred (the default): the step takes its gradients, clips and
         hyper-parameters (lr from a scheduler, betas, weight decay) now,
         and returns; each layer is updated when the next forward reaches
-        it (its state and gradient read ahead meanwhile), the rest at
-        the end of that forward, and anything that reads parameters or
-        optimizer state (gathered(), state dicts, checkpoint(),
-        save_pretrained(), restore(), a backward, exit) finishes the
-        step first. A layer's update that fails (an I/O error, a full
-        disk) raises from what needed it; the next such call retries it,
-        so each layer is stepped once. defer=False: every layer now.
+        it (its state and gradient read ahead meanwhile; a layer held
+        now, inside gathered() or a forward, at once), the rest at the
+        end of that forward, and anything that reads parameters or
+        optimizer state (gathered() its layers; state dicts,
+        checkpoint(), save_pretrained(), restore(), nvt.wait(), a
+        backward, clipping, the next step() the whole step) finishes it
+        first. A layer's update that fails (an I/O error, a full disk)
+        raises from what needed it; the next such call retries it, so
+        each layer is stepped once (step() then takes its own step
+        after, as torch steps again with the gradients it has).
+        defer=False: every layer now.
 
-        All or nothing: a failure raises with the layers stepped so far
+        All or nothing (defer=False): a failure raises with the layers
+        stepped so far
         kept in memory (a write-back that failed leaves its data
         resident; nothing is lost), and calling step() again writes
         those back and finishes the step, each layer stepped once
@@ -200,10 +205,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if self._broken or self._loading:
             self.half_done("step()")
         if self._pending is not None:
-            retry = self._failure is not None
-            self._finish()
-            if retry:  # this call was the retry of the deferred step
-                return None
+            self._finish()  # the last step first (a failure raises)
         if closure is not None and not self._done:
             # (a retry finishes the step the closure's backward began)
             with torch.enable_grad():
@@ -284,7 +286,13 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             return
         self._pending = _pending.Pending(self, items)
         self._open_step()
-        self._pending.read_ahead(None)
+        # layers held now (step() inside gathered() or a forward): their
+        # holder reads or writes them next, after the update
+        for layer in items:
+            if self._eng.refs[layer]:
+                self.pend(layer)
+        if self._pending is not None:
+            self._pending.read_ahead(None)
 
     def pend(self, layer):
         """The deferred step's update of layer, if it has one left: before
@@ -306,7 +314,6 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             with pend.context():
                 self._step_layer(layer, pend.items[layer], pend.ops,
                                  pend.groups)
-            pend.stepped(layer)
             # the next layer's reads go on while the forward computes
             pend.read_ahead(layer)
         except BaseException as e:
@@ -316,10 +323,21 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         finally:
             pend.running = eng.settling = False
             eng.pending_ns += time.perf_counter_ns() - t0
-        if all(layer in self._done for layer in pend.items):
-            self._pending = None
-            self._close_step()
-            self._done, self._failure = set(), None
+            if layer in self._done:  # its arithmetic ran
+                pend.stepped(layer)
+            self._complete()
+
+    def _complete(self):
+        """A deferred step whose every layer is stepped is whole (a
+        write-back that failed is written again by the next step() or
+        checkpoint); not one that cannot be finished."""
+        pend = self._pending
+        if pend is None or self._broken or \
+                not all(la in self._done for la in pend.items):
+            return
+        self._pending = None
+        self._close_step()
+        self._done, self._failure = set(), None
 
     def _finish(self):
         """Every layer the deferred step has left, now (in step order)."""
@@ -328,6 +346,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             return
         for layer in list(pend.items):
             self.pend(layer)
+        self._complete()
 
     def _failed(self, e):
         """A step raised e: its layers stepped stay stepped (the retry

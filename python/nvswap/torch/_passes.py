@@ -145,7 +145,10 @@ class Passes:
             if frame[2] is not None:
                 frame[2].__exit__(None, None, None)
             if not self.frames:
-                self._exit()
+                # out None: a forward that raised (unwind(), torch's
+                # always-call hooks), whose exception must not wait for
+                # a deferred step's I/O, nor be replaced by its failure
+                self._exit(settle=out is not None)
 
     def unwind(self):
         """Release what a forward that raised left held (torch < 2.1 has no
@@ -177,7 +180,7 @@ class Passes:
         if self.tuner is not None:
             self.tuner.forward_begins()
 
-    def _exit(self):
+    def _exit(self, settle=True):
         if self.recomputing:
             self.recomputing = False
             return
@@ -193,7 +196,7 @@ class Passes:
         # a deferred step's layers this forward did not reach (not after
         # its update failed: what needs it next retries it)
         opt = self.optimizer
-        if opt is not None and opt._pending is not None and \
+        if settle and opt is not None and opt._pending is not None and \
                 opt._failure is None and not opt._broken:
             self.settle()
 

@@ -101,4 +101,7 @@ class Pending:
         gradient region now."""
         if layer in self.zero:
             self.zero.discard(layer)
-            self.opt._eng.grads.zero(layer)
+            try:
+                self.opt._eng.grads.zero(layer)
+            except nvswap.Error:
+                pass  # nothing reads it: the next gradient is assigned
