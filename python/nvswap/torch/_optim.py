@@ -187,11 +187,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         defer=False: every layer now.
 
         All or nothing (defer=False): a failure raises with the layers
-        stepped so far
-        kept in memory (a write-back that failed leaves its data
-        resident; nothing is lost), and calling step() again writes
-        those back and finishes the step, each layer stepped once
-        (without running the closure: its backward began the step).
+        stepped so far kept in memory (a write-back that failed leaves
+        its data resident; nothing is lost), and calling step() again
+        writes those back and finishes the step, each layer stepped
+        once (without running the closure: its backward began the
+        step).
         Until the step is whole, checkpoint() refuses, close() and a
         kill leave a persistent set at its last checkpoint. torch's own
         step raising inside a layer leaves a step that cannot be
@@ -345,8 +345,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         if pend is None or pend.running:
             return
         for layer in list(pend.items):
-            self.pend(layer)
-        self._complete()
+            self.pend(layer)  # the last one ends the step (_complete)
 
     def _failed(self, e):
         """A step raised e: its layers stepped stay stepped (the retry
