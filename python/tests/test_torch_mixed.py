@@ -84,9 +84,14 @@ def test_bf16_reads_half_the_parameter_bytes(swapdir):
         nvt.offload(m, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
                     dtype=dtype, rank=rank)
         opt = nvt.AdamW(m.parameters(), lr=1e-2)
+        # wait() ends each deferred step, so the window holds one whole
+        # step: what a step overlapping the next forward finds still
+        # resident depends on timing, and would vary the count
         run(m, opt, batches(1))
+        nvt.wait(m)
         before = nvt.stats(m)["param"]["bytes_read"]
         run(m, opt, batches(1, seed=2))  # a step after the first
+        nvt.wait(m)
         runs[dtype] = nvt.stats(m)["param"]["bytes_read"] - before
         assert nvt.stats(m)["parameter_bytes"] == sum(
             p.numel() * (2 if dtype else 4) for p in src.parameters())
