@@ -563,13 +563,54 @@ NVS_API int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag);
  */
 NVS_API int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name);
 
+/** nvs_swapper_step_open() flag: the step can be taken back. */
+#define NVS_STEP_UNDOABLE 1u
+
+/**
+ * nvs_swapper_step_open() - nvs_swapper_step_begin() with @flags.
+ * NVS_STEP_UNDOABLE: nvs_swapper_step_undo() can put every tensor back
+ * as it was at the open (a speculative optimizer step, redone when its
+ * guess proves wrong). Until the step ends, the first write of a tensor
+ * that holds data goes to a new placement and the old one is kept (the
+ * disk holds both versions of what the step wrote: room for them is
+ * the caller's to plan); later writes in the step go to the new one.
+ * Reads see the newest version, as always. The value at the open must
+ * be on disk: the open is refused while a tensor is dirty or being
+ * written (write them back and wait first).
+ * A tensor registered in the step is left as it is by an undo, one
+ * unregistered in it stays removed.
+ * @name: as nvs_swapper_step_begin()'s.
+ * Return: 0; -EINVAL (NULL @s, an unknown flag); -EBUSY (undoable: a
+ *   step is open already, or a tensor is dirty or being written: the
+ *   message names it); -ECHILD.
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapper_step_open(struct nvs_swapper *s, const char *name,
+				  unsigned flags);
+
 /**
  * nvs_swapper_step_end() - the step nvs_swapper_step_begin() opened is
- * whole: checkpoints (and destroy's) are allowed again. A no-op when no
- * step is open.
+ * whole: checkpoints (and destroy's) are allowed again. Of an undoable
+ * step, the versions kept for an undo are given back (space and disk
+ * blocks). A no-op when no step is open.
  * Return: 0, -EINVAL (NULL @s), -ECHILD.
  */
 NVS_API int nvs_swapper_step_end(struct nvs_swapper *s);
+
+/**
+ * nvs_swapper_step_undo() - end the undoable step open, every tensor it
+ * changed back to its value at the open: what the step wrote is given
+ * back, resident copies changed in it are dropped (the next acquire
+ * reads the old value), and a failure kept from a write in the step is
+ * forgotten (the data it was for is gone). Waits for I/O in flight on
+ * those tensors first.
+ * Return: how many tensors it put back; -EINVAL (NULL @s, or no
+ *   undoable step is open); -EBUSY (a tensor changed in the step is
+ *   acquired: nothing is undone, the step stays open); -ECHILD.
+ * Threading: any thread; it waits for other threads' work on the
+ *   tensors it puts back.
+ */
+NVS_API int nvs_swapper_step_undo(struct nvs_swapper *s);
 
 /**
  * nvs_swapper_checkpoint_wait() - wait until the last checkpoint started

@@ -68,18 +68,22 @@ static PyObject *swapset_checkpoint(PyObject *o, PyObject *const *args,
 static PyObject *swapset_step_begin(PyObject *o, PyObject *const *args,
 				    Py_ssize_t nargs, PyObject *kw)
 {
-	static const char *const names[] = {"name", NULL};
+	static const char *const names[] = {"name", "undoable", NULL};
 	struct ext_swapper *self = SW(o);
-	PyObject *a[1] = {NULL};
+	PyObject *a[2] = {NULL, NULL};
 	const char *name;
+	bool undo;
 	int rc;
 
 	if (ext_bind("step_begin", args, nargs, kw, names, 1, 0, a) ||
-	    text_arg("step_begin", "name", a[0], &name))
+	    text_arg("step_begin", "name", a[0], &name) ||
+	    ext_arg_bool(a[1], false, &undo))
 		return NULL;
 	if (ext_swapper_enter(self))
 		return NULL;
-	EXT_SWAPPER_CALL(self, rc, nvs_swapper_step_begin(self->s, name));
+	EXT_SWAPPER_CALL(self, rc,
+			 nvs_swapper_step_open(self->s, name,
+					       undo ? NVS_STEP_UNDOABLE : 0));
 	return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -92,6 +96,17 @@ static PyObject *swapset_step_end(PyObject *o, PyObject *Py_UNUSED(a))
 		return NULL;
 	EXT_SWAPPER_CALL(self, rc, nvs_swapper_step_end(self->s));
 	return rc < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *swapset_step_undo(PyObject *o, PyObject *Py_UNUSED(a))
+{
+	struct ext_swapper *self = SW(o);
+	int rc;
+
+	if (ext_swapper_enter(self))
+		return NULL;
+	EXT_SWAPPER_CALL(self, rc, nvs_swapper_step_undo(self->s));
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
 static PyObject *swapset_checkpoint_wait(PyObject *o, PyObject *Py_UNUSED(a))
@@ -273,17 +288,33 @@ PyMethodDef ext_swapset_methods[] = {
 	  "previous checkpoint nobody collected; ValueError for a tag\n"
 	  "holding a NUL character."),
 	M(step_begin, FAST,
-	  "step_begin(name=None) -> None\n\n"
+	  "step_begin(name=None, undoable=False) -> None\n\n"
 	  "An update of several tensors (an optimizer step over many\n"
 	  "layers) is under way and must not be saved in part: until\n"
 	  "step_end(), checkpoint() raises nvswap.Error(EBUSY) naming it,\n"
 	  "and close() makes no checkpoint: a persistent set then reopens\n"
 	  "at its newest generation, which holds none of the step (as\n"
-	  "after a crash). Reads, writes and evictions go on as usual."),
+	  "after a crash). Reads, writes and evictions go on as usual.\n"
+	  "undoable=True: step_undo() can put every tensor back as it was\n"
+	  "here; a tensor's first write in the step goes to a new place\n"
+	  "and the old one is kept until the step ends (the disk holds\n"
+	  "both). Raises nvswap.Error(EBUSY) when a step is open already\n"
+	  "or a tensor is dirty or being written (its value here must be\n"
+	  "on disk: evict and wait first)."),
 	M(step_end, METH_NOARGS,
 	  "step_end() -> None\n\n"
 	  "The step step_begin() opened is whole: checkpoints are allowed\n"
-	  "again. A no-op when no step is open."),
+	  "again, and an undoable step's old values are given back. A\n"
+	  "no-op when no step is open."),
+	M(step_undo, METH_NOARGS,
+	  "step_undo() -> int\n\n"
+	  "End the undoable step open, every tensor it changed back to its\n"
+	  "value at step_begin(): what it wrote is given back, resident\n"
+	  "copies changed in it are dropped, write failures kept for them\n"
+	  "are forgotten. Waits for their I/O in flight. Returns how many\n"
+	  "tensors it put back. Raises nvswap.Error: EINVAL (no undoable\n"
+	  "step is open), EBUSY (a tensor it changed is acquired: nothing\n"
+	  "is undone)."),
 	M(checkpoint_wait, METH_NOARGS,
 	  "checkpoint_wait() -> int\n\n"
 	  "Block (GIL released) until the last checkpoint is committed:\n"

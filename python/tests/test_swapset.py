@@ -277,3 +277,32 @@ def test_read_copies_tensors_out_of_a_set_opened_with_smaller_buffers(
     with open_set(swapdir, persist="resume") as s:
         assert [g["tag"] for g in s.generations()] == ["one"]
 
+
+
+@pytest.mark.parametrize("persist", ["scratch", "persistent"])
+def test_an_undoable_step_is_undone_or_kept(swapdir, persist):
+    with open_set(swapdir, persist=persist) as s:
+        for i in range(3):
+            s.register(i, bytearray(pattern(5000, i)))
+        write(s, 0, pattern(5000, 9))  # dirty: the open needs it on disk
+        e = raises_errno(errno.EBUSY, s.step_begin, "spec", undoable=True)
+        assert "tensor 0 is dirty (1 in all)" in str(e)
+        s.evict(0)
+        s.wait_all()
+        s.step_begin("spec", undoable=True)
+        write(s, 0, pattern(5000, 1), evict=True)
+        s.wait_all()
+        write(s, 1, pattern(5000, 2))  # only in memory
+        mv = s.acquire(1, memoryview=True)
+        e = raises_errno(errno.EBUSY, s.step_undo)
+        assert "tensor 1 is acquired 1 time(s): nothing was undone" in str(e)
+        del mv
+        s.release(1, False)
+        assert s.step_undo() == 2
+        assert [read(s, i) for i in range(3)] == [
+            pattern(5000, 9), pattern(5000, 1), pattern(5000, 2)]
+        raises_errno(errno.EINVAL, s.step_undo)
+        s.step_begin(undoable=True)
+        write(s, 2, pattern(5000, 3), evict=True)
+        s.step_end()
+        assert read(s, 2) == pattern(5000, 3)

@@ -16,6 +16,7 @@
 #include "swapper/persist.h"
 #include "swapper/registry.h"
 #include "swapper/room.h"
+#include "swapper/step.h"
 #include "swapper/swapper.h"
 
 #include <errno.h>
@@ -279,6 +280,9 @@ int nvs__start_write(struct nvs_swapper *s, struct tensor *t)
 	size_t n;
 	int ret;
 
+	/* An undoable step keeps the value at its open: write elsewhere. */
+	if (s->undoable && (ret = nvs__step_diverge(s, t)) < 0)
+		return ret;
 	/* A generation keeps its extents: write elsewhere. */
 	if (s->pers && (ret = nvs__persist_cow_begin(s, t)) < 0)
 		return ret;

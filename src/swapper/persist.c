@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,18 +75,13 @@ void nvs__xref_forget(struct nvs_pset *p, const struct tensor *t)
 /* Nobody uses @x any more: give its space and disk blocks back. */
 static void release(struct nvs_swapper *s, struct nvs_xref *x)
 {
-	for (size_t i = 0; i < x->nexts; i++) {
-		const struct nvs_extent *e = &x->ext[i];
-		fallocate(s->path[e->path].fd,
-			  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			  (off_t)e->off, (off_t)nvs__io_len(s, e));
-	}
+	nvs__punch_extents(s, x->ext, x->nexts);
 	nvs__space_release(s->space, x->ext, x->nexts);
 	HASH_DEL(s->pers->xref, x);
 	nvs__free(x);
 }
 
-static void uncurrent(struct nvs_swapper *s, const struct nvs_extent *ext)
+void nvs__persist_uncurrent(struct nvs_swapper *s, const struct nvs_extent *ext)
 {
 	struct nvs_xref *x = nvs__xref_find(s->pers, ext);
 
@@ -115,7 +109,7 @@ int nvs__persist_placed(struct nvs_swapper *s, struct tensor *t)
 void nvs__persist_unplace(struct nvs_swapper *s, struct tensor *t)
 {
 	s->pers->changed = true;
-	uncurrent(s, t->ext);
+	nvs__persist_uncurrent(s, t->ext);
 }
 
 /* ---- copy on write ---- */
@@ -161,10 +155,10 @@ void nvs__persist_cow_end(struct nvs_swapper *s, struct tensor *t, bool ok)
 		return;
 	t->old_ext = NULL;
 	if (ok) {
-		uncurrent(s, old);
+		nvs__persist_uncurrent(s, old);
 		return;
 	}
-	uncurrent(s, t->ext);
+	nvs__persist_uncurrent(s, t->ext);
 	t->alt = t->ext;
 	t->ext = old;
 }
@@ -466,30 +460,6 @@ static int refuse_in_step(struct nvs_swapper *s, const char *call)
 	memcpy(name, s->step, sizeof(name));
 	pthread_mutex_unlock(&s->lock);
 	return name[0] ? step_refusal(call, name) : 0;
-}
-
-int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name)
-{
-	if (!s)
-		return nvs__err(-EINVAL,
-				"nvs_swapper_step_begin: NULL swapper");
-	NVS__PARENT_ONLY(s, "nvs_swapper_step_begin", "swapper");
-	pthread_mutex_lock(&s->lock);
-	snprintf(s->step, sizeof(s->step), "%s",
-		 name && *name ? name : "a step");
-	pthread_mutex_unlock(&s->lock);
-	return 0;
-}
-
-int nvs_swapper_step_end(struct nvs_swapper *s)
-{
-	if (!s)
-		return nvs__err(-EINVAL, "nvs_swapper_step_end: NULL swapper");
-	NVS__PARENT_ONLY(s, "nvs_swapper_step_end", "swapper");
-	pthread_mutex_lock(&s->lock);
-	s->step[0] = '\0';
-	pthread_mutex_unlock(&s->lock);
-	return 0;
 }
 
 int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag)

@@ -120,6 +120,11 @@ int nvs__persist_placed(struct nvs_swapper *s, struct tensor *t);
  * freed (space and disk blocks) unless a generation keeps it. */
 void nvs__persist_unplace(struct nvs_swapper *s, struct tensor *t);
 
+/* The placement at @ext is no longer a tensor's current one: freed
+ * (space and disk blocks) unless a generation keeps it. */
+void nvs__persist_uncurrent(struct nvs_swapper *s,
+			    const struct nvs_extent *ext);
+
 /* Before writing @t: when a generation keeps its placement, move it to a
  * new one (t->ext; the old one in t->old_ext until the write ends).
  * 0, or -errno (nothing changed). */

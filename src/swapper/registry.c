@@ -15,6 +15,7 @@
 #include "swapper/persist.h"
 #include "swapper/room.h"
 #include "swapper/space.h"
+#include "swapper/step.h"
 #include "swapper/swapper.h"
 
 #include <errno.h>
@@ -117,6 +118,7 @@ void nvs__tensor_free(struct tensor *t)
 	nvs__free(t->errmsg);
 	nvs__free(t->io_msg);
 	nvs__free(t->tag);
+	nvs__free(t->kept);
 	nvs__free(t);
 }
 
@@ -142,19 +144,23 @@ static void unplace(struct nvs_swapper *s, struct tensor *t)
 	nvs__space_release(s->space, t->ext, t->nexts);
 }
 
-/* Give a written tensor's blocks back to the filesystem, so that freeing
- * tensors frees disk space (a full disk recovers). Best effort: a
- * filesystem without hole punching keeps them until destroy. */
-static void punch(struct nvs_swapper *s, const struct tensor *t)
+void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
+			size_t n)
 {
-	if (!t->on_disk && !t->stale)
-		return;
-	for (size_t i = 0; i < t->nexts; i++) {
-		const struct nvs_extent *e = &t->ext[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct nvs_extent *e = &ext[i];
 		fallocate(s->path[e->path].fd,
 			  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 			  (off_t)e->off, (off_t)nvs__io_len(s, e));
 	}
+}
+
+/* A written tensor's blocks back to the filesystem (see
+ * nvs__punch_extents()). */
+static void punch(struct nvs_swapper *s, const struct tensor *t)
+{
+	if (t->on_disk || t->stale)
+		nvs__punch_extents(s, t->ext, t->nexts);
 }
 
 int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
@@ -179,6 +185,10 @@ int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
 			break;
 		nvs__collect(s, t);
 	}
+	/* An undoable step keeps the value at its open. */
+	if (s->undoable && (ret = nvs__step_diverge(s, t)) < 0)
+		goto out;
+	ret = 0;
 	nvs__tlist_remove(t);
 	if (t->buf)
 		nvs__buffer_put(s, t);
@@ -342,6 +352,7 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 	nvs__tlist_remove(t);
 	if (t->buf)
 		nvs__buffer_put(s, t);
+	nvs__step_forget(s, t);
 	if (s->pers) {
 		nvs__persist_unplace(s, t);
 	} else {

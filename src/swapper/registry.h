@@ -75,6 +75,12 @@ void nvs__tensor_free(struct tensor *t);
  * file's last tensor stay inside it. Lock held. */
 int nvs__grow_files(struct nvs_swapper *s);
 
+/* Give the blocks of @n extents back to the filesystem, so that freeing
+ * tensors frees disk space (a full disk recovers). Best effort: a
+ * filesystem without hole punching keeps them until destroy. */
+void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
+			size_t n);
+
 /* -ENOENT with "<call>: no tensor <id> is registered". */
 int nvs__no_tensor(uint64_t id, const char *call);
 

@@ -15,6 +15,7 @@
 #include "swapper/persist.h"
 #include "swapper/registry.h"
 #include "swapper/room.h"
+#include "swapper/step.h"
 #include "swapper/swapper_impl.h"
 
 #include <errno.h>
@@ -371,6 +372,8 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 				id);
 	}
 	t->dirty |= dirty;
+	if (dirty && s->undoable)
+		nvs__step_touch(s, t);
 	if (dirty && t->state == NVS_TENSOR_WRITING)
 		t->redirty = true; /* the write in flight may miss it */
 	unpin_owner(t);

@@ -75,6 +75,16 @@ struct tensor {
 	uint8_t *tag;
 	uint16_t taglen;
 	bool fence;
+	/* An undoable step (see step.h): changed in it (released dirty,
+	 * written or cleared); whether the disk no longer holds its value
+	 * at the open; that value's placement when a write went elsewhere
+	 * (NULL: it had none, or is still in place); and its on_disk and
+	 * crc at the first change. */
+	bool touched;
+	bool diverged;
+	bool kept_on_disk;
+	uint32_t kept_crc;
+	struct nvs_extent *kept;
 };
 
 struct path {
@@ -112,8 +122,10 @@ struct nvs_swapper {
 	struct nvs_swap_stats st;
 	struct nvs_pset *pers; /* NULL for scratch space */
 	bool discard;	       /* nvs_swapper_discard(): remove the set */
-	/* nvs_swapper_step_begin(): the open step's name, "" when none. */
+	/* nvs_swapper_step_begin(): the open step's name, "" when none;
+	 * undoable: opened with NVS_STEP_UNDOABLE (see step.h). */
 	char step[NVS_STEP_NAME_MAX + 1];
+	bool undoable;
 };
 
 #endif

@@ -108,6 +108,8 @@ ROW(nvs_swapper_generations, nvs_swapper_generations(NULL, NULL, 0))
 ROW(nvs_swapper_unsaved, nvs_swapper_unsaved(NULL))
 ROW(nvs_swapper_step_begin, nvs_swapper_step_begin(NULL, "s"))
 ROW(nvs_swapper_step_end, nvs_swapper_step_end(NULL))
+ROW(nvs_swapper_step_open, nvs_swapper_step_open(NULL, "s", 0))
+ROW(nvs_swapper_step_undo, nvs_swapper_step_undo(NULL))
 ROW(nvs_swapper_set_tag, nvs_swapper_set_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_get_tag, nvs_swapper_get_tag(NULL, 1, NULL, 0))
 ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
@@ -234,6 +236,8 @@ static const struct row rows[] = {
 	R(nvs_swapper_unsaved),
 	R(nvs_swapper_step_begin),
 	R(nvs_swapper_step_end),
+	R(nvs_swapper_step_open),
+	R(nvs_swapper_step_undo),
 	R(nvs_swapper_set_tag),
 	R(nvs_swapper_get_tag),
 	R(nvs_swapper_list),
