@@ -568,25 +568,29 @@ NVS_API int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name);
 
 /**
  * nvs_swapper_step_open() - nvs_swapper_step_begin() with @flags.
- * NVS_STEP_UNDOABLE: nvs_swapper_step_undo() can put every tensor back
- * as it was at the open (a speculative optimizer step, redone when its
- * guess proves wrong). Until the step ends, the first write of a tensor
- * that holds data goes to a new placement and the old one is kept (the
- * disk holds both versions of what the step wrote: room for them is
- * the caller's to plan); later writes in the step go to the new one.
- * Reads see the newest version, as always. The value at the open must
- * be on disk: the open is refused while a tensor is dirty or being
- * written (write them back and wait first).
- * A tensor registered in the step is left as it is by an undo, one
- * unregistered in it stays removed.
+ * NVS_STEP_UNDOABLE: nvs_swapper_step_undo() can put every tensor whose
+ * id is in [@id_min, @id_max] back as it was at the open (a speculative
+ * optimizer step, redone when its guess proves wrong; other tensors, a
+ * gradient the redo needs, are not undone). Until the step ends, the
+ * first write of such a tensor that holds data goes to a new placement
+ * and the old one is kept (the disk holds both versions of what the
+ * step wrote: room for them is the caller's to plan); later writes in
+ * the step go to the new one. Reads see the newest version, as always.
+ * The value at the open must be on disk: the open is refused while such
+ * a tensor is dirty or being written (write them back and wait first).
+ * One registered in the step goes back to its value at the register,
+ * one unregistered in it stays removed.
  * @name: as nvs_swapper_step_begin()'s.
- * Return: 0; -EINVAL (NULL @s, an unknown flag); -EBUSY (undoable: a
- *   step is open already, or a tensor is dirty or being written: the
- *   message names it); -ECHILD.
+ * @id_min, @id_max: the ids an undo covers (0, UINT64_MAX: all);
+ *                   ignored without NVS_STEP_UNDOABLE.
+ * Return: 0; -EINVAL (NULL @s, an unknown flag, @id_min > @id_max);
+ *   -EBUSY (undoable: a step is open already, or a tensor is dirty or
+ *   being written: the message names it); -ECHILD.
  * Threading: any thread.
  */
 NVS_API int nvs_swapper_step_open(struct nvs_swapper *s, const char *name,
-				  unsigned flags);
+				  unsigned flags, uint64_t id_min,
+				  uint64_t id_max);
 
 /**
  * nvs_swapper_step_end() - the step nvs_swapper_step_begin() opened is

@@ -65,25 +65,75 @@ static PyObject *swapset_checkpoint(PyObject *o, PyObject *const *args,
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
+/* A range attribute @name as an id; -1 with TypeError/ValueError set. */
+static int range_id(PyObject *r, const char *name, unsigned long long *out)
+{
+	PyObject *v = PyObject_GetAttrString(r, name);
+
+	if (!v)
+		return -1;
+	*out = PyLong_AsUnsignedLongLong(v);
+	Py_DECREF(v);
+	if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Format(PyExc_ValueError,
+			     "step_begin: ids must be a range of tensor ids "
+			     "(0 .. 2**64-1)");
+		return -1;
+	}
+	return 0;
+}
+
+/* ids=range(a, b) (step 1, not empty) as [*lo, *hi]; None: all. */
+static int ids_arg(PyObject *r, uint64_t *lo, uint64_t *hi)
+{
+	unsigned long long a, b, step;
+
+	*lo = 0;
+	*hi = UINT64_MAX;
+	if (!r || r == Py_None)
+		return 0;
+	if (!PyObject_TypeCheck(r, &PyRange_Type)) {
+		PyErr_Format(PyExc_TypeError,
+			     "step_begin: ids must be a range, not %s",
+			     Py_TYPE(r)->tp_name);
+		return -1;
+	}
+	if (range_id(r, "start", &a) || range_id(r, "stop", &b) ||
+	    range_id(r, "step", &step))
+		return -1;
+	if (step != 1 || b <= a) {
+		PyErr_Format(PyExc_ValueError,
+			     "step_begin: ids must be a non-empty range of "
+			     "step 1, not range(%llu, %llu, %llu)",
+			     a, b, step);
+		return -1;
+	}
+	*lo = a;
+	*hi = b - 1;
+	return 0;
+}
+
 static PyObject *swapset_step_begin(PyObject *o, PyObject *const *args,
 				    Py_ssize_t nargs, PyObject *kw)
 {
-	static const char *const names[] = {"name", "undoable", NULL};
+	static const char *const names[] = {"name", "undoable", "ids", NULL};
 	struct ext_swapper *self = SW(o);
-	PyObject *a[2] = {NULL, NULL};
+	PyObject *a[3] = {NULL, NULL, NULL};
 	const char *name;
+	uint64_t lo, hi;
 	bool undo;
 	int rc;
 
 	if (ext_bind("step_begin", args, nargs, kw, names, 1, 0, a) ||
 	    text_arg("step_begin", "name", a[0], &name) ||
-	    ext_arg_bool(a[1], false, &undo))
+	    ext_arg_bool(a[1], false, &undo) || ids_arg(a[2], &lo, &hi))
 		return NULL;
 	if (ext_swapper_enter(self))
 		return NULL;
 	EXT_SWAPPER_CALL(self, rc,
 			 nvs_swapper_step_open(self->s, name,
-					       undo ? NVS_STEP_UNDOABLE : 0));
+					       undo ? NVS_STEP_UNDOABLE : 0, lo,
+					       hi));
 	return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -288,15 +338,16 @@ PyMethodDef ext_swapset_methods[] = {
 	  "previous checkpoint nobody collected; ValueError for a tag\n"
 	  "holding a NUL character."),
 	M(step_begin, FAST,
-	  "step_begin(name=None, undoable=False) -> None\n\n"
+	  "step_begin(name=None, undoable=False, ids=None) -> None\n\n"
 	  "An update of several tensors (an optimizer step over many\n"
 	  "layers) is under way and must not be saved in part: until\n"
 	  "step_end(), checkpoint() raises nvswap.Error(EBUSY) naming it,\n"
 	  "and close() makes no checkpoint: a persistent set then reopens\n"
 	  "at its newest generation, which holds none of the step (as\n"
 	  "after a crash). Reads, writes and evictions go on as usual.\n"
-	  "undoable=True: step_undo() can put every tensor back as it was\n"
-	  "here; a tensor's first write in the step goes to a new place\n"
+	  "undoable=True: step_undo() can put every tensor (ids=range(a,\n"
+	  "b): those with such ids) back as it was here; the first write\n"
+	  "of one in the step goes to a new place\n"
 	  "and the old one is kept until the step ends (the disk holds\n"
 	  "both). Raises nvswap.Error(EBUSY) when a step is open already\n"
 	  "or a tensor is dirty or being written (its value here must be\n"

@@ -306,3 +306,24 @@ def test_an_undoable_step_is_undone_or_kept(swapdir, persist):
         write(s, 2, pattern(5000, 3), evict=True)
         s.step_end()
         assert read(s, 2) == pattern(5000, 3)
+
+
+def test_an_undoable_step_covers_the_ids_it_is_given(swapdir):
+    with open_set(swapdir, persist="scratch") as s:
+        for i in range(4):
+            s.register(i, bytearray(pattern(5000, i)))
+        with pytest.raises(TypeError, match="ids must be a range, not list"):
+            s.step_begin(undoable=True, ids=[1, 2])
+        with pytest.raises(ValueError, match=r"range\(2, 2, 1\)"):
+            s.step_begin(undoable=True, ids=range(2, 2))
+        with pytest.raises(ValueError, match="ids must be a range of"):
+            s.step_begin(undoable=True, ids=range(-1, 2))
+        write(s, 0, pattern(5000, 9))  # dirty, but not covered
+        s.step_begin("spec", undoable=True, ids=range(1, 3))
+        for i in range(4):
+            write(s, i, pattern(5000, 10 + i), evict=True)
+        s.wait_all()
+        assert s.step_undo() == 2
+        assert [read(s, i) for i in range(4)] == [
+            pattern(5000, 10), pattern(5000, 1), pattern(5000, 2),
+            pattern(5000, 13)]

@@ -186,7 +186,7 @@ int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
 		nvs__collect(s, t);
 	}
 	/* An undoable step keeps the value at its open. */
-	if (s->undoable && (ret = nvs__step_diverge(s, t)) < 0)
+	if (nvs__step_covers(s, t) && (ret = nvs__step_diverge(s, t)) < 0)
 		goto out;
 	ret = 0;
 	nvs__tlist_remove(t);

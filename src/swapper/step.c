@@ -100,14 +100,18 @@ void nvs__step_forget(struct nvs_swapper *s, struct tensor *t)
 	t->touched = t->diverged = false;
 }
 
-/* The first tensor that is dirty or being written, and how many are. */
-static struct tensor *unwritten(struct nvs_swapper *s, unsigned *n)
+/* The first tensor in [@lo, @hi] that is dirty or being written, and how
+ * many are. */
+static struct tensor *unwritten(struct nvs_swapper *s, uint64_t lo, uint64_t hi,
+				unsigned *n)
 {
 	struct tensor *t, *tmp, *first = NULL;
 
 	*n = 0;
 	HASH_ITER(hh, s->table, t, tmp)
 	{
+		if (t->id < lo || t->id > hi)
+			continue;
 		if ((t->state == NVS_TENSOR_RESIDENT && t->dirty) ||
 		    t->state == NVS_TENSOR_WRITING) {
 			if (!first)
@@ -118,7 +122,8 @@ static struct tensor *unwritten(struct nvs_swapper *s, unsigned *n)
 	return first;
 }
 
-static int open_locked(struct nvs_swapper *s, const char *name, unsigned flags)
+static int open_locked(struct nvs_swapper *s, const char *name, unsigned flags,
+		       uint64_t lo, uint64_t hi)
 {
 	if (flags & NVS_STEP_UNDOABLE) {
 		struct tensor *t;
@@ -129,7 +134,7 @@ static int open_locked(struct nvs_swapper *s, const char *name, unsigned flags)
 					"nvs_swapper_step_open: %s is open: "
 					"end it before an undoable one",
 					s->step);
-		if ((t = unwritten(s, &n)))
+		if ((t = unwritten(s, lo, hi, &n)))
 			return nvs__err(-EBUSY,
 					"nvs_swapper_step_open: tensor "
 					"%" PRIu64 " is %s (%u in all): an "
@@ -142,6 +147,8 @@ static int open_locked(struct nvs_swapper *s, const char *name, unsigned flags)
 						: "dirty",
 					n);
 		s->undoable = true;
+		s->undo_min = lo;
+		s->undo_max = hi;
 	}
 	snprintf(s->step, sizeof(s->step), "%s",
 		 name && *name ? name : "a step");
@@ -149,7 +156,7 @@ static int open_locked(struct nvs_swapper *s, const char *name, unsigned flags)
 }
 
 int nvs_swapper_step_open(struct nvs_swapper *s, const char *name,
-			  unsigned flags)
+			  unsigned flags, uint64_t id_min, uint64_t id_max)
 {
 	int ret;
 
@@ -160,8 +167,13 @@ int nvs_swapper_step_open(struct nvs_swapper *s, const char *name,
 		return nvs__err(-EINVAL,
 				"nvs_swapper_step_open: unknown flags %#x",
 				flags & ~NVS_STEP_UNDOABLE);
+	if (id_min > id_max)
+		return nvs__err(-EINVAL,
+				"nvs_swapper_step_open: ids %" PRIu64
+				"..%" PRIu64 " cover nothing",
+				id_min, id_max);
 	pthread_mutex_lock(&s->lock);
-	ret = open_locked(s, name, flags);
+	ret = open_locked(s, name, flags, id_min, id_max);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -173,7 +185,7 @@ int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name)
 				"nvs_swapper_step_begin: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_step_begin", "swapper");
 	pthread_mutex_lock(&s->lock);
-	open_locked(s, name, 0);
+	open_locked(s, name, 0, 0, 0);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

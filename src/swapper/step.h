@@ -18,6 +18,15 @@
 
 #include "swapper/swapper_impl.h"
 
+#include <stdbool.h>
+
+/* An undoable step is open and covers @t. */
+static inline bool nvs__step_covers(const struct nvs_swapper *s,
+				    const struct tensor *t)
+{
+	return s->undoable && t->id >= s->undo_min && t->id <= s->undo_max;
+}
+
 /* @t is released dirty (or about to be changed) in an undoable step. */
 void nvs__step_touch(struct nvs_swapper *s, struct tensor *t);
 

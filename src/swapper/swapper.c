@@ -372,7 +372,7 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 				id);
 	}
 	t->dirty |= dirty;
-	if (dirty && s->undoable)
+	if (dirty && nvs__step_covers(s, t))
 		nvs__step_touch(s, t);
 	if (dirty && t->state == NVS_TENSOR_WRITING)
 		t->redirty = true; /* the write in flight may miss it */

@@ -126,6 +126,7 @@ struct nvs_swapper {
 	 * undoable: opened with NVS_STEP_UNDOABLE (see step.h). */
 	char step[NVS_STEP_NAME_MAX + 1];
 	bool undoable;
+	uint64_t undo_min, undo_max; /* the ids it covers */
 };
 
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * nvs_swapper_step_open(NVS_STEP_UNDOABLE) and nvs_swapper_step_undo():
+ * nvs_swapper_step_open(NVS_STEP_UNDOABLE, 0, UINT64_MAX) and nvs_swapper_step_undo():
  * a speculative optimizer step writes its new values to new places and
  * keeps the old ones, so an undo puts every tensor back bit for bit (on
  * disk and resident), and the end gives the old places back. Scratch
@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -116,7 +117,7 @@ Test(step_undo, an_undo_puts_back_what_was_written_and_what_was_changed)
 	uint64_t base = space_used(s);
 
 	cr_assert_eq(nvs_swapper_step_open(s, "speculative step 2",
-					   NVS_STEP_UNDOABLE),
+					   NVS_STEP_UNDOABLE, 0, UINT64_MAX),
 		     0, "%s", nvs_last_error());
 	put(s, 1, 2);	 /* on disk: the old value kept beside it */
 	put(s, 1, 3);	 /* again: in its new place */
@@ -141,7 +142,9 @@ Test(step_undo, the_end_keeps_the_step_and_gives_the_old_places_back)
 	struct nvs_swapper *s = step_one(NVS_PERSIST_SCRATCH);
 	uint64_t base = space_used(s);
 
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	for (uint64_t id = 1; id <= N; id++)
 		put(s, id, 2);
 	change(s, 1, 3);
@@ -168,7 +171,9 @@ Test(step_undo, a_tensor_never_written_reads_as_zeros_again)
 	void *p;
 
 	cr_assert_eq(nvs_swapper_register(s, 9, SZ, NULL), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	put(s, 9, 2);
 	expect_one(s, 9, 2, true);
 	cr_assert_eq(nvs_swapper_step_undo(s), 1);
@@ -184,7 +189,9 @@ Test(step_undo, an_acquired_tensor_holds_the_undo_back_whole)
 	struct nvs_swapper *s = step_one(NVS_PERSIST_SCRATCH);
 	void *p;
 
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	put(s, 1, 2);
 	put(s, 2, 2);
 	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0);
@@ -204,7 +211,9 @@ Test(step_undo, an_undo_waits_for_a_write_in_flight)
 {
 	struct nvs_swapper *s = step_one(NVS_PERSIST_SCRATCH);
 
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	for (uint64_t id = 1; id <= N; id++) {
 		change(s, id, 2);
 		cr_assert_eq(nvs_swapper_evict(s, id), 0, "%s",
@@ -221,29 +230,61 @@ Test(step_undo, the_open_is_refused_while_a_value_is_not_on_disk)
 	struct nvs_swapper *s = step_one(NVS_PERSIST_SCRATCH);
 
 	change(s, 3, 2);
-	cr_assert_eq(nvs_swapper_step_open(s, "x", NVS_STEP_UNDOABLE), -EBUSY);
+	cr_assert_eq(
+		nvs_swapper_step_open(s, "x", NVS_STEP_UNDOABLE, 0, UINT64_MAX),
+		-EBUSY);
 	cr_assert(strstr(nvs_last_error(), "tensor 3 is dirty (1 in all): an "
 					   "undoable step needs every value"),
 		  "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_checkpoint(s, "y"), -EINVAL); /* scratch */
 	cr_assert_eq(nvs_swapper_evict(s, 3), 0);
 	cr_assert_eq(nvs_swapper_wait_all(s), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, "x", 2), -EINVAL);
+	cr_assert_eq(nvs_swapper_step_open(s, "x", 2, 0, UINT64_MAX), -EINVAL);
 	cr_assert(strstr(nvs_last_error(), "unknown flags 0x2"), "%s",
 		  nvs_last_error());
 	cr_assert_eq(nvs_swapper_step_begin(s, "plain"), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, "x", NVS_STEP_UNDOABLE), -EBUSY);
+	cr_assert_eq(
+		nvs_swapper_step_open(s, "x", NVS_STEP_UNDOABLE, 0, UINT64_MAX),
+		-EBUSY);
 	cr_assert(strstr(nvs_last_error(), "plain is open"), "%s",
 		  nvs_last_error());
 	cr_assert_eq(nvs_swapper_step_end(s), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, "x", NVS_STEP_UNDOABLE), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, "y", NVS_STEP_UNDOABLE), -EBUSY);
+	cr_assert_eq(
+		nvs_swapper_step_open(s, "x", NVS_STEP_UNDOABLE, 0, UINT64_MAX),
+		0);
+	cr_assert_eq(
+		nvs_swapper_step_open(s, "y", NVS_STEP_UNDOABLE, 0, UINT64_MAX),
+		-EBUSY);
 	cr_assert_eq(nvs_swapper_step_begin(s, "renamed"), 0); /* stays */
 	put(s, 3, 3);
 	cr_assert_eq(nvs_swapper_step_undo(s), 1);
 	expect_one(s, 3, 2, true);
 	cr_assert_eq(nvs_swapper_step_undo(NULL), -EINVAL);
-	cr_assert_eq(nvs_swapper_step_open(NULL, NULL, 0), -EINVAL);
+	cr_assert_eq(nvs_swapper_step_open(NULL, NULL, 0, 0, 0), -EINVAL);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+Test(step_undo, only_the_ids_it_covers_are_kept_and_undone)
+{
+	struct nvs_swapper *s = step_one(NVS_PERSIST_SCRATCH);
+	uint64_t base = space_used(s);
+
+	change(s, 1, 9); /* dirty, but outside: the open goes on */
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 3, 2),
+		     -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "ids 3..2 cover nothing"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 2, 3), 0,
+		     "%s", nvs_last_error());
+	for (uint64_t id = 1; id <= N; id++)
+		put(s, id, 2);
+	cr_assert_eq(space_used(s), base + 2 * SZ); /* 2 and 3 kept */
+	cr_assert_eq(nvs_swapper_step_undo(s), 2);
+	cr_assert_eq(space_used(s), base);
+	expect_one(s, 1, 2, true);
+	expect_one(s, 2, 1, true);
+	expect_one(s, 3, 1, true);
+	expect_one(s, 4, 2, true);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
@@ -252,7 +293,9 @@ Test(step_undo, unregistering_gives_both_places_back)
 	struct nvs_swapper *s = step_one(NVS_PERSIST_SCRATCH);
 	uint64_t base = space_used(s);
 
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	put(s, 4, 2);
 	cr_assert_eq(space_used(s), base + SZ);
 	cr_assert_eq(nvs_swapper_unregister(s, 4), 0);
@@ -280,7 +323,9 @@ Test(step_undo, a_zeroed_gradient_region_comes_back)
 	cr_assert_eq(nvs_grad_flush(g, 0), 0);
 	cr_assert_eq(nvs_swapper_evict(s, 0), 0);
 	cr_assert_eq(nvs_swapper_wait_all(s), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	cr_assert_eq(nvs_grad_zero(g, 0), 0, "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_step_undo(s), 1);
 	cr_assert_eq(nvs_swapper_acquire(s, 0, &p), 0);
@@ -307,7 +352,9 @@ Test(step_undo, a_persistent_set_undoes_and_checkpoints_after)
 	struct nvs_generation_info g[2];
 
 	put(s, 1, 9); /* after the checkpoint, before the step: kept too */
-	cr_assert_eq(nvs_swapper_step_open(s, "spec", NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, "spec", NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	cr_assert_eq(nvs_swapper_checkpoint(s, "x"), -EBUSY);
 	for (uint64_t id = 1; id <= N; id++)
 		put(s, id, 2);
@@ -316,7 +363,9 @@ Test(step_undo, a_persistent_set_undoes_and_checkpoints_after)
 	for (uint64_t id = 2; id <= N; id++)
 		expect_one(s, id, 1, true);
 	/* The redo, then a checkpoint of it. */
-	cr_assert_eq(nvs_swapper_step_open(s, "redo", NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, "redo", NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	for (uint64_t id = 1; id <= N; id++)
 		put(s, id, 3);
 	cr_assert_eq(nvs_swapper_step_end(s), 0);
@@ -335,7 +384,9 @@ Test(step_undo, a_persistent_set_closed_in_the_step_reopens_before_it)
 {
 	struct nvs_swapper *s = saved_step_one();
 
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	for (uint64_t id = 1; id <= N; id++)
 		put(s, id, 2);
 	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
@@ -343,7 +394,9 @@ Test(step_undo, a_persistent_set_closed_in_the_step_reopens_before_it)
 	for (uint64_t id = 1; id <= N; id++)
 		expect_one(s, id, 1, true);
 	/* An undone step leaves nothing for the check to find. */
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	put(s, 2, 2);
 	cr_assert_eq(nvs_swapper_step_undo(s), 1);
 	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
@@ -381,7 +434,9 @@ Test(step_undo, a_disk_full_in_the_step_still_undoes_and_ends)
 			     strerror(errno));
 	s = fill_in(open_in(mnt, NVS_PERSIST_SCRATCH));
 	fill_disk(mnt);
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	change(s, 1, 2);
 	cr_assert_eq(nvs_swapper_evict(s, 1), 0, "%s", nvs_last_error());
 	cr_assert_eq(nvs_swapper_wait(s, 1), -ENOSPC);
@@ -393,7 +448,9 @@ Test(step_undo, a_disk_full_in_the_step_still_undoes_and_ends)
 	/* Room again: the redo is written and kept. */
 	snprintf(filler, sizeof(filler), "%s/filler", mnt);
 	cr_assert_eq(unlink(filler), 0);
-	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE), 0);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
 	put(s, 1, 3);
 	cr_assert_eq(nvs_swapper_step_end(s), 0);
 	expect_one(s, 1, 3, true);
