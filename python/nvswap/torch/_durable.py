@@ -293,7 +293,7 @@ def checkpoint(eng, tag):
                            "forward, or gathered()): checkpoint between "
                            "steps")
     if eng.optimizer is not None:
-        eng.optimizer.half_done("nvswap.torch.checkpoint()")
+        eng.optimizer.settled("nvswap.torch.checkpoint()")
     if tag is None:
         tag = f"step {eng.steps}"
     if not isinstance(tag, str):

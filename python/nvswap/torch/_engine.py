@@ -157,8 +157,10 @@ class Engine(Passes, Grads):
         self.keep = []  # AccumulateGrad nodes (torch < 2.1)
         self.exposed_ns = 0  # time spent in acquire calls (Python side)
         self.steps = 0
-        # a deferred step's update running (its acquires are not the
-        # walk's); the time spent in such updates
+        # a deferred step's layer update is running (set by the
+        # optimizer's pend(), the one flag for it: its acquires neither
+        # start another update nor count in the walk); the time spent in
+        # such updates
         self.settling = False
         self.pending_ns = 0
         self.closed = False
@@ -316,12 +318,14 @@ class Engine(Passes, Grads):
                         "backward of a model on a device?)")
         self.refs[layer] += 1
 
-    def _layer_error(self, layer, e, names=None):
+    def _layer_error(self, layer, e, names=None, what=None):
         """e, from the C library (which names an internal tensor id and
-        the file), with the layer and its parameters named first."""
+        the file), with the layer and its parameters named first; what:
+        the layer's tensors read (its parameters when None)."""
         names = names or self.names[layer]
         which = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        return error(e.errno, f"nvswap.torch: reading layer {layer} "
+        of = f"the {what} of " if what else ""
+        return error(e.errno, f"nvswap.torch: reading {of}layer {layer} "
                      f"({which}): {e.strerror}")
 
     def _to_device(self, layer, pool):
@@ -455,7 +459,7 @@ class Engine(Passes, Grads):
         opt = self.optimizer
         if opt is not None and opt._pending is not None and \
                 not self.settling:
-            opt.half_done("finishing the deferred step")
+            opt.settled("finishing the deferred step")
 
     # ----------------------------------------------------------- state
     def read_layer(self, layer, indexes=None):
@@ -519,18 +523,20 @@ class Engine(Passes, Grads):
         lacks checkpoints them first (tag "close"), as nvs_swapper_destroy
         does, so a clean exit resumes where it stopped; not while an
         optimizer step is half done: the sets then stay at their last
-        checkpoint, which holds none of it."""
+        checkpoint, which holds none of it. A deferred step is finished
+        first, to be saved whole: its failure raises with nothing closed
+        (a close that dropped it would lose a step), and close() again
+        retries it."""
         if self.closed:
             return
         err = None
+        opt = self.optimizer
+        if save and self.persistent and opt is not None and \
+                opt._pending is not None and \
+                not (opt._broken or opt._loading):
+            opt.settled("closing the model's offload")
         # A step half done is not saved (the sets, in a step, make no
         # checkpoint at their close either): they stay at their last one.
-        opt = self.optimizer
-        if save and opt is not None and opt._pending is not None:
-            try:  # a deferred step: applied, so the close saves it whole
-                opt.half_done("closing the model's offload")
-            except Exception:  # the sets stay at their last checkpoint
-                pass
         half = opt is not None and bool(opt._done or opt._broken or
                                         opt._loading or
                                         opt._pending is not None)

@@ -205,7 +205,7 @@ def save_pretrained(model, directory, max_shard_size=DEFAULT_MAX_SHARD):
         st_dtype(t.dtype)  # refused before anything is written
     eng = getattr(model, "_nvswap_engine", None)
     if eng is not None and eng.optimizer is not None:
-        eng.optimizer.half_done("nvswap.torch.save_pretrained()")
+        eng.optimizer.settled("nvswap.torch.save_pretrained()")
     parts = shards(items, max_bytes)
     _savedir.prepare(directory)
     names = ([SINGLE] if len(parts) <= 1 else

@@ -102,7 +102,7 @@ class Grads:
             self._grad_in_backward(layer, i, g)
             return
         if opt is not None:  # a new gradient into a half-done step
-            opt.half_done(f"a gradient of '{rec.name}' (backward)")
+            opt.settled(f"a gradient of '{rec.name}' (backward)")
         if self.backlog:
             self.backlog.append((layer, i, g))
         else:
@@ -145,8 +145,8 @@ class Grads:
         parameters are still resident; no gradient I/O at all."""
         opt = self.optimizer
         if opt._broken or opt._loading:
-            opt.half_done(f"a gradient of '{self.names[layer][i]}' "
-                          "(backward)")
+            opt.settled(f"a gradient of '{self.names[layer][i]}' "
+                        "(backward)")
         if opt._unconsumed:
             raise error(errno.EINVAL,
                         "nvswap.torch: a second backward before step() "

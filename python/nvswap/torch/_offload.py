@@ -627,7 +627,7 @@ def restore(model):
     of a step; call step() again first."""
     eng = engine_of(model)
     if eng.optimizer is not None:
-        eng.optimizer.half_done("nvswap.torch.restore()")
+        eng.optimizer.settled("nvswap.torch.restore()")
     failed = None
     for layer, ps in enumerate(eng.layers):
         try:

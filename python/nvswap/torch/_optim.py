@@ -203,7 +203,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         # a backward that raised: finish it (step() never runs inside one)
         self._eng.stale_backward(sure=True)
         if self._broken or self._loading:
-            self.half_done("step()")
+            self.settled("step()")
         if self._pending is not None:
             self._finish()  # the last step first (a failure raises)
         if closure is not None and not self._done:
@@ -247,7 +247,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             self._eng.step_end()
             self._open = False
 
-    def _settled(self):
+    def _writes_done(self):
         """Before a step: the gradient write-behind collected, and a
         parameter write-back that failed after the last step written
         again (raises, before anything changes, while a failure
@@ -272,7 +272,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         return out
 
     def _step_all(self):
-        self._settled()
+        self._writes_done()
         for layer, items in self._items().items():
             if layer not in self._done:
                 self._step_layer(layer, items)
@@ -280,7 +280,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def _defer(self):
         """step(), deferred: what the step needs is taken now; the layers
         are stepped by pend() as they are needed."""
-        self._settled()
+        self._writes_done()
         items = self._items()
         if not items:
             return
@@ -297,15 +297,16 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def pend(self, layer):
         """The deferred step's update of layer, if it has one left: before
         anything reads the layer (Engine.acquire). A failure raises (the
-        next call retries); the last layer ends the step."""
-        pend = self._pending
-        if pend is None or pend.running or layer in self._done or \
+        next call retries), an nvswap.Error naming the step and the
+        layer; the last layer ends the step. Engine.settling says an
+        update runs (its acquires do not pend, nor count in the walk)."""
+        pend, eng = self._pending, self._eng
+        if pend is None or eng.settling or layer in self._done or \
                 layer not in pend.items:
             return
         if self._broken or self._loading:
-            self.half_done(f"reading layer {layer}")
-        eng = self._eng
-        pend.running = eng.settling = True
+            self.settled(f"reading layer {layer}")
+        eng.settling = True
         t0 = time.perf_counter_ns()
         try:
             if self._retry:
@@ -319,13 +320,31 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         except BaseException as e:
             self._retry = True
             self._failure = f"{type(e).__name__}: {e}"
+            if isinstance(e, nvswap.Error):
+                raise self._stopped(pend, layer, e) from e
             raise
         finally:
-            pend.running = eng.settling = False
+            eng.settling = False
             eng.pending_ns += time.perf_counter_ns() - t0
             if layer in self._done:  # its arithmetic ran
                 pend.stepped(layer)
             self._complete()
+
+    def _stopped(self, pend, layer, e):
+        """e, raised by the deferred step's update of layer, with the
+        step and the layer named first, and what comes next."""
+        cause = e.strerror or str(e)
+        if cause.startswith("nvswap.torch: "):
+            cause = cause[len("nvswap.torch: "):]
+        if layer in self._done:
+            then = ("the layer is updated; what failed to be written is "
+                    "written again by the next call that waits for the "
+                    "writes (nvt.wait(), checkpoint(), step())")
+        else:
+            then = ("the next call that needs the step retries it, each "
+                    "layer once")
+        return error(e.errno, f"nvswap.torch: optimizer step {pend.number} "
+                     f"(deferred) stopped at layer {layer}: {cause}; {then}")
 
     def _complete(self):
         """A deferred step whose every layer is stepped is whole (a
@@ -342,7 +361,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def _finish(self):
         """Every layer the deferred step has left, now (in step order)."""
         pend = self._pending
-        if pend is None or pend.running:
+        if pend is None or self._eng.settling:
             return
         for layer in list(pend.items):
             self.pend(layer)  # the last one ends the step (_complete)
@@ -356,10 +375,14 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             self._close_step()
             self._failure = None
 
-    def half_done(self, what):
-        """Raise nvswap.Error(EBUSY) for what while a step is half done
-        (some layers stepped, others not): it would see, save or undo
-        part of a step."""
+    def settled(self, what):
+        """Before what reads, saves or undoes parameters or optimizer
+        state: no step in part. A deferred step is finished (its failure
+        raises, naming the step and the layer; the next call retries);
+        a step half done (some layers stepped, others not: a step() that
+        raised with defer=False, one that cannot be finished, a
+        load_state_dict() that failed while writing) raises
+        nvswap.Error(EBUSY) for what."""
         if self._closed:
             return
         if self._pending is not None and not (self._broken or
@@ -409,9 +432,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         eng.acquire(layer, host=True)  # steps in CPU memory
         changed = False
         try:
-            region = eng.grads.acquire(layer) if grads is None else None
+            region = (self._read(layer, "gradient region",
+                                 eng.grads.acquire)
+                      if grads is None else None)
             try:
-                masters = (eng.masters.swap_in(layer)
+                masters = (self._read(layer, "fp32 masters",
+                                      eng.masters.swap_in)
                            if eng.masters is not None else None)
                 try:
                     self._step_lent(layer, items, region, grads, masters,
@@ -430,7 +456,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 
     def _step_lent(self, layer, items, region, grads, masters, ops, groups):
         first = layer not in self._keys
-        state = None if first else self._swap.swap_in(layer)
+        state = (None if first else
+                 self._read(layer, "optimizer state", self._swap.swap_in))
         try:
             self._lend(layer, items, region, state, grads, masters, ops,
                        groups)
@@ -465,6 +492,15 @@ class OffloadedOptimizer(torch.optim.Optimizer):
             if state is not None:
                 del state
                 self._swap.swap_out(layer)
+
+    def _read(self, layer, what, acquire):
+        """acquire(layer): the layer's what from the optimizer set; its
+        failure names the layer and what (the library's sentence names
+        an internal tensor id)."""
+        try:
+            return acquire(layer)
+        except nvswap.Error as e:
+            raise self._eng._layer_error(layer, e, what=what) from e
 
     def _backward_step(self, layer, grads):
         """step_in_backward: the layer's gradients are complete (its
@@ -557,7 +593,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         step_in_backward, where gradients are never kept)."""
         self._live()
         if self._pending is None or self._broken or self._loading:
-            self.half_done("zero_grad()")
+            self.settled("zero_grad()")
         self._eng.zero_grads()  # a deferred step keeps what it needs
 
     # ------------------------------------------------------------ state
@@ -575,7 +611,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         so a full disk does not stop it); for a model with fp32 masters
         (offload(dtype=)) also 'master': {index: fp32 master weight}."""
         self._live()
-        self.half_done("state_dict()")
+        self.settled("state_dict()")
         return _optstate.state_dict(self)
 
     def load_state_dict(self, state_dict):
@@ -588,7 +624,7 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         the parameter and the rule) changes nothing."""
         self._live()
         if not self._loading:  # else: the retry of a failed load
-            self.half_done("load_state_dict()")
+            self.settled("load_state_dict()")
         _optstate.load_state_dict(self, state_dict)
 
     def _live(self):

@@ -51,7 +51,7 @@ class Pending:
         self.ops = list(eng.grad_ops)
         self.groups = [{k: _frozen(v) for k, v in g.items() if k != "params"}
                        for g in opt.param_groups]
-        self.running = False
+        self.number = eng.steps + 1  # the step it is (step() counts it)
         self.zero = set()  # layers zero_grad() zeroed before their update
 
     def left(self):
@@ -59,7 +59,11 @@ class Pending:
 
     def read_ahead(self, layer):
         """Start the reads of the layer after `layer` in step order (the
-        first one for None): into free buffers only, never waiting."""
+        first one for None): into free buffers only, never waiting. A
+        read that cannot start is left to the update that needs the data
+        (its acquire reads again and raises its own failure); one that
+        fails in flight is kept by the swapper for that acquire, which
+        raises it (and the next one reads again)."""
         opt, eng = self.opt, self.opt._eng
         nxt = None
         at = -1 if layer is None else self.order.index(layer)

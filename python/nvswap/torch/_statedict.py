@@ -21,7 +21,7 @@ def state_dict_hook(module, sd, prefix, meta):
     if want:
         eng = _module_engine(module)
         if eng.optimizer is not None:  # it would save part of a step
-            eng.optimizer.half_done("state_dict()")
+            eng.optimizer.settled("state_dict()")
         for layer, entries in want.items():
             data = eng.read_layer(layer, [i for _, i in entries])
             for (key, _), t in zip(entries, data):
