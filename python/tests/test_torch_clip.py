@@ -18,14 +18,14 @@ from torchhelp import GPT, batches, lm_loss, same  # noqa: E402
 from torchhelp import clip_train as clipped_train  # noqa: E402
 
 
-def pair(swapdir, tie=True, seed=0, lr=1e-2, rank=0):
+def pair(swapdir, tie=True, seed=0, lr=1e-2, rank=0, **opt_kw):
     torch.manual_seed(seed)
     ref = GPT(tie=tie)
     off = copy.deepcopy(ref)
     nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
                 rank=rank)
     return (ref, off, torch.optim.AdamW(ref.parameters(), lr=lr),
-            nvt.AdamW(off.parameters(), lr=lr))
+            nvt.AdamW(off.parameters(), lr=lr, **opt_kw))
 
 
 def check_same(ref_run, off_run):
@@ -89,12 +89,14 @@ def test_norms_are_taken_in_backward_no_extra_read(swapdir):
     optimizer set. (The parameter pool's bytes are not compared: its
     read-ahead may give back a layer that landed after the walk passed
     it and read it again, by the timing of the disk, in either model.)"""
-    _, off, _, oo = pair(swapdir, seed=1)
+    # both deferred (a loop without clipping would be speculated, and
+    # read its gradients back never)
+    _, off, _, oo = pair(swapdir, seed=1, speculate=False)
     torch.manual_seed(1)
     other = GPT(tie=True)
     nvt.offload(other, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
                 rank=1)
-    xo = nvt.AdamW(other.parameters(), lr=1e-2)
+    xo = nvt.AdamW(other.parameters(), lr=1e-2, speculate=False)
     data = batches(3)
     clipped_train(off, oo, data[:1], nvt.clip_grad_norm_, max_norm=1.0)
     clipped_train(other, xo, data[:1], lambda ps, **kw: None)

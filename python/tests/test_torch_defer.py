@@ -27,6 +27,9 @@ HERE = os.path.dirname(__file__)
 
 
 def _pair(swapdir, layers=2, **opt_kw):
+    # the deferred step itself: never speculated in backward (a loop
+    # that does not clip would be; test_torch_spec.py)
+    opt_kw.setdefault("speculate", False)
     torch.manual_seed(0)
     ref = GPT(layers=layers)
     off = copy.deepcopy(ref)
@@ -252,7 +255,7 @@ def test_bf16_with_fp32_masters_deferred_equals_the_recipe(swapdir):
     nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
                 dtype=torch.bfloat16)
     ro = MasterAdamW(ref.parameters(), src.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, speculate=False)
     data = batches(3)
     clips = [1e-3, 1e3, 1e-3]
     assert _run(ref, ro, data, clips, sched=_sched(ro)) == \
@@ -284,7 +287,7 @@ def test_a_full_disk_under_a_deferred_update_loses_and_mixes_nothing(
     next call that waits). While it lasts a checkpoint raises ENOSPC or
     commits the whole step; once space is back everything equals
     torch's two steps, each layer stepped twice, and resumes equal."""
-    ref, off, ro, oo = _one_step(small_tmpfs, defer=True)
+    ref, off, ro, oo = _one_step(small_tmpfs, defer=True, speculate=False)
     for m in (ref, off):
         _backward(m, 2)
         if clip:
@@ -347,7 +350,7 @@ def test_a_failed_read_in_the_deferred_update_raises_and_is_retried(
     nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
                 backend="psync")
     ro = torch.optim.Adam(ref.parameters(), lr=1e-2)
-    oo = nvt.Adam(off.parameters(), lr=1e-2)
+    oo = nvt.Adam(off.parameters(), lr=1e-2, speculate=False)
     data = batches(3)
     _run(ref, ro, data[:2], [None, None])
     _run(off, oo, data[:2], [None, None])
@@ -377,7 +380,7 @@ def _child(mnt, tail):
     from test_torch_step_txn import _model, _backward, _offload
     off = _model()
     _offload(off, {str(mnt)!r})
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, speculate=False)
     _backward(off, 1); oo.step(); oo.zero_grad()
     nvt.checkpoint(off, "one").wait()
     _backward(off, 2)

@@ -61,7 +61,7 @@ def _split_pair(cfg, dtype):
     src = _model()
     off = copy.deepcopy(src)
     nvt.offload(off, config=cfg, persist="persistent", **_dtype_kw(dtype))
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, speculate=False)
     if dtype is None:
         ref = src
         ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
@@ -107,7 +107,7 @@ def _resumed(cfg, dtype, out):
     dtype = {None if dtype is None else str(dtype)[len("torch."):]!r}
     kw = {{}} if dtype is None else {{"dtype": getattr(torch, dtype)}}
     back = nvt.offload(_model(), config={cfg!r}, persist="resume", **kw)
-    bo = nvt.AdamW(back.parameters(), lr=1e-2)
+    bo = nvt.AdamW(back.parameters(), lr=1e-2, speculate=False)
     torch.save({{"tag": nvt.stats(back)["resumed"]["tag"],
                 "model": back.state_dict(), "opt": bo.state_dict()}},
                {str(out)!r})
@@ -185,7 +185,7 @@ def _pending_over_a_cut_file(mnt):
     off = copy.deepcopy(ref)
     _offload(off, mnt)
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, speculate=False)
     for k in (1, 2):
         for m, o in ((ref, ro), (off, oo)):
             _backward(m, k)
@@ -265,7 +265,7 @@ def _read_ahead_pair(swapdir):
                 optimizer_buffer_size="256K", optimizer_buffer_count=5,
                 checksum=True)
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, speculate=False)
     for m, o in ((ref, ro), (off, oo)):
         _backward(m, 1)
         o.step()

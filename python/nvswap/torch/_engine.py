@@ -277,7 +277,8 @@ class Engine(Passes, Grads):
         """host: the caller (the optimizer, a state dict) wants the pool
         buffers themselves even when the model computes on a device."""
         opt = self.optimizer
-        if opt is not None and opt._pending is not None and \
+        if opt is not None and (opt._pending is not None or
+                                opt._spec is not None) and \
                 not self.settling:
             opt.pend(layer)  # a deferred step's update comes first
         stage = self.device is not None and not host
@@ -453,6 +454,16 @@ class Engine(Passes, Grads):
         self.pswap.step_end()
         self.gswap.step_end()
 
+    def _spec_stats(self):
+        opt = self.optimizer
+        st = (opt._spec_stats if opt is not None else
+              {"speculated_steps": 0, "redone_steps": 0, "redo_ns": 0})
+        return {"speculated_steps": st["speculated_steps"],
+                "redone_steps": st["redone_steps"],
+                "redo_s": st["redo_ns"] / 1e9,
+                "speculating": bool(opt is not None and
+                                    opt._spec is not None)}
+
     def settle(self):
         """A deferred optimizer step applied in full (its failure raises;
         the next call retries)."""
@@ -502,6 +513,10 @@ class Engine(Passes, Grads):
             "deferred_step_s": self.pending_ns / 1e9,
             "step_pending": bool(self.optimizer is not None and
                                  self.optimizer._pending is not None),
+            # speculative steps (taken in backward on the guess that
+            # step() will not clip): how many, how many were undone and
+            # redone, the time the undone ones cost, one waiting now
+            **self._spec_stats(),
             "pool_bytes": ps["buffer_size"] * ps["buffer_count"] +
             gs["buffer_size"] * gs["buffer_count"],
             "pool_high_water": {"param": ps["pool_high_water"],
@@ -531,6 +546,11 @@ class Engine(Passes, Grads):
             return
         err = None
         opt = self.optimizer
+        if opt is not None and opt._spec is not None:
+            try:  # a speculative step step() did not take: undone
+                opt._spec_undo()
+            except nvswap.Error as e:
+                err = e
         if save and self.persistent and opt is not None and \
                 opt._pending is not None and \
                 not (opt._broken or opt._loading):

@@ -22,6 +22,9 @@ class Grads:
         if not self.bw_active:
             self.settle()  # a deferred step: whole before any gradient
             self.bw_active = True
+            opt = self.optimizer
+            if opt is not None and not opt._closed:
+                opt.backward_begins()  # perhaps a speculative step
             torch.autograd.Variable._execution_engine.queue_callback(
                 self._backward_done)
 
@@ -66,6 +69,9 @@ class Grads:
                 err = err or e
         for layer in self.written:
             self._flush(layer)
+        opt = self.optimizer
+        if opt is not None and opt._spec is not None:
+            opt.backward_ends(abandoned)
         if err is not None and not abandoned:
             raise err
 
@@ -122,6 +128,8 @@ class Grads:
                 self.release(layer)
         if len(got) == sum(q.requires_grad for q in self.layers[layer]):
             self._flush(layer)
+            if opt is not None and opt._spec is not None:
+                opt.spec_layer(layer)  # stepped now, on a guess
 
     def _hooked(self, name, g):
         """offload(grad_hook=fn): fn(name, grad) sees each gradient before

@@ -18,7 +18,7 @@ import torch
 
 import nvswap
 
-from . import _durable, _optstate, _pending
+from . import _durable, _optstate, _pending, _spec
 from ._common import itemsize
 from ._engine import ALIGN, STATE_BASE, error
 
@@ -27,14 +27,14 @@ _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
 _EMPTY = torch.empty(0)  # what a stand-in holds between steps
 
 
-class OffloadedOptimizer(torch.optim.Optimizer):
+class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
     """Base of Adam and AdamW: `impl` is the torch.optim class run."""
 
     impl = None
 
     def __init__(self, params, *args, pipeline_read=None,
                  pipeline_write=None, step_in_backward=False, defer=True,
-                 **kwargs):
+                 speculate=True, **kwargs):
         cls = type(self).__name__
         params = list(params)
         if not params:
@@ -128,6 +128,9 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._closed = False
         self.step_in_backward = bool(step_in_backward)
         self._unconsumed = False  # a backward stepped; step() not yet
+        # a step taken in backward on the guess that step() will not
+        # clip, kept or redone exactly (_spec.py); with defer only
+        self._spec_init(speculate)
         eng.optimizer = self
         if eng.resume_record is not None:
             # Resumed: the saved state is this optimizer's (once; a
@@ -171,7 +174,12 @@ class OffloadedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         """One optimizer step over every layer with a gradient.
 
-        Deferred (the default): the step takes its gradients, clips and
+        Speculative (the default when the last step clipped nothing and
+        this backward is the last of its step; docs/optimizer.md): the
+        layers were stepped in backward, and step() keeps that step when
+        no clip since changed a gradient and the hyper-parameters are
+        the same; otherwise it is undone, bit for bit, and the step is
+        deferred. Deferred: the step takes its gradients, clips and
         hyper-parameters (lr from a scheduler, betas, weight decay) now,
         and returns; each layer is updated when the next forward reaches
         it (its state and gradient read ahead meanwhile; a layer held
@@ -202,6 +210,10 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         self._live()
         # a backward that raised: finish it (step() never runs inside one)
         self._eng.stale_backward(sure=True)
+        self._spec_learn()
+        if self.spec_verdict(closure):  # taken in backward, and it holds
+            self._eng.steps += 1
+            return None
         if self._broken or self._loading:
             self.settled("step()")
         if self._pending is not None:
@@ -301,6 +313,8 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         layer; the last layer ends the step. Engine.settling says an
         update runs (its acquires do not pend, nor count in the walk)."""
         pend, eng = self._pending, self._eng
+        if self._spec_waiting() and not eng.settling:
+            self._spec_undo()  # read before step(): the step is not taken
         if pend is None or eng.settling or layer in self._done or \
                 layer not in pend.items:
             return
@@ -385,6 +399,10 @@ class OffloadedOptimizer(torch.optim.Optimizer):
         nvswap.Error(EBUSY) for what."""
         if self._closed:
             return
+        if self._spec is not None:
+            if self._spec.running:
+                return  # the speculating backward's own gradients
+            self._spec_undo()  # before step(): the step is not taken
         if self._pending is not None and not (self._broken or
                                               self._loading):
             self._finish()  # a deferred step: finished, or its failure
@@ -641,9 +659,11 @@ class OffloadedOptimizer(torch.optim.Optimizer):
 class Adam(OffloadedOptimizer):
     """torch.optim.Adam with its state on NVMe: same arguments, same
     result bit for bit; plus pipeline_read / pipeline_write (default: the
-    config's offload_optimizer values) and step_in_backward (each layer
-    stepped during backward once its gradients are complete: no gradient
-    I/O; call step() after every backward)."""
+    config's offload_optimizer values), defer (False: the step taken in
+    step()), speculate (False: never stepped in backward on a guess) and
+    step_in_backward (each layer stepped during backward once its
+    gradients are complete: no gradient I/O; call step() after every
+    backward). docs/optimizer.md says when each layer is updated."""
 
     impl = torch.optim.Adam
 
