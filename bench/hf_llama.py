@@ -8,7 +8,10 @@ checkpointing on, trained a few steps by variants run side by side.
   same recipe in memory (torch.optim.AdamW, torch's clipping); the
   losses and total norms must be equal at every step. --sync adds the
   offloaded step taken in step() (defer=False) beside the deferred one
-  (the default, applied by the next forward: its cost shows in fwd);
+  (the default, applied by the next forward: its cost shows in fwd;
+  or, when the last step did not clip, speculated in backward: its cost
+  shows in bwd); --deferred adds the step never speculated
+  (speculate=False); --max-norm sets the clip (100: it never fires);
   use --warmup 2 with it (the deferred variant makes its AdamW state in
   the second step's forward). --dtype bf16: the same with bf16 weights
   and fp32 masters: in memory the model .to(torch.bfloat16) with
@@ -55,6 +58,7 @@ from benchutil import fs_type, loadavg, med, parse_size  # noqa: E402
 from masters import MasterAdamW  # noqa: E402
 
 MIB = 1 << 20
+MAX_NORM = [1.0]  # --max-norm
 
 
 def build(a):
@@ -117,6 +121,10 @@ def variants(a, src):
             off = offloaded(a, src, 1, **kw)
             mk.append(Variant("offloaded, defer=False", off, nvt.AdamW(
                 off.parameters(), lr=1e-4, defer=False), True, True))
+        if a.deferred:  # never speculated in backward (issue 47 part 1)
+            off = offloaded(a, src, 2, **kw)
+            mk.append(Variant("offloaded, speculate=False", off, nvt.AdamW(
+                off.parameters(), lr=1e-4, speculate=False), True, True))
     elif a.compare == "clip":
         for rank, clip in enumerate((True, False)):
             off = offloaded(a, src, rank)
@@ -146,7 +154,8 @@ def step(v, tokens):
     mark()
     norm = None
     if v.clip:
-        norm = torch.nn.utils.clip_grad_norm_(v.model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(v.model.parameters(),
+                                              MAX_NORM[0])
     v.opt.step()
     v.opt.zero_grad()
     mark()
@@ -249,6 +258,15 @@ def report(a, nparams, vs):
                 print(f"{v.name}: losses and total norms equal to in "
                       f"memory's at all {a.warmup + a.steps} steps "
                       "(warm-up included)")
+    for v in vs:
+        if v.offloaded:
+            st = nvt.stats(v.model)
+            fired = sum(1 for s in v.steps
+                        if s["norm"] is not None and s["norm"] > MAX_NORM[0])
+            print(f"{v.name}: {st['speculated_steps']} steps speculated in "
+                  f"backward, {st['redone_steps']} of them redone "
+                  f"({st['redo_s']:.2f} s); the clip at {MAX_NORM[0]:g} "
+                  f"fired in {fired} of {len(v.steps)} timed steps")
 
 
 def main():
@@ -271,12 +289,19 @@ def main():
     ap.add_argument("--sync", action="store_true",
                     help="--compare memory: also the offloaded step taken "
                     "in step() (defer=False)")
+    ap.add_argument("--deferred", action="store_true",
+                    help="--compare memory: also the offloaded step never "
+                    "speculated in backward (speculate=False)")
+    ap.add_argument("--max-norm", type=float, default=1.0,
+                    help="clip_grad_norm_'s max_norm (the model's norms are "
+                    "5-11: 100 never clips, and the step is speculated)")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                     help="--compare memory: the weights' dtype; bf16: bf16 "
                     "weights with fp32 masters, in memory (torch's AdamW "
                     "over fp32 master copies) and offloaded "
                     "(offload(dtype=torch.bfloat16))")
     a = ap.parse_args()
+    MAX_NORM[0] = a.max_norm
     if a.dtype != "fp32" and a.compare != "memory":
         ap.error(f"--dtype {a.dtype} goes with --compare memory only "
                  f"(--compare {a.compare} runs fp32"
