@@ -579,7 +579,10 @@ NVS_API int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name);
  * The value at the open must be on disk: the open is refused while such
  * a tensor is dirty or being written (write them back and wait first).
  * One registered in the step goes back to its value at the register,
- * one unregistered in it stays removed.
+ * one unregistered in it stays removed. A change is known at its
+ * release (dirty): release what you changed before an undo or the end.
+ * nvs_swapper_step_begin() on an open undoable step renames it (it
+ * stays undoable).
  * @name: as nvs_swapper_step_begin()'s.
  * @id_min, @id_max: the ids an undo covers (0, UINT64_MAX: all);
  *                   ignored without NVS_STEP_UNDOABLE.

@@ -283,6 +283,7 @@ int nvs__start_write(struct nvs_swapper *s, struct tensor *t)
 	/* An undoable step keeps the value at its open: write elsewhere. */
 	if (nvs__step_covers(s, t) && (ret = nvs__step_diverge(s, t)) < 0)
 		return ret;
+	t->fresh = false; /* its new place is being written */
 	/* A generation keeps its extents: write elsewhere. */
 	if (s->pers && (ret = nvs__persist_cow_begin(s, t)) < 0)
 		return ret;

@@ -75,29 +75,54 @@ int nvs__step_diverge(struct nvs_swapper *s, struct tensor *t)
 				t->id, why);
 	}
 	t->kept = kept;
-	t->diverged = true;
+	t->diverged = t->fresh = true;
 	return 1;
 }
 
-/* The placement @ext (@n extents, written) is nobody's any more. */
+/* The placement @ext (@n extents, written) is nobody's any more. Its
+ * blocks are punched when @punch (a removal); a step's end or undo
+ * leaves them to the next step's writes, which reuse the space. */
 static void give_back(struct nvs_swapper *s, const struct nvs_extent *ext,
-		      size_t n)
+		      size_t n, bool punch)
 {
 	if (s->pers) {
 		nvs__persist_uncurrent(s, ext);
 		return;
 	}
-	nvs__punch_extents(s, ext, n);
+	if (punch)
+		nvs__punch_extents(s, ext, n);
 	nvs__space_release(s->space, ext, n);
+}
+
+static void clear_step(struct tensor *t)
+{
+	nvs__free(t->kept);
+	t->kept = NULL;
+	t->touched = t->diverged = t->fresh = false;
 }
 
 void nvs__step_forget(struct nvs_swapper *s, struct tensor *t)
 {
 	if (t->kept)
-		give_back(s, t->kept, t->nexts);
-	nvs__free(t->kept);
-	t->kept = NULL;
-	t->touched = t->diverged = false;
+		give_back(s, t->kept, t->nexts, true);
+	clear_step(t);
+}
+
+/* The step ends: the new version stays. A tensor moved whose new
+ * placement no write went to (its write could not start: the data is
+ * resident and dirty; or it was cleared) keeps the old placement
+ * instead, the only one written. */
+static void keep_new(struct nvs_swapper *s, struct tensor *t)
+{
+	if (t->kept && t->fresh) {
+		give_back(s, t->ext, t->nexts, false);
+		memcpy(t->ext, t->kept, t->nexts * sizeof(*t->ext));
+		if (!t->on_disk)
+			t->stale = true; /* cleared: punched at removal */
+	} else if (t->kept) {
+		give_back(s, t->kept, t->nexts, false);
+	}
+	clear_step(t);
 }
 
 /* The first tensor in [@lo, @hi] that is dirty or being written, and how
@@ -147,6 +172,7 @@ static int open_locked(struct nvs_swapper *s, const char *name, unsigned flags,
 						: "dirty",
 					n);
 		s->undoable = true;
+		s->step_gen++;
 		s->undo_min = lo;
 		s->undo_max = hi;
 	}
@@ -201,7 +227,7 @@ int nvs_swapper_step_end(struct nvs_swapper *s)
 	if (s->undoable) {
 		HASH_ITER(hh, s->table, t, tmp)
 		{
-			nvs__step_forget(s, t);
+			keep_new(s, t);
 		}
 	}
 	s->undoable = false;
@@ -258,21 +284,20 @@ static void put_back(struct nvs_swapper *s, struct tensor *t)
 	nvs__free(t->errmsg);
 	t->errmsg = NULL;
 	if (t->kept) {
-		give_back(s, t->ext, t->nexts);
+		give_back(s, t->ext, t->nexts, false);
 		memcpy(t->ext, t->kept, t->nexts * sizeof(*t->ext));
-		nvs__free(t->kept);
-		t->kept = NULL;
 	} else if (t->on_disk && !t->kept_on_disk) {
 		t->stale = true; /* the step's write, in place: punch later */
 	}
 	t->on_disk = t->kept_on_disk;
 	t->crc = t->kept_crc;
-	t->touched = t->diverged = false;
+	clear_step(t);
 }
 
 int nvs_swapper_step_undo(struct nvs_swapper *s)
 {
 	struct tensor *t, *tmp;
+	unsigned long gen;
 	int ret, n = 0;
 
 	if (!s)
@@ -286,7 +311,12 @@ int nvs_swapper_step_undo(struct nvs_swapper *s)
 				"open (nvs_swapper_step_open with "
 				"NVS_STEP_UNDOABLE)");
 	}
+	gen = s->step_gen;
 	ret = quiesce(s);
+	if (ret == 0 && (!s->undoable || s->step_gen != gen))
+		ret = nvs__err(-EINVAL,
+			       "nvs_swapper_step_undo: the step ended (another "
+			       "thread) while the undo waited for its I/O");
 	if (ret < 0) {
 		pthread_mutex_unlock(&s->lock);
 		return ret;

@@ -82,6 +82,7 @@ struct tensor {
 	 * crc at the first change. */
 	bool touched;
 	bool diverged;
+	bool fresh; /* moved, and no write to the new placement started */
 	bool kept_on_disk;
 	uint32_t kept_crc;
 	struct nvs_extent *kept;
@@ -127,6 +128,7 @@ struct nvs_swapper {
 	char step[NVS_STEP_NAME_MAX + 1];
 	bool undoable;
 	uint64_t undo_min, undo_max; /* the ids it covers */
+	unsigned long step_gen;	     /* undoable steps opened */
 };
 
 #endif

@@ -457,3 +457,39 @@ Test(step_undo, a_disk_full_in_the_step_still_undoes_and_ends)
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 	umount2(mnt, MNT_DETACH);
 }
+
+/* The new place never written (the disk full) when the step ends: the
+ * old place stays the tensor's, and the data, resident and dirty, is
+ * written there once there is room. */
+Test(step_undo, an_end_after_a_failed_write_keeps_the_written_place)
+{
+	const char *mnt = tu_path("small2");
+	char filler[4200];
+	struct nvs_swapper *s;
+	uint64_t base;
+
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=1m"))
+		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
+			     "CAP_SYS_ADMIN",
+			     strerror(errno));
+	s = fill_in(open_in(mnt, NVS_PERSIST_SCRATCH));
+	base = space_used(s);
+	fill_disk(mnt);
+	cr_assert_eq(nvs_swapper_step_open(s, NULL, NVS_STEP_UNDOABLE, 0,
+					   UINT64_MAX),
+		     0);
+	change(s, 2, 2);
+	cr_assert_eq(nvs_swapper_evict(s, 2), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_wait(s, 2), -ENOSPC);
+	cr_assert_eq(nvs_swapper_step_end(s), 0);
+	cr_assert_eq(space_used(s), base);
+	expect_one(s, 2, 2, false);
+	snprintf(filler, sizeof(filler), "%s/filler", mnt);
+	cr_assert_eq(unlink(filler), 0);
+	cr_assert_eq(nvs_swapper_evict(s, 2), 0, "%s", nvs_last_error());
+	cr_assert_eq(nvs_swapper_wait(s, 2), 0, "%s", nvs_last_error());
+	expect_one(s, 2, 2, true);
+	expect_one(s, 1, 1, true);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+	umount2(mnt, MNT_DETACH);
+}
