@@ -18,9 +18,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap.torch as nvt  # noqa: E402
 
+from nvswap.torch._common import GRAPH_TASK  # noqa: E402
 from torchhelp import GPT, MasterAdamW, batches, same  # noqa: E402
 
 HERE = os.path.dirname(__file__)
+pytestmark = pytest.mark.skipif(
+    GRAPH_TASK is None,
+    reason=f"torch {torch.__version__}: speculation needs torch >= 2, which "
+    "says whether a backward runs (torch 1.x cannot tell a forward after a "
+    "backward that raised from a recomputation inside one); every step is "
+    "deferred there, as test_torch_defer.py tests")
 
 
 def _pair(swapdir, dtype=None, **opt_kw):
@@ -263,4 +270,126 @@ def test_ctrl_c_inside_a_speculative_step_undoes_it(swapdir):
         _run(off, oo, data[2:], [None, None])
     same(ref.state_dict(), off.state_dict())
     same(ro.state_dict(), oo.state_dict())
+    nvt.restore(off)
+
+
+@pytest.mark.parametrize("clip", [None, 1e-3])
+def test_step_with_a_closure_takes_the_closure_s_step(swapdir, clip):
+    """The closure's backward is never speculated: step(closure) decides
+    (a clip inside it applies)."""
+    ref, off, ro, oo = _pair(swapdir)
+    data = batches(4)
+    res = []
+    for m, o in ((ref, ro), (off, oo)):
+        out = []
+        for s in range(4):
+            def closure():
+                o.zero_grad()
+                loss = _loss(m, data[s])
+                loss.backward()
+                if clip is not None:
+                    torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
+                return loss
+            out.append(o.step(closure).item())
+        res.append(out)
+    assert res[0] == res[1]
+    assert _counts(off) == (0, 0)
+    same(ro.state_dict(), oo.state_dict())
+    same(ref.state_dict(), off.state_dict())
+    nvt.restore(off)
+
+
+class _Twice(torch.nn.Module):
+    """A block applied twice, each under activation checkpointing."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        self.reentrant = reentrant
+        self.emb = torch.nn.Embedding(64, 32)
+        self.block = torch.nn.Linear(32, 32)
+        self.head = torch.nn.Linear(32, 64)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        h = self.emb(x)
+        for _ in range(2):
+            h = checkpoint(lambda t: torch.tanh(self.block(t)), h,
+                           use_reentrant=self.reentrant)
+        return self.head(h)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_layer_used_again_after_its_step_undoes_the_guess(swapdir,
+                                                            reentrant):
+    """Reentrant checkpointing gives a block applied twice its gradient
+    in two parts, recomputing the first application after the second's
+    gradient: the layer stepped on the first part is undone when it is
+    used again, and the step is deferred (non-reentrant: one gradient,
+    kept)."""
+    torch.manual_seed(0)
+    src = _Twice(reentrant)
+    off = copy.deepcopy(src)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=8)
+    ref = copy.deepcopy(src)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2)
+    data = batches(5)
+    clips = [None] * 5
+    assert _run(ref, ro, data, clips) == _run(off, oo, data, clips)
+    # reentrant: steps 2 and 4 guessed and undone, then 1 and 2 steps
+    # deferred without guessing (the back-off doubles)
+    assert _counts(off) == ((2, 2) if reentrant else (4, 0))
+    same(ro.state_dict(), oo.state_dict())
+    same(ref.state_dict(), off.state_dict())
+    nvt.restore(off)
+
+
+class _Interrupting:
+    """A swapper whose step_undo() is interrupted (Ctrl-C) right after
+    the set undid its part, once armed."""
+
+    def __init__(self, real):
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "armed", False)
+
+    def __getattr__(self, k):
+        return getattr(self._real, k)
+
+    def step_undo(self):
+        n = self._real.step_undo()
+        if self.armed:
+            object.__setattr__(self, "armed", False)
+            raise KeyboardInterrupt
+        return n
+
+
+def test_ctrl_c_between_the_two_sets_undos_is_finished_by_the_retry(
+        swapdir):
+    """The parameters' set undone, the optimizer set's not (Ctrl-C in
+    between): step() again finishes the undo and takes the step, never
+    a mix."""
+    ref, off, ro, oo = _pair(swapdir)
+    data = batches(4)
+    eng = oo._eng
+    px = _Interrupting(eng.pswap)
+    eng.pswap = px
+    clips = [1e3, 1e3, 1e-3, 1e3]
+    want = _run(ref, ro, data, clips)
+    got = []
+    for s, c in enumerate(clips):
+        loss = _loss(off, data[(s * 4) % len(data)])
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(off.parameters(), c).item()
+        if s == 2:  # it fires: the verdict undoes the guess
+            px.armed = True
+            with pytest.raises(KeyboardInterrupt):
+                oo.step()
+            assert nvt.stats(off)["speculating"]  # half undone, kept
+        oo.step()
+        oo.zero_grad()
+        got.append(([loss.item()], norm))
+    eng.pswap = px._real
+    assert want == got
+    same(ro.state_dict(), oo.state_dict())
+    same(ref.state_dict(), off.state_dict())
     nvt.restore(off)

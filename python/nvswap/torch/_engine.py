@@ -363,9 +363,11 @@ class Engine(Passes, Grads):
                         "stays as training left it (restore() the model, "
                         "or offload it again to train)")
 
-    def release(self, layer, dirty=False):
+    def release(self, layer, dirty=False, evict=True):
         """End one acquire; the layer is written back (dirty) when any of
-        its acquires changed it, whichever releases last."""
+        its acquires changed it, whichever releases last. evict=False
+        leaves a last release's buffer resident (the next acquire, a
+        step of the layer in backward, reads nothing)."""
         if dirty:
             self.dirty.add(layer)
         self.refs[layer] -= 1
@@ -396,7 +398,8 @@ class Engine(Passes, Grads):
             # resident and dirty, and its next eviction or wait() raises
             # (raising here would make a retried step() step it twice).
             try:
-                self.params.evict_layer(layer)
+                if evict:
+                    self.params.evict_layer(layer)
             except nvswap.Error:
                 pass
             if self.tuner is not None:

@@ -109,6 +109,11 @@ class Grads:
             return
         if opt is not None:  # a new gradient into a half-done step
             opt.settled(f"a gradient of '{rec.name}' (backward)")
+            spec = opt._spec
+            if spec is not None and spec.running and layer in spec.stepped:
+                # a second gradient (reentrant checkpointing): the layer
+                # was stepped on part of its gradient, the guess is void
+                opt._spec_undo()
         if self.backlog:
             self.backlog.append((layer, i, g))
         else:
@@ -120,15 +125,21 @@ class Grads:
                 self.backlog.append((layer, i, g))
         got = self.bw_got.setdefault(layer, set())
         got.add(i)
+        complete = len(got) == sum(q.requires_grad
+                                   for q in self.layers[layer])
+        spec = opt is not None and opt._spec is not None and complete
         owed = self.bw_held.get(layer)
         if owed is not None:
             owed.discard(i)
             if not owed:
                 del self.bw_held[layer]
-                self.release(layer)
-        if len(got) == sum(q.requires_grad for q in self.layers[layer]):
+                # a layer stepped now stays resident for the step (no
+                # read), which alone holds it: its change is known to the
+                # sets at its release, whatever the step raises
+                self.release(layer, evict=not spec)
+        if complete:
             self._flush(layer)
-            if opt is not None and opt._spec is not None:
+            if spec:
                 opt.spec_layer(layer)  # stepped now, on a guess
 
     def _hooked(self, name, g):

@@ -219,9 +219,14 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         if self._pending is not None:
             self._finish()  # the last step first (a failure raises)
         if closure is not None and not self._done:
-            # (a retry finishes the step the closure's backward began)
-            with torch.enable_grad():
-                loss = closure()
+            # (a retry finishes the step the closure's backward began;
+            # its backward is never speculated: this step() decides)
+            self._in_closure = True
+            try:
+                with torch.enable_grad():
+                    loss = closure()
+            finally:
+                self._in_closure = False
         eng = self._eng
         try:
             if self._retry:  # what the failed step wrote, written again
@@ -313,8 +318,12 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         layer; the last layer ends the step. Engine.settling says an
         update runs (its acquires do not pend, nor count in the walk)."""
         pend, eng = self._pending, self._eng
-        if self._spec_waiting() and not eng.settling:
-            self._spec_undo()  # read before step(): the step is not taken
+        spec = self._spec
+        if spec is not None and not eng.settling and \
+                (not spec.running or layer in spec.stepped):
+            # read before step(), or by the backward after its step (a
+            # layer used again: reentrant checkpointing): not taken
+            self._spec_undo()
         if pend is None or eng.settling or layer in self._done or \
                 layer not in pend.items:
             return

@@ -34,13 +34,14 @@ that fails (a full disk: the old versions take room too) undoes the
 speculation and the backward goes on as in the default mode.
 """
 import copy
+import errno
 import time
 
 import torch
 
 import nvswap
 
-from ._common import STATE_BASE
+from ._common import GRAPH_TASK, STATE_BASE
 from ._mixed import MASTER_BASE
 from ._pending import _frozen
 
@@ -53,7 +54,7 @@ def _same(a, b):
         return (torch.is_tensor(a) and torch.is_tensor(b) and
                 a.shape == b.shape and a.dtype == b.dtype and
                 bool(torch.equal(a, b)))
-    if isinstance(a, tuple) and isinstance(b, tuple):
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
 
@@ -92,7 +93,10 @@ class Speculation:
         # themselves: the values copied, not the keys)
         self.scalars = {p: {k: copy.deepcopy(v) for k, v in d.items()}
                         for p, d in opt._scalars.items()}
+        self.order = opt._order()  # forward order; backward reverses it
         self.stepped = []  # layers, in the order stepped
+        self.undone = []  # the swappers whose step is undone
+        self.tried = []  # those an undo was started on
         self.running = True
         self.ns = 0  # time spent stepping
         name = f"nvswap.torch speculative step {eng.steps + 1}"
@@ -102,6 +106,7 @@ class Speculation:
         except BaseException:
             eng.pswap.step_end()
             raise
+        self.read_ahead()  # the first layer backward completes
 
     def step(self, layer, items):
         """Step the layer now (its gradients are complete)."""
@@ -114,37 +119,67 @@ class Speculation:
             eng.settling = False
             self.ns += time.perf_counter_ns() - t0
         self.stepped.append(layer)
+        self.read_ahead()
+
+    def read_ahead(self):
+        """Start the reads of the Adam state (and fp32 masters) of the
+        next layer backward will complete (the one before the last
+        stepped, in forward order): into free optimizer-pool buffers
+        only, never waiting (the step that needs them reads what is not
+        there, and raises a read's failure)."""
+        opt, eng = self.opt, self.opt._eng
+        done = set(self.stepped)
+        nxt = next((la for la in reversed(self.order) if la not in done),
+                   None)
+        if nxt is None:
+            return
+        ids = [STATE_BASE + (nxt << 20)]
+        if eng.masters is not None and nxt in eng.masters.index:
+            ids.append(MASTER_BASE + (nxt << 20))
+        for i in ids:
+            try:
+                if not eng.gswap.try_prefetch(i):
+                    break  # the pool is full
+            except nvswap.Error:
+                break  # raised again by the step that needs it
 
     def holds(self, items, closure):
         """step()'s verdict: the step taken in backward is the step."""
         eng = self.opt._eng
-        return (closure is None and not self.running and
+        return (closure is None and not self.running and not self.undone and
                 identity_clips(eng.grad_ops) and
                 same_groups(self.groups, groups_now(self.opt)) and
                 set(items) == set(self.stepped))
 
     def undo(self):
         """Every layer back as it was before the backward: on disk and
-        in memory, the step counts and scalars too. Returns the number
-        of tensors put back."""
+        in memory, the step counts and scalars too. A failure or an
+        interrupt raises with what is left to undo kept: the next call
+        that needs the parameters or the state (the caller keeps the
+        speculation) undoes the rest, and meanwhile the step is open in
+        the sets (no checkpoint saves any of it)."""
         opt, eng = self.opt, self.opt._eng
+        self.running = False
         t0 = time.perf_counter_ns()
-        n = 0
-        err = None
-        for sw in (eng.pswap, eng.gswap):
-            try:
-                n += sw.step_undo()
-            except nvswap.Error as e:
-                err = err or e
+        try:
+            for sw in (eng.pswap, eng.gswap):
+                if sw in self.undone:
+                    continue
+                try:
+                    sw.step_undo()
+                except nvswap.Error as e:
+                    # an undo interrupted after the set's part of it:
+                    # done (the set has no undoable step open any more)
+                    if not (e.errno == errno.EINVAL and sw in self.tried):
+                        raise
+                finally:
+                    self.tried.append(sw)
+                self.undone.append(sw)
+        finally:
+            self.ns += time.perf_counter_ns() - t0
         opt._scalars = self.scalars
         opt._done, opt._failure, opt._open = set(), None, False
         opt._broken = None
-        self.ns += time.perf_counter_ns() - t0
-        if err is not None:
-            opt._broken = (f"undoing the speculative step of layers "
-                           f"{sorted(self.stepped)} failed: {err}")
-            raise err
-        return n
 
 
 class Speculating:
@@ -154,15 +189,21 @@ class Speculating:
     def _spec_init(self, speculate):
         self.speculate = bool(speculate) and self.defer
         self._spec = None
+        self._in_closure = False  # step(closure) runs its closure
         self._bw_count = 0  # backwards since the last step()
         self._bw_per_step = None  # as many as before the last step()
         self._last_clean = False  # the last step() clipped nothing
+        # after a guess undone for another reason than a clip (a reader
+        # before step(), a layer used again, a failure): the steps to
+        # take without guessing, doubling while it recurs
+        self._backoff = self._skip = 0
         self._spec_stats = {"speculated_steps": 0, "redone_steps": 0,
                             "redo_ns": 0}
 
     def _may_speculate(self):
         eng = self._eng
         return (self.speculate and not self._closed and
+                GRAPH_TASK is not None and not self._in_closure and
                 self._pending is None and not self._done and
                 not (self._failure or self._retry or self._broken or
                      self._loading or self._open) and
@@ -180,6 +221,9 @@ class Speculating:
             self._spec_undo()
         self._bw_count += 1
         if self._may_speculate():
+            if self._skip:  # backing off: this step is not guessed
+                self._skip -= 1
+                return
             try:
                 # the values at the open must be on disk: the last step's
                 # writes behind are waited for (a failure is kept, dirty,
@@ -239,25 +283,31 @@ class Speculating:
         if spec is None:
             return False
         if spec.holds(self._items(), closure):
+            self._backoff = 0
             self._spec = None
             self._eng.step_end()
             self._open = False
             self._done, self._failure = set(), None
             return True
-        self._spec_undo()
+        self._spec_undo(verdict=True)
         return False
 
-    def _spec_undo(self):
-        spec, self._spec = self._spec, None
+    def _spec_undo(self, verdict=False):
+        """Undo the speculation (a failure raises and keeps it, to be
+        undone by the next call that needs the parameters or state)."""
+        spec = self._spec
         if spec is None:
             return
-        try:
-            spec.undo()
-        finally:
-            self._spec_stats["redone_steps"] += 1
-            self._spec_stats["redo_ns"] += spec.ns
+        spec.undo()
+        self._spec = None
+        self._spec_stats["redone_steps"] += 1
+        self._spec_stats["redo_ns"] += spec.ns
+        if not verdict:
+            self._backoff = min(2 * self._backoff or 1, 64)
+            self._skip = self._backoff
 
     def _spec_learn(self):
         """step() is called: what the next steps guess from."""
         self._last_clean = identity_clips(self._eng.grad_ops)
         self._bw_per_step, self._bw_count = self._bw_count, 0
+
