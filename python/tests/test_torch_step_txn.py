@@ -385,3 +385,27 @@ def test_step_in_backward_is_whole_after_its_backward_and_not_half(
         in msg, msg
     nvt.engine_of(off).close()
     _resumes_equal(swapdir, ref, ro, "one", step_in_backward=True)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_restore_on_a_full_disk_raises_with_the_model_still_offloaded(
+        small_tmpfs, defer):
+    """restore() of a persistent set whose close checkpoint cannot be
+    written: it raised ENOSPC with the sets already closed at their last
+    checkpoint (the step since lost, no retry). Now it raises before it
+    changes anything, and again once there is room saves and restores."""
+    ref, off, ro, oo = _one_step(small_tmpfs, "one", defer=defer)
+    for m, o in ((ref, ro), (off, oo)):
+        _backward(m, 2)
+        o.step()
+        o.zero_grad()
+    nvt.wait(off)  # the step (deferred: applied now) written
+    filler = _fill(small_tmpfs, 0)
+    with pytest.raises(nvswap.Error) as ei:
+        nvt.restore(off)
+    assert ei.value.errno == errno.ENOSPC, ei.value
+    assert nvt.engine_of(off) is not None  # still offloaded
+    os.unlink(filler)
+    nvt.restore(off)
+    same(ref.state_dict(), off.state_dict())
+    _resumes_equal(small_tmpfs, ref, ro, "close", defer=defer)

@@ -536,6 +536,21 @@ class Engine(Passes, Grads):
         out.update(_infer.stats(self))
         return out
 
+    def checkpoint_close(self):
+        """A persistent engine whose sets changed since their last
+        checkpoint takes one, tagged "close" (its failure raised, nothing
+        closed). A step half done is not saved (the sets, in a step, make
+        no checkpoint at their close either): they stay at their last
+        one."""
+        opt = self.optimizer
+        half = opt is not None and bool(opt._done or opt._broken or
+                                        opt._loading or
+                                        opt._pending is not None)
+        if self.persistent and self.gswap is not None and not half and \
+                (self.pswap.unsaved() or self.gswap.unsaved()):
+            from . import _durable
+            _durable.checkpoint(self, "close").wait()
+
     def close(self, save=True):
         """save: a persistent engine with changes its last checkpoint
         lacks checkpoints them first (tag "close"), as nvs_swapper_destroy
@@ -558,16 +573,9 @@ class Engine(Passes, Grads):
                 opt._pending is not None and \
                 not (opt._broken or opt._loading):
             opt.settled("closing the model's offload")
-        # A step half done is not saved (the sets, in a step, make no
-        # checkpoint at their close either): they stay at their last one.
-        half = opt is not None and bool(opt._done or opt._broken or
-                                        opt._loading or
-                                        opt._pending is not None)
-        if save and self.persistent and self.gswap is not None and \
-                not half and (self.pswap.unsaved() or self.gswap.unsaved()):
-            from . import _durable
+        if save:
             try:
-                _durable.checkpoint(self, "close").wait()
+                self.checkpoint_close()
             except nvswap.Error as e:
                 err = e
         self.closed = True

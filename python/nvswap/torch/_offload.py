@@ -624,10 +624,15 @@ def restore(model):
 
     Refused (nvswap.Error EBUSY, nothing changed) while an optimizer
     step is half done (a step() that raised): the model would hold part
-    of a step; call step() again first."""
+    of a step; call step() again first.
+
+    A persistent set's "close" checkpoint is taken first: when it fails
+    (ENOSPC), its nvswap.Error is raised with the model still offloaded
+    and nothing lost; restore() again, once there is room, takes it."""
     eng = engine_of(model)
     if eng.optimizer is not None:
         eng.optimizer.settled("nvswap.torch.restore()")
+    eng.checkpoint_close()
     failed = None
     for layer, ps in enumerate(eng.layers):
         try:
