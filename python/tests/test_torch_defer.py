@@ -226,8 +226,8 @@ def test_a_failure_after_the_last_layer_s_arithmetic_ends_the_step(swapdir):
     last = oo._pending.order[-1]
     real = eng.release
 
-    def release(layer, dirty=False):
-        real(layer, dirty)
+    def release(layer, dirty=False, evict=True):
+        real(layer, dirty, evict)
         if eng.settling and layer == last:
             raise nvswap.Error(errno.EIO, "injected after the release")
 

@@ -120,6 +120,33 @@ def test_the_walk_learns_the_recomputation(swapdir):
     assert nvt.stats(model)["walk"] == walk
 
 
+def test_backward_reads_a_recomputed_layer_once(swapdir):
+    """A block recomputed in backward acquires its layers, then backward
+    unpacks their saved weights: the recomputation leaves them resident
+    (the pool takes a buffer back first when it needs one), so backward
+    reads each layer at most once. Evicted at the recomputation's end,
+    every recomputed layer was read twice (1.8x the model's bytes)."""
+    torch.manual_seed(0)
+    model = CheckpointedGPT(False, layers=3)
+    nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
+                buffer_count=10)
+    opt = nvt.AdamW(model.parameters(), lr=1e-2, speculate=False)
+    eng = nvt.engine_of(model)
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for tok in batches(3):
+        out = model(tok[:, :-1])
+        loss = torch.nn.functional.cross_entropy(out.flatten(0, 1),
+                                                 tok[:, 1:].flatten())
+        nvt.wait(model)
+        read0 = eng.param_bytes_read()
+        loss.backward()
+        read = eng.param_bytes_read() - read0
+        assert 0 < read <= total, (read, total)
+        opt.step()
+        opt.zero_grad()
+    assert nvt.stats(model)["layers_held"] == 0
+
+
 def test_a_tight_pool_still_recomputes(swapdir):
     """Three buffers, the fewest checkpointing takes: backward holds at
     most buffer_count - 1 layers, the recomputation acquires one more

@@ -139,8 +139,12 @@ class Passes:
             return
         frame = self.frames.pop()
         try:
+            # A recomputation's layers stay resident (clean: the pool
+            # takes the buffer back if it needs one first): backward
+            # unpacks their saved weights right after, and an eviction
+            # here read each of them again (hold_for_backward).
             for layer in reversed(frame[1]):
-                self.release(layer)
+                self.release(layer, evict=not self.recomputing)
         finally:
             if frame[2] is not None:
                 frame[2].__exit__(None, None, None)
