@@ -139,6 +139,7 @@ class Engine(Passes, Grads):
         self.unpacking = 0  # inside a checkpoint's unpack
         self.bw_active = False
         self.bw_held = {}  # layer -> param indexes still owed a gradient
+        self.bw_kept = set()  # recomputed, left resident, not yet held
         self.bw_cap = max(1, pswap.stats()["buffer_count"] - 1)
         self.bw_got = {}  # layer -> param indexes that got one
         self.written = {}  # layer -> param indexes with a gradient since zero

@@ -67,6 +67,7 @@ class Grads:
                 self.release(layer)
             except nvswap.Error as e:
                 err = err or e
+        self._evict_kept()
         for layer in self.written:
             self._flush(layer)
         opt = self.optimizer

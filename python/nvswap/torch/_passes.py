@@ -17,6 +17,8 @@ import threading
 
 import torch
 
+import nvswap
+
 from ._common import GRAPH_TASK, storage_ptr
 
 # The pair of saved-tensor hooks in force, (pack, unpack) or None. torch
@@ -142,9 +144,13 @@ class Passes:
             # A recomputation's layers stay resident (clean: the pool
             # takes the buffer back if it needs one first): backward
             # unpacks their saved weights right after, and an eviction
-            # here read each of them again (hold_for_backward).
+            # here read each of them again (hold_for_backward). Those
+            # backward does not hold are evicted when the next
+            # recomputation starts, or backward ends (_evict_kept).
             for layer in reversed(frame[1]):
                 self.release(layer, evict=not self.recomputing)
+                if self.recomputing:
+                    self.bw_kept.add(layer)
         finally:
             if frame[2] is not None:
                 frame[2].__exit__(None, None, None)
@@ -170,6 +176,7 @@ class Passes:
             # one starts after backward went on (_unpack).
             self.bw_recomputed = True
             if not self.recompute_open:
+                self._evict_kept()
                 self.recompute_open = True
                 self.recomputes += 1
             return
@@ -239,6 +246,20 @@ class Passes:
         self.hold_for_backward(p._nvswap.layer)
         return p.data.as_strided(s.size, s.stride, s.offset)
 
+    def _evict_kept(self):
+        """Give back the buffers of layers the last recomputation left
+        resident that backward did not hold (a weight autograd did not
+        save): the read-ahead fills free buffers only."""
+        kept, self.bw_kept = self.bw_kept, set()
+        for layer in sorted(kept):
+            if self.refs[layer] or layer in self.rows or \
+                    layer in self.bound:
+                continue
+            try:
+                self.params.evict_layer(layer)
+            except nvswap.Error:
+                pass  # as release(): the next wait or eviction raises
+
     def hold_for_backward(self, layer):
         """Acquire a layer backward needs, held until its gradients are
         complete, or, oldest first, let go to keep a pool buffer free (a
@@ -246,6 +267,7 @@ class Passes:
         uses' backward). A node unpacks its saved tensors before it
         computes, so only a finished node's layer is let go."""
         self._backward_started()
+        self.bw_kept.discard(layer)
         if layer in self.bw_held:
             return
         while len(self.bw_held) >= self.bw_cap:
