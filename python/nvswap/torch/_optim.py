@@ -25,6 +25,12 @@ from ._engine import ALIGN, STATE_BASE, error
 # state tensors per parameter, for the pool-size check
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
 _EMPTY = torch.empty(0)  # what a stand-in holds between steps
+# A parameter of more elements is stepped in pieces of this many (views of
+# its value, gradient and state): torch's Adam and AdamW are elementwise,
+# so the result is the same bit for bit, and the temporaries torch makes
+# (exp_avg_sq.sqrt(), its quotient: two of the parameter's size) are a
+# piece's, not a 262 MB embedding's. A multiple of every vector width.
+CHUNK = 1 << 22
 
 
 class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
@@ -112,6 +118,8 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
         self._scalars = {}  # param -> {key: value} kept in memory
+        # stand-in -> (its first piece, its whole state) (_pieces)
+        self._lent_pieces = {}
         # The step in progress (all or nothing, see step()): the layers it
         # stepped, the failure that stopped it, whether the write-backs
         # of a step that raised are to be retried
@@ -581,8 +589,79 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                 t = self._proxy.get(p, p)
                 inner.state[t] = {k: inner.state[t][k]
                                   for k in self._key_order[p]}
+        else:  # the first step: the state torch would make, made here
+            for gi, ts in by_group.items():
+                for t in ts:
+                    if t.numel() > CHUNK:
+                        inner.state[t] = self._first_state(t, groups[gi])
+        for ts in by_group.values():
+            ts[:] = [c for t in ts for c in self._pieces(t)]
         inner.param_groups = [dict(groups[gi], params=ps)
                               for gi, ps in by_group.items()]
+
+    def _pieces(self, t):
+        """t itself, or (more than CHUNK elements, its value, gradient and
+        state contiguous) views of CHUNK elements each, lent in its place
+        with views of its gradient and state and copies of its scalars
+        (torch counts each piece's step: the first's is kept)."""
+        inner = self._inner
+        st, g = inner.state.get(t), t.grad
+        n = t.numel()
+        if not st:
+            return [t]
+        tensors = [t.data, g] + [v for v in st.values()
+                                 if torch.is_tensor(v) and v.numel() == n]
+        if n <= CHUNK or not all(v.is_contiguous() for v in tensors):
+            return [t]
+        flat = {k: (v.view(-1) if torch.is_tensor(v) and v.numel() == n
+                    else None) for k, v in st.items()}
+        val, grad = t.data.view(-1), g.view(-1)
+        out = []
+        for a in range(0, n, CHUNK):
+            c = val[a:a + CHUNK]
+            c.grad = grad[a:a + CHUNK]
+            inner.state[c] = {
+                k: (f[a:a + CHUNK] if f is not None else
+                    st[k].clone() if torch.is_tensor(st[k]) else st[k])
+                for k, f in flat.items()}
+            out.append(c)
+        del inner.state[t]
+        self._lent_pieces[t] = (out[0], st)
+        return out
+
+    def _first_state(self, t, group):
+        """The state torch's first step of t makes (zeros beside a step
+        count of 0), made here so that the step can be lent in pieces:
+        learned from torch's own first step of a two-element tensor of
+        t's dtype with group's options; {} (torch makes it, whole) for a
+        state of another form."""
+        d = torch.zeros(2, dtype=t.dtype)
+        d.grad = torch.zeros_like(d)
+        probe = type(self._inner)([d])
+        # every option of the group (and what a scheduler added to it)
+        probe.param_groups[0].update(
+            {k: v for k, v in group.items() if k != "params"})
+        probe.step()
+        out = {}
+        for k, v in probe.state[d].items():
+            if torch.is_tensor(v) and v.shape == d.shape:
+                out[k] = torch.zeros_like(t)
+            elif k == "step":
+                out[k] = torch.zeros_like(v) if torch.is_tensor(v) else 0
+            else:
+                return {}
+        return out
+
+    def _lent(self, t):
+        """t's state as torch left it: a stand-in lent in pieces has its
+        whole tensors, and the first piece's scalars."""
+        first, whole = self._lent_pieces.get(t, (t, None))
+        st = self._inner.state.get(first)
+        if whole is None or not st:
+            return st
+        return {k: (st[k] if k in st and not (torch.is_tensor(v) and
+                                              v.numel() == t.numel())
+                    else v) for k, v in whole.items()}
 
     def _unlend(self, items):
         for _, _, p in items:
@@ -590,11 +669,12 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             t.grad = None
             if t is not p:
                 t.data = _EMPTY
-            st = self._inner.state.get(t)
+            st = self._lent(t)
             if st and p in self._key_order:
                 for k, v in st.items():
                     if k in self._scalars.get(p, {}):
                         self._scalars[p][k] = v
+        self._lent_pieces = {}
         self._inner.state = defaultdict(dict)
         self._inner.param_groups = []
 
@@ -602,7 +682,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         """A layer's first step: torch made the state; register it."""
         tensors, keys = [], []
         for _, i, p in sorted(items, key=lambda it: it[1]):
-            st = self._inner.state[self._proxy.get(p, p)]
+            st = self._lent(self._proxy.get(p, p))
             self._key_order[p] = list(st)
             scalars = {}
             for k, v in st.items():
