@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
-"""A parameter larger than nvswap.torch._optim.CHUNK elements is stepped
+"""A parameter larger than nvswap.torch._pieces.CHUNK elements is stepped
 in pieces (views of its value, gradient and Adam state, each lent to
-torch's optimizer as a parameter of its own), so that torch's
-temporaries are a piece's size, not the parameter's. Adam and AdamW are
+torch's optimizer as a parameter of its own, in rounds), so that torch's
+temporaries and the clipped gradient are a piece's size, not the
+parameter's. Adam and AdamW are
 elementwise: the result must be the whole parameter's step bit for bit,
 in every mode (deferred, in step(), speculated, step_in_backward), with
 amsgrad, weight decay, bf16 weights with fp32 masters, and the step
@@ -14,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap.torch as nvt  # noqa: E402
-from nvswap.torch import _optim  # noqa: E402
+from nvswap.torch import _pieces  # noqa: E402
 from nvswap.torch._common import GRAPH_TASK  # noqa: E402
 
 from torchhelp import GPT, MasterAdamW, batches, same  # noqa: E402
@@ -24,17 +25,28 @@ PIECE = 640  # a multiple of every vector width; 2048 = 3 x 640 + 128
 
 @pytest.fixture
 def pieces(monkeypatch):
-    """CHUNK lowered; the sizes torch was lent, every step."""
-    monkeypatch.setattr(_optim, "CHUNK", PIECE)
+    """CHUNK lowered; what torch was lent, every step: (elements, [lent
+    sizes]) per parameter. At each of torch's steps, the gradients made
+    for pieces are that round's only."""
+    monkeypatch.setattr(_pieces, "CHUNK", PIECE)
     lent = []
-    real = _optim.OffloadedOptimizer._pieces
+    add, torch_step = _pieces.Lent.add, _pieces.Lent._torch_step
 
-    def spy(self, t):
-        out = real(self, t)
+    def spy_add(self, gi, t, src, grad_of):
+        out = add(self, gi, t, src, grad_of)
         lent.append((t.numel(), [c.numel() for c in out]))
         return out
 
-    monkeypatch.setattr(_optim.OffloadedOptimizer, "_pieces", spy)
+    def spy_step(self):
+        now = [c for g in self.inner.param_groups for c in g["params"]]
+        for rnd in self.rounds:
+            for _, c, grad in rnd:
+                if grad is not None:  # a piece
+                    assert (c.grad is not None) == any(c is x for x in now)
+        return torch_step(self)
+
+    monkeypatch.setattr(_pieces.Lent, "add", spy_add)
+    monkeypatch.setattr(_pieces.Lent, "_torch_step", spy_step)
     return lent
 
 

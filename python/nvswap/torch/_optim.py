@@ -19,18 +19,13 @@ import torch
 import nvswap
 
 from . import _durable, _optstate, _pending, _spec
+from . import _pieces
 from ._common import itemsize
 from ._engine import ALIGN, STATE_BASE, error
 
 # state tensors per parameter, for the pool-size check
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
 _EMPTY = torch.empty(0)  # what a stand-in holds between steps
-# A parameter of more elements is stepped in pieces of this many (views of
-# its value, gradient and state): torch's Adam and AdamW are elementwise,
-# so the result is the same bit for bit, and the temporaries torch makes
-# (exp_avg_sq.sqrt(), its quotient: two of the parameter's size) are a
-# piece's, not a 262 MB embedding's. A multiple of every vector width.
-CHUNK = 1 << 22
 
 
 class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
@@ -118,8 +113,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
         self._scalars = {}  # param -> {key: value} kept in memory
-        # stand-in -> (its first piece, its whole state) (_pieces)
-        self._lent_pieces = {}
+        self._lending = None  # the layer step's Lent (_pieces.py)
         # The step in progress (all or nothing, see step()): the layers it
         # stepped, the failure that stopped it, whether the write-backs
         # of a step that raised are to be retried
@@ -490,7 +484,8 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             eng.release(layer, changed)
 
     def _step_lent(self, layer, items, region, grads, masters, ops, groups):
-        first = layer not in self._keys
+        first = (layer not in self._keys and
+                 not self._register_zeros(layer, items, groups))
         state = (None if first else
                  self._read(layer, "optimizer state", self._swap.swap_in))
         try:
@@ -501,7 +496,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                 before = [t.data.clone() for t in targets]
             self._open_step()
             try:
-                self._inner.step()
+                self._lending.step()
             except BaseException as e:
                 # torch changes a layer's tensors one by one, in place:
                 # this layer is part old, part new, and can be neither
@@ -558,17 +553,16 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
               ops=None, groups=None):
         eng, inner = self._eng, self._inner
         groups = groups or self.param_groups
-        by_group = {}
         inner.state = defaultdict(dict)
+        self._lending = lent = _pieces.Lent(inner, groups)
+        stand = []
         for gi, i, p in items:
-            g = (grads[i] if grads is not None else
-                 eng.clipped(layer, i, eng.grad_view(region, layer, i), ops))
+            src = (grads[i] if grads is not None else
+                   eng.grad_view(region, layer, i))
             t = self._proxy.get(p, p)
             if t is not p:  # the fp32 master, stepped with g in fp32
                 t.data = masters[i]
-                g = g.float()
-            t.grad = g
-            by_group.setdefault(gi, []).append(t)
+            stand.append((gi, i, p, t, src))
             if state is not None:
                 inner.state[t] = dict(self._scalars.get(p, {}))
         if state is not None:
@@ -589,79 +583,21 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                 t = self._proxy.get(p, p)
                 inner.state[t] = {k: inner.state[t][k]
                                   for k in self._key_order[p]}
-        else:  # the first step: the state torch would make, made here
-            for gi, ts in by_group.items():
-                for t in ts:
-                    if t.numel() > CHUNK:
-                        inner.state[t] = self._first_state(t, groups[gi])
-        for ts in by_group.values():
-            ts[:] = [c for t in ts for c in self._pieces(t)]
-        inner.param_groups = [dict(groups[gi], params=ps)
-                              for gi, ps in by_group.items()]
+        for gi, i, p, t, src in stand:
+            lent.add(gi, t, src, self._grad_of(layer, i, t is not p,
+                                               grads is None, ops))
 
-    def _pieces(self, t):
-        """t itself, or (more than CHUNK elements, its value, gradient and
-        state contiguous) views of CHUNK elements each, lent in its place
-        with views of its gradient and state and copies of its scalars
-        (torch counts each piece's step: the first's is kept)."""
-        inner = self._inner
-        st, g = inner.state.get(t), t.grad
-        n = t.numel()
-        if not st:
-            return [t]
-        tensors = [t.data, g] + [v for v in st.values()
-                                 if torch.is_tensor(v) and v.numel() == n]
-        if n <= CHUNK or not all(v.is_contiguous() for v in tensors):
-            return [t]
-        flat = {k: (v.view(-1) if torch.is_tensor(v) and v.numel() == n
-                    else None) for k, v in st.items()}
-        val, grad = t.data.view(-1), g.view(-1)
-        out = []
-        for a in range(0, n, CHUNK):
-            c = val[a:a + CHUNK]
-            c.grad = grad[a:a + CHUNK]
-            inner.state[c] = {
-                k: (f[a:a + CHUNK] if f is not None else
-                    st[k].clone() if torch.is_tensor(st[k]) else st[k])
-                for k, f in flat.items()}
-            out.append(c)
-        del inner.state[t]
-        self._lent_pieces[t] = (out[0], st)
-        return out
+    def _grad_of(self, layer, i, master, clip, ops):
+        """How the gradient of parameter i (or a piece of it) is lent: the
+        step's clips applied (not to gradients given in backward), in
+        fp32 for an fp32 master."""
+        eng = self._eng
 
-    def _first_state(self, t, group):
-        """The state torch's first step of t makes (zeros beside a step
-        count of 0), made here so that the step can be lent in pieces:
-        learned from torch's own first step of a two-element tensor of
-        t's dtype with group's options; {} (torch makes it, whole) for a
-        state of another form."""
-        d = torch.zeros(2, dtype=t.dtype)
-        d.grad = torch.zeros_like(d)
-        probe = type(self._inner)([d])
-        # every option of the group (and what a scheduler added to it)
-        probe.param_groups[0].update(
-            {k: v for k, v in group.items() if k != "params"})
-        probe.step()
-        out = {}
-        for k, v in probe.state[d].items():
-            if torch.is_tensor(v) and v.shape == d.shape:
-                out[k] = torch.zeros_like(t)
-            elif k == "step":
-                out[k] = torch.zeros_like(v) if torch.is_tensor(v) else 0
-            else:
-                return {}
-        return out
-
-    def _lent(self, t):
-        """t's state as torch left it: a stand-in lent in pieces has its
-        whole tensors, and the first piece's scalars."""
-        first, whole = self._lent_pieces.get(t, (t, None))
-        st = self._inner.state.get(first)
-        if whole is None or not st:
-            return st
-        return {k: (st[k] if k in st and not (torch.is_tensor(v) and
-                                              v.numel() == t.numel())
-                    else v) for k, v in whole.items()}
+        def grad_of(g):
+            if clip:
+                g = eng.clipped(layer, i, g, ops)
+            return g.float() if master else g
+        return grad_of
 
     def _unlend(self, items):
         for _, _, p in items:
@@ -669,20 +605,54 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             t.grad = None
             if t is not p:
                 t.data = _EMPTY
-            st = self._lent(t)
+            st = (self._lending.state_of(t) if self._lending is not None
+                  else None)
             if st and p in self._key_order:
                 for k, v in st.items():
                     if k in self._scalars.get(p, {}):
                         self._scalars[p][k] = v
-        self._lent_pieces = {}
+        self._lending = None
         self._inner.state = defaultdict(dict)
         self._inner.param_groups = []
 
+    def _register_zeros(self, layer, items, groups):
+        """A layer's first step: its state registered before it, as
+        torch's first step would make it (zeros, a step count of 0;
+        _pieces.first_state), without memory or I/O (the pool buffer reads
+        as zeros until written), so that the step runs as any other: in
+        pieces, nothing to take back if registering fails. False where
+        torch makes another form (it then makes the state itself, and
+        _register takes it)."""
+        groups = groups or self.param_groups
+        made = []
+        for gi, i, p in sorted(items, key=lambda it: it[1]):
+            # (an fp32 master's stand-in is empty between steps)
+            dtype = p.dtype if p not in self._proxy else torch.float32
+            st = _pieces.first_state(self._inner, p.shape, dtype,
+                                     groups[gi])
+            if not st:
+                return False
+            made.append((i, p, st))
+        tensors, keys = [], []
+        for i, p, st in made:
+            for k, v in st.items():
+                if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
+                    keys.append((i, k))
+                    tensors.append(v)
+        self._swap.add_group(layer, tensors)
+        for i, p, st in made:
+            self._key_order[p] = list(st)
+            self._scalars[p] = {k: v for k, v in st.items()
+                                if (i, k) not in keys}
+        self._keys[layer] = keys
+        return True
+
     def _register(self, layer, items):
-        """A layer's first step: torch made the state; register it."""
+        """A layer's first step where torch made the state (a form
+        _register_zeros does not know): register it."""
         tensors, keys = [], []
         for _, i, p in sorted(items, key=lambda it: it[1]):
-            st = self._lent(self._proxy.get(p, p))
+            st = self._lending.state_of(self._proxy.get(p, p))
             self._key_order[p] = list(st)
             scalars = {}
             for k, v in st.items():
