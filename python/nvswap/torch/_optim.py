@@ -633,36 +633,33 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             if not st:
                 return False
             made.append((i, p, st))
-        tensors, keys = [], []
-        for i, p, st in made:
-            for k, v in st.items():
-                if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
-                    keys.append((i, k))
-                    tensors.append(v)
-        self._swap.add_group(layer, tensors)
-        for i, p, st in made:
-            self._key_order[p] = list(st)
-            self._scalars[p] = {k: v for k, v in st.items()
-                                if (i, k) not in keys}
-        self._keys[layer] = keys
+        self._add_state(layer, made)
         return True
 
     def _register(self, layer, items):
         """A layer's first step where torch made the state (a form
         _register_zeros does not know): register it."""
-        tensors, keys = [], []
-        for _, i, p in sorted(items, key=lambda it: it[1]):
-            st = self._lending.state_of(self._proxy.get(p, p))
-            self._key_order[p] = list(st)
-            scalars = {}
+        self._add_state(layer, [
+            (i, p, self._lending.state_of(self._proxy.get(p, p)))
+            for _, i, p in sorted(items, key=lambda it: it[1])])
+
+    def _add_state(self, layer, states):
+        """Layer's state group registered from [(param index, param, its
+        state)], in index order: the tensors of the parameter's shape go
+        to the group, the rest (the step count) stays in memory."""
+        tensors, keys, scalars = [], [], {}
+        for i, p, st in states:
+            scalars[p] = {}
             for k, v in st.items():
                 if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
                     keys.append((i, k))
                     tensors.append(v.contiguous())
                 else:
-                    scalars[k] = v
-            self._scalars[p] = scalars
+                    scalars[p][k] = v
         self._swap.add_group(layer, tensors)
+        for i, p, st in states:
+            self._key_order[p] = list(st)
+            self._scalars[p] = scalars[p]
         self._keys[layer] = keys
 
     def zero_grad(self, set_to_none=True):
