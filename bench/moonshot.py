@@ -34,6 +34,7 @@ the second step's forward, where it makes the Adam state).
         [--warmup 2] [--hidden 2048] [--layers 22] [--inter 5632]
         [--heads 32] [--kv-heads 4] [--vocab 32000] [--seq 512]
         [--batch 2] [--buffer-count 2] [--optimizer-buffer-count 2]
+        [--optimizer-buffer-size BYTES]
         [--lookahead 1] [--json FILE] [--clean]
 
 Needs root (the cgroup) and about 20 GiB of memory for the in-memory
@@ -60,6 +61,10 @@ from benchutil import fs_type, loadavg, med, parse_size  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
+
+
+def _size(n):
+    return "the default size" if n is None else f"{n / MIB:.0f} MiB"
 
 
 def config(a):
@@ -123,6 +128,7 @@ class Worker:
             nvt.offload(self.model, nvme_path=os.path.join(a.dir, "swap"),
                         weights=model_dir(a), buffer_count=a.buffer_count,
                         optimizer_buffer_count=a.optimizer_buffer_count,
+                        optimizer_buffer_size=a.optimizer_buffer_size,
                         lookahead=a.lookahead)
             self.opt = nvt.AdamW(self.model.parameters(), lr=1e-4)
         self.model.gradient_checkpointing_enable(
@@ -368,7 +374,8 @@ def report(a, nparams, state, limit, peak, rows, differ, nweights):
           f"training state {state / GIB:.1f} GiB, the offloaded run in a "
           f"{limit // MIB} MiB memory cgroup ({state / limit:.1f} x; peak "
           f"{(peak or 0) / MIB:.0f} MiB), pools {a.buffer_count} + "
-          f"{a.optimizer_buffer_count} buffers, lookahead {a.lookahead}; "
+          f"{a.optimizer_buffer_count} buffers (optimizer buffers of "
+          f"{_size(a.optimizer_buffer_size)}), lookahead {a.lookahead}; "
           f"{len(rows)} timed steps after {a.warmup}; torch "
           f"{_torch_version()}, Python {platform.python_version()}; "
           f"{fs_type(a.dir)} under {a.dir}\n")
@@ -427,6 +434,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--buffer-count", type=int, default=2)
     ap.add_argument("--optimizer-buffer-count", type=int, default=2)
+    ap.add_argument("--optimizer-buffer-size", type=parse_size, default=None,
+                    help="bytes (default: the library's, twice the "
+                    "parameter buffer); smaller cuts a layer's Adam state "
+                    "in parts")
     ap.add_argument("--lookahead", type=int, default=1)
     ap.add_argument("--json", default=None)
     ap.add_argument("--clean", action="store_true",

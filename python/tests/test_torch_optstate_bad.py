@@ -193,7 +193,9 @@ def test_a_step_count_given_as_a_number_becomes_a_tensor(swapdir, diskdir):
 
 def test_amsgrad_loaded_into_a_pool_too_small_changes_nothing(swapdir):
     """The loaded groups turn amsgrad on for a fresh optimizer: a third
-    state tensor per parameter that no optimizer pool buffer holds.
+    state tensor per parameter: the pool buffer cannot hold even 4096
+    elements of the three (nvswap.torch._parts.GRAIN; the state of a
+    layer larger than a buffer is cut in parts of at least that many).
     Refused (EFBIG) before anything is written: the hyper-parameters and
     the state as they were (none)."""
     _, opt = _stepped(swapdir)
@@ -210,7 +212,8 @@ def test_amsgrad_loaded_into_a_pool_too_small_changes_nothing(swapdir):
     with pytest.raises(nvswap.Error) as ei:
         o2.load_state_dict(sd)
     assert ei.value.errno == errno.EFBIG, ei.value
-    assert "larger than an optimizer pool buffer" in str(ei.value)
+    assert "buffer (40960 bytes) cannot hold 4096 elements of the state " \
+        "of layer 0 (0.weight, 0.bias)" in str(ei.value)
     assert o2.state_dict()["state"] == {}
     assert o2.param_groups[0]["lr"] == 1e-2
     assert not o2.param_groups[0]["amsgrad"]

@@ -23,6 +23,7 @@ import torch
 
 import nvswap
 
+from . import _parts
 from ._engine import error
 
 TAG_PREFIX = "nvswap.torch:"
@@ -136,6 +137,7 @@ def _record(eng, seq, tag):
                 for g in opt.param_groups],
             "keys": {str(layer): [[i, k] for i, k in keys]
                      for layer, keys in opt._keys.items()},
+            "parts": _parts.encode(opt),
             "key_order": [[*where[id(p)], ks]
                           for p, ks in opt._key_order.items()],
             "scalars": [[*where[id(p)], _enc(sc)]
@@ -234,16 +236,14 @@ def restore_optimizer(opt, rec):
         opt._key_order[eng.layers[layer][i]] = list(ks)
     for layer, i, sc in saved["scalars"]:
         opt._scalars[eng.layers[layer][i]] = _dec(sc)
+    parts = saved.get("parts", {})  # (a record before parts: none)
     for layer, keys in saved["keys"].items():
-        layer = int(layer)
-        keys = [(i, k) for i, k in keys]
-        ps = eng.layers[layer]
         # The layout only: the saved bytes are adopted, nothing written.
-        opt._swap.add_group(layer, [torch.empty(ps[i].shape,
-                                                dtype=opt._state_dtype(ps[i]),
-                                                device="meta")
-                                    for i, _ in keys])
-        opt._keys[layer] = keys
+        _parts.adopt(opt, int(layer), [(i, k) for i, k in keys],
+                     parts.get(layer))
+    bs = eng.gswap.stats()["buffer_size"]
+    for layer in opt._keys:
+        _parts.check_saved(opt, layer, bs)
 
 
 class Checkpoint:

@@ -544,7 +544,7 @@ class Engine(Passes, Grads):
         no checkpoint at their close either): they stay at their last
         one."""
         opt = self.optimizer
-        half = opt is not None and bool(opt._done or opt._broken or
+        half = opt is not None and bool(opt._began() or opt._broken or
                                         opt._loading or
                                         opt._pending is not None)
         if self.persistent and self.gswap is not None and not half and \

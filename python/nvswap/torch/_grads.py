@@ -49,14 +49,14 @@ class Grads:
             opt = self.optimizer
             # (one that stepped nothing, failing at its first layer, owes
             # no step())
-            opt._unconsumed = bool(opt._done)
-            if opt._done and (abandoned or err is not None) and \
+            opt._unconsumed = opt._began()
+            if opt._began() and (abandoned or err is not None) and \
                     not opt._broken:
                 opt._broken = (f"the backward that stepped layers "
                                f"{sorted(opt._done)} raised before the "
                                "others were stepped, and their gradients "
                                "are gone")
-            elif opt._done and not opt._broken:
+            elif opt._began() and not opt._broken:
                 # every layer stepped: the step is whole in memory (step()
                 # waits for its writes), a checkpoint may save it
                 opt._close_step()

@@ -19,13 +19,19 @@ import torch
 import nvswap
 
 from . import _durable, _optstate, _pending, _spec
-from . import _pieces
+from . import _parts, _pieces
 from ._common import itemsize
-from ._engine import ALIGN, STATE_BASE, error
+from ._engine import STATE_BASE, error
 
 # state tensors per parameter, for the pool-size check
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2}
 _EMPTY = torch.empty(0)  # what a stand-in holds between steps
+
+
+def _copy(v):
+    """A scalar state's value of its own (torch adds to a step count in
+    place)."""
+    return v.clone() if torch.is_tensor(v) else v
 
 
 class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
@@ -83,6 +89,8 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             p: torch.nn.Parameter(torch.empty(0))
             for layer, items in where.items() for _, _, p in items
             if p.is_floating_point()}
+        self._keys = {}  # layer -> [(param index, key)] of state tensors
+        self._parts = {}  # layer -> its state's parts, if more than one
         self._check_fit(eng, where, kwargs.get("amsgrad", False))
         # A layer's step holds its state group, its gradient region (not
         # with step_in_backward) and its fp32 masters at once.
@@ -110,7 +118,6 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         self._swap = nvswap.OptimizerSwapper(
             eng.gswap, pipeline_read, pipeline_write, id_base=STATE_BASE)
         self._eng, self._where = eng, where
-        self._keys = {}  # layer -> [(param index, key)] of state tensors
         self._key_order = {}  # param -> its state keys in torch's order
         self._scalars = {}  # param -> {key: value} kept in memory
         self._lending = None  # the layer step's Lent (_pieces.py)
@@ -118,6 +125,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         # stepped, the failure that stopped it, whether the write-backs
         # of a step that raised are to be retried
         self._done = set()
+        self._partial = {}  # layer -> (its parts stepped, step counts before)
         self._failure = None
         self._retry = False
         self._open = False  # the sets' step is open (Swapper.step_begin)
@@ -150,18 +158,18 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         return torch.float32 if p in self._proxy else p.dtype
 
     def _check_fit(self, eng, where, amsgrad):
+        """Every layer's state fits the optimizer pool's buffers, in parts
+        where it is larger than one (_parts.check raises EFBIG)."""
         n = _STATE_TENSORS.get(type(self).__name__, 2) + bool(amsgrad)
         bs = eng.gswap.stats()["buffer_size"]
         for layer, items in where.items():
-            need = n * sum((p.numel() * itemsize(self._state_dtype(p)) +
-                            ALIGN - 1) // ALIGN * ALIGN for _, _, p in items)
-            if need > bs:
-                raise error(errno.EFBIG,
-                            f"nvswap.torch.{type(self).__name__}: the state "
-                            f"of layer {layer} ({', '.join(eng.names[layer])}"
-                            f") is {need} bytes, larger than an optimizer "
-                            f"pool buffer ({bs} bytes): raise "
-                            "offload_optimizer.buffer_size")
+            if layer in self._keys:  # registered (resumed): as laid out
+                _parts.check_saved(self, layer, bs)
+                continue
+            _parts.check(self, eng, layer, [
+                (i, k, p.numel(), itemsize(self._state_dtype(p)))
+                for _, i, p in sorted(items, key=lambda it: it[1])
+                for k in range(n)], bs)
 
     # ------------------------------------------------------------- step
     def _order(self):
@@ -220,7 +228,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             self.settled("step()")
         if self._pending is not None:
             self._finish()  # the last step first (a failure raises)
-        if closure is not None and not self._done:
+        if closure is not None and not self._began():
             # (a retry finishes the step the closure's backward began;
             # its backward is never speculated: this step() decides)
             self._in_closure = True
@@ -241,7 +249,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                 eng.pswap.wait_all()
                 eng.gswap.wait_all()
                 self._unconsumed = False
-            elif self.defer and not self._done:
+            elif self.defer and not self._began():
                 self._defer()
                 eng.steps += 1
                 return loss
@@ -251,7 +259,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             self._failed(e)
             raise
         self._close_step()
-        self._done, self._failure = set(), None
+        self._done, self._partial, self._failure = set(), {}, None
         eng.steps += 1
         return loss
 
@@ -381,7 +389,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             return
         self._pending = None
         self._close_step()
-        self._done, self._failure = set(), None
+        self._done, self._partial, self._failure = set(), {}, None
 
     def _finish(self):
         """Every layer the deferred step has left, now (in step order)."""
@@ -396,7 +404,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         writes them back first); one that stepped none is no step."""
         self._retry = True
         self._failure = f"{type(e).__name__}: {e}"
-        if not self._done and not self._broken:
+        if not self._began() and not self._broken:
             self._close_step()
             self._failure = None
 
@@ -418,7 +426,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                                               self._loading):
             self._finish()  # a deferred step: finished, or its failure
             return
-        if not (self._done or self._broken or self._loading):
+        if not (self._began() or self._broken or self._loading):
             return
         if self.step_in_backward and not (self._open or self._broken or
                                           self._loading):
@@ -431,7 +439,7 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                         "holds part of the state loaded; call "
                         "load_state_dict() again")
         eng = self._eng
-        done = sorted(self._done)
+        done = sorted(set(self._done) | set(self._partial))
         if self._broken:
             how = (f"it cannot be finished: {self._broken}; the sets keep "
                    "their last checkpoint: exit this process and offload "
@@ -472,7 +480,8 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                     self._step_lent(layer, items, region, grads, masters,
                                     ops, groups)
                 finally:
-                    changed = layer in self._done
+                    changed = (layer in self._done or
+                               layer in self._partial)
                     if masters is not None:
                         del masters
                         eng.masters.swap_out(layer)
@@ -484,44 +493,90 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             eng.release(layer, changed)
 
     def _step_lent(self, layer, items, region, grads, masters, ops, groups):
-        first = (layer not in self._keys and
-                 not self._register_zeros(layer, items, groups))
-        state = (None if first else
-                 self._read(layer, "optimizer state", self._swap.swap_in))
-        try:
-            self._lend(layer, items, region, state, grads, masters, ops,
-                       groups)
-            targets = [self._proxy.get(p, p) for _, _, p in items]
-            if first:
-                before = [t.data.clone() for t in targets]
-            self._open_step()
+        if layer not in self._keys and \
+                not self._register_zeros(layer, items, groups):
+            self._step_made(layer, items, region, grads, masters, ops,
+                            groups)
+        else:
+            self._step_parts(layer, items, region, grads, masters, ops,
+                             groups)
+
+    def _stepped(self, layer, items, masters):
+        """Torch's arithmetic ran over the whole layer: it is stepped
+        (whatever the write-backs after raise), a bf16 layer given its
+        fp32 masters rounded."""
+        for _, i, p in items:
+            if p in self._proxy:
+                p.data.copy_(masters[i])  # rounded, as copy_ does
+        self._done.add(layer)
+        self._partial.pop(layer, None)
+
+    def _step_parts(self, layer, items, region, grads, masters, ops,
+                    groups):
+        """The layer's step, one part of its state at a time (_parts.py;
+        most layers are one part). A failure after a part's arithmetic
+        keeps the layer's progress (self._partial): the retry steps the
+        parts left, from the step counts as they were before the step."""
+        parts = _parts.layout(self, layer)
+        start, before = self._partial.get(layer, (0, None))
+        if before is None:
+            before = {p: {k: _copy(v) for k, v in
+                          self._scalars.get(p, {}).items()}
+                      for _, _, p in items}
+        for k in range(start, len(parts)):
+            gid = _parts.group(layer, k)
+            state = self._read(layer, "optimizer state",
+                               lambda _, g=gid: self._swap.swap_in(g))
+            if k + 1 < len(parts):
+                _parts.read_ahead(self, layer, k + 1)
             try:
-                self._lending.step()
-            except BaseException as e:
-                # torch changes a layer's tensors one by one, in place:
-                # this layer is part old, part new, and can be neither
-                # finished nor undone
-                self._done.add(layer)
-                self._broken = (f"torch's step of layer {layer} raised "
-                                f"{type(e).__name__} ({e}) with its "
-                                "values partly changed")
-                raise
-            if first:
+                lent = self._lend(layer, items, region, state, parts[k],
+                                  grads, masters, ops, groups, before)
                 try:
-                    self._register(layer, items)
-                except BaseException:
-                    for t, b in zip(targets, before):
-                        t.data.copy_(b)
-                    raise
-            for (_, _, p), t in zip(items, targets):
-                if t is not p:
-                    p.data.copy_(t.data)  # rounded, as copy_ does
-            self._done.add(layer)
-        finally:
-            self._unlend(items)
-            if state is not None:
+                    self._run(layer)
+                    if k + 1 < len(parts):
+                        self._partial[layer] = (k + 1, before)
+                    else:
+                        self._stepped(layer, items, masters)
+                finally:
+                    self._unlend(items, lent)
+            finally:
                 del state
-                self._swap.swap_out(layer)
+                self._swap.swap_out(gid)
+
+    def _step_made(self, layer, items, region, grads, masters, ops, groups):
+        """A layer's first step where torch makes the state (a form
+        _pieces.first_state does not know): lent whole, then registered;
+        a failure to register puts the values back."""
+        lent = self._lend(layer, items, region, None, None, grads, masters,
+                          ops, groups, None)
+        try:
+            old = [c.data.clone() for _, c, _ in lent]
+            self._run(layer)
+            try:
+                self._register(layer, items)
+            except BaseException:
+                for (_, c, _), b in zip(lent, old):
+                    c.data.copy_(b)
+                raise
+            self._stepped(layer, items, masters)
+        finally:
+            self._unlend(items, lent)
+
+    def _run(self, layer):
+        """torch's step of what is lent (the sets' step opened first)."""
+        self._open_step()
+        try:
+            self._lending.step()
+        except BaseException as e:
+            # torch changes a layer's tensors one by one, in place:
+            # this layer is part old, part new, and can be neither
+            # finished nor undone
+            self._done.add(layer)
+            self._broken = (f"torch's step of layer {layer} raised "
+                            f"{type(e).__name__} ({e}) with its "
+                            "values partly changed")
+            raise
 
     def _read(self, layer, what, acquire):
         """acquire(layer): the layer's what from the optimizer set; its
@@ -549,29 +604,24 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                 self._failed(e)
                 raise
 
-    def _lend(self, layer, items, region, state, grads=None, masters=None,
-              ops=None, groups=None):
+    def _lend(self, layer, items, region, state, part, grads, masters,
+              ops, groups, before):
+        """Lend torch what part (of the layer's state, read as state)
+        holds: each parameter whole, or its run of elements as a
+        parameter of its own, with its state there and a copy of its
+        step count before the step (before). state None: a first step
+        where torch makes the state, every parameter whole. Returns
+        [(param, what was lent, whether it holds its first element)]."""
         eng, inner = self._eng, self._inner
         groups = groups or self.param_groups
         inner.state = defaultdict(dict)
         self._lending = lent = _pieces.Lent(inner, groups)
-        stand = []
+        held = {}  # param index -> (first, end, {key: its state piece})
+        for slot, (i, key, a, b) in enumerate(part or ()):
+            held.setdefault(i, (a, b, {}))[2][key] = state[slot]
+        out = []
         for gi, i, p in items:
-            src = (grads[i] if grads is not None else
-                   eng.grad_view(region, layer, i))
-            t = self._proxy.get(p, p)
-            if t is not p:  # the fp32 master, stepped with g in fp32
-                t.data = masters[i]
-            stand.append((gi, i, p, t, src))
             if state is not None:
-                inner.state[t] = dict(self._scalars.get(p, {}))
-        if state is not None:
-            ps = eng.layers[layer]
-            for slot, (i, key) in enumerate(self._keys[layer]):
-                t = self._proxy.get(ps[i], ps[i])
-                if t in inner.state:
-                    inner.state[t][key] = state[slot]
-            for gi, i, p in items:
                 if p not in self._key_order:
                     raise error(errno.EINVAL,
                                 f"nvswap.torch.{type(self).__name__}: "
@@ -580,12 +630,26 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
                                 "its state cannot join the layer's swapped "
                                 "group (every parameter of a layer must "
                                 "get a gradient on the first step)")
-                t = self._proxy.get(p, p)
-                inner.state[t] = {k: inner.state[t][k]
+                if i not in held:
+                    continue  # in another part
+            src = (grads[i] if grads is not None else
+                   eng.grad_view(region, layer, i))
+            t = self._proxy.get(p, p)
+            if t is not p:  # the fp32 master, stepped with g in fp32
+                t.data = masters[i]
+            c, first = t, True
+            if state is not None:
+                a, b, tens = held[i]
+                if a or b != p.numel():
+                    c, first = t.data.view(-1)[a:b], a == 0
+                    src = src.reshape(-1)[a:b]
+                inner.state[c] = {k: tens[k] if k in tens else
+                                  _copy(before[p][k])
                                   for k in self._key_order[p]}
-        for gi, i, p, t, src in stand:
-            lent.add(gi, t, src, self._grad_of(layer, i, t is not p,
+            lent.add(gi, c, src, self._grad_of(layer, i, t is not p,
                                                grads is None, ops))
+            out.append((p, c, first))
+        return out
 
     def _grad_of(self, layer, i, master, clip, ops):
         """How the gradient of parameter i (or a piece of it) is lent: the
@@ -599,18 +663,22 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             return g.float() if master else g
         return grad_of
 
-    def _unlend(self, items):
+    def _unlend(self, items, lent):
+        """Take back what _lend lent: a parameter's step count is the one
+        torch left on the piece holding its first element."""
+        for p, c, first in lent:
+            c.grad = None
+            st = (self._lending.state_of(c)
+                  if first and self._lending is not None else None)
+            if st and p in self._key_order:
+                for k, v in st.items():
+                    if k in self._scalars.get(p, {}):
+                        self._scalars[p][k] = v
         for _, _, p in items:
             t = self._proxy.get(p, p)
             t.grad = None
             if t is not p:
                 t.data = _EMPTY
-            st = (self._lending.state_of(t) if self._lending is not None
-                  else None)
-            if st and p in self._key_order:
-                for k, v in st.items():
-                    if k in self._scalars.get(p, {}):
-                        self._scalars[p][k] = v
         self._lending = None
         self._inner.state = defaultdict(dict)
         self._inner.param_groups = []
@@ -644,23 +712,26 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
             for _, i, p in sorted(items, key=lambda it: it[1])])
 
     def _add_state(self, layer, states):
-        """Layer's state group registered from [(param index, param, its
+        """Layer's state registered from [(param index, param, its
         state)], in index order: the tensors of the parameter's shape go
-        to the group, the rest (the step count) stays in memory."""
-        tensors, keys, scalars = [], [], {}
+        to the state group (or its parts, _parts.py, where it is larger
+        than a pool buffer), the rest (the step count) stays in memory."""
+        values, keys, slots, scalars = {}, [], [], {}
         for i, p, st in states:
             scalars[p] = {}
             for k, v in st.items():
                 if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
                     keys.append((i, k))
-                    tensors.append(v.contiguous())
+                    values[(i, k)] = v.contiguous()
+                    slots.append((i, k, v.numel(), itemsize(v.dtype)))
                 else:
                     scalars[p][k] = v
-        self._swap.add_group(layer, tensors)
+        bs = self._eng.gswap.stats()["buffer_size"]
+        _parts.register(self, layer, keys, values,
+                        _parts.check(self, self._eng, layer, slots, bs))
         for i, p, st in states:
             self._key_order[p] = list(st)
             self._scalars[p] = scalars[p]
-        self._keys[layer] = keys
 
     def zero_grad(self, set_to_none=True):
         """Every gradient reads as zero again: no I/O (nothing at all with
@@ -700,6 +771,11 @@ class OffloadedOptimizer(_spec.Speculating, torch.optim.Optimizer):
         if not self._loading:  # else: the retry of a failed load
             self.settled("load_state_dict()")
         _optstate.load_state_dict(self, state_dict)
+
+    def _began(self):
+        """The step in progress changed something: a layer stepped, or
+        some parts of one (_parts.py)."""
+        return bool(self._done or self._partial)
 
     def _live(self):
         if self._closed:

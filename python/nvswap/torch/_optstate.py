@@ -10,7 +10,8 @@ changes nothing.
 """
 import torch
 
-from ._common import STATE_BASE, read_packed
+from . import _parts
+from ._common import itemsize
 from ._mixed import check_masters, load_masters, master_state, to_state
 
 # the state tensors torch's Adam and AdamW keep per parameter (amsgrad
@@ -28,13 +29,10 @@ def state_dict(opt):
         i += len(group["params"])
         groups.append(packed)
     found = {}
-    for layer, keys in opt._keys.items():
+    for layer in opt._keys:
         ps = eng.layers[layer]
-        tensors = read_packed(
-            eng.gswap, STATE_BASE + (layer << 20),
-            [(opt._state_dtype(ps[pi]), ps[pi].shape) for pi, _ in keys])
-        for (pi, k), t in zip(keys, tensors):
-            found.setdefault(ps[pi], {})[k] = t.clone()  # storage its own
+        for (pi, k), t in _parts.read(opt, layer).items():
+            found.setdefault(ps[pi], {})[k] = t
     state = {}
     for p, tens in found.items():
         st = {}
@@ -149,16 +147,13 @@ def _parse_layer(opt, layer, entries, amsgrad):
 
 def _load_layer(opt, layer, values, keys, scalars, order):
     if layer in opt._keys:
-        tensors = opt._swap.swap_in(layer)
-        try:
-            for slot, key in enumerate(keys):
-                tensors[slot].copy_(values[key])
-        finally:
-            del tensors
-            opt._swap.swap_out(layer)
+        _parts.write(opt, layer, values)
     else:
-        opt._swap.add_group(layer, [values[k] for k in keys])
-        opt._keys[layer] = keys
+        slots = [(i, k, values[(i, k)].numel(),
+                  itemsize(values[(i, k)].dtype)) for i, k in keys]
+        bs = opt._eng.gswap.stats()["buffer_size"]
+        _parts.register(opt, layer, keys, values,
+                        _parts.check(opt, opt._eng, layer, slots, bs))
     opt._scalars.update(scalars)
     opt._key_order.update(order)
 

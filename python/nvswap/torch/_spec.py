@@ -179,6 +179,7 @@ class Speculation:
             self.ns += time.perf_counter_ns() - t0
         opt._scalars = self.scalars
         opt._done, opt._failure, opt._open = set(), None, False
+        opt._partial = {}
         opt._broken = None
 
 
@@ -204,7 +205,7 @@ class Speculating:
         eng = self._eng
         return (self.speculate and not self._closed and
                 GRAPH_TASK is not None and not self._in_closure and
-                self._pending is None and not self._done and
+                self._pending is None and not self._began() and
                 not (self._failure or self._retry or self._broken or
                      self._loading or self._open) and
                 eng.device is None and self._last_clean and
@@ -287,7 +288,7 @@ class Speculating:
             self._spec = None
             self._eng.step_end()
             self._open = False
-            self._done, self._failure = set(), None
+            self._done, self._partial, self._failure = set(), {}, None
             return True
         self._spec_undo(verdict=True)
         return False
