@@ -32,10 +32,10 @@ same model picks it up again. See docs/torch.md.
 The logic lives in the modules beside this file: _offload (offload,
 restore, the hooks), _pools (the two Swappers from a config), _plan (the
 layer plan, meta-device materialization), _engine (acquire, release,
-forward and backward), _optim (the optimizers; _pieces: a layer's step as
-lent to torch, large parameters in pieces; _parts: a layer's state in
-several groups where it is larger than a pool buffer), _durable
-(checkpoints),
+forward and backward), _optim (the optimizers; _layerstep: one layer's
+step; _pieces: what it lends torch, large parameters in pieces; _parts:
+a layer's state in several groups where it is larger than a pool
+buffer), _durable (checkpoints),
 _statedict, _api, _clip (gradient clipping), _mixed (bf16 with fp32
 masters), _optstate (the optimizers' state dicts); pretrained weights in
 _weights (the readers), _wfile (each file held open, checked unchanged),
