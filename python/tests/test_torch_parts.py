@@ -20,7 +20,9 @@ import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _parts, _pieces  # noqa: E402
 from nvswap.torch._common import GRAPH_TASK  # noqa: E402
 
-from torchhelp import GPT, MasterAdamW, batches, same  # noqa: E402
+from torchhelp import (ADAM_KINDS, GPT, STEP_MODES, MasterAdamW,  # noqa
+                       batches, equal_steps, lm_loss, same,
+                       trained_in_mode)
 
 # the largest layer (in_proj: 3168 elements) has a 12.7 KB gradient
 # region: the optimizer buffer holds it, not its 25 KB of AdamW state
@@ -33,28 +35,24 @@ def small(monkeypatch):
     monkeypatch.setattr(_pieces, "CHUNK", 640)
 
 
-def _loss(model, tok):
-    return torch.nn.functional.cross_entropy(
-        model(tok[:, :-1]).flatten(0, 1), tok[:, 1:].flatten())
-
-
-def _train(model, opt, data, clip):
-    out = []
-    for tok in data:
-        loss = _loss(model, tok)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad()
-        out.append((loss.item(), norm.item()))
-    return out
+_POOLS = dict(buffer_size="64K", buffer_count=4,
+              optimizer_buffer_size=OPT_BUF, optimizer_buffer_count=4)
 
 
 def _offload(model, swapdir, **kw):
-    kw = dict(dict(buffer_size="64K", buffer_count=4,
-                   optimizer_buffer_size=OPT_BUF, optimizer_buffer_count=4),
-              **kw)
-    nvt.offload(model, nvme_path=swapdir, **kw)
+    nvt.offload(model, nvme_path=swapdir, **dict(_POOLS, **kw))
+
+
+def _pair(swapdir, **okw):
+    """A 2-layer GPT with torch's AdamW and a copy offloaded with
+    nvswap.torch's (okw: its step mode)."""
+    torch.manual_seed(0)
+    ref = GPT(layers=2)
+    off = copy.deepcopy(ref)
+    _offload(off, swapdir)
+    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1, **okw)
+    return ref, off, ro, oo
 
 
 def _check_parts(opt):
@@ -80,43 +78,12 @@ def _check_parts(opt):
     assert inside, "no parameter was cut inside"
 
 
-MODES = {
-    "deferred": dict(speculate=False),
-    "in step()": dict(defer=False),
-    "speculated": dict(),
-    "step_in_backward": dict(step_in_backward=True),
-}
-
-
-@pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("kind,kw", [
-    ("AdamW", dict(weight_decay=0.1)),
-    ("Adam", dict(amsgrad=True, weight_decay=0.01)),
-])
+@pytest.mark.parametrize("mode", sorted(STEP_MODES))
+@pytest.mark.parametrize("kind,kw", ADAM_KINDS)
 def test_a_step_in_parts_equals_the_whole_layer_s(swapdir, small, mode,
                                                   kind, kw):
-    torch.manual_seed(0)
-    ref = GPT(layers=2)
-    off = copy.deepcopy(ref)
-    _offload(off, swapdir)
-    ro = getattr(torch.optim, kind)(ref.parameters(), lr=1e-2, **kw)
-    oo = getattr(nvt, kind)(off.parameters(), lr=1e-2, **kw, **MODES[mode])
-    data = batches(4)
-    if mode == "step_in_backward":  # (it refuses clipping)
-        for tok in data:
-            _loss(ref, tok).backward()
-            ro.step()
-            ro.zero_grad()
-            _loss(off, tok).backward()
-            oo.step()
-            oo.zero_grad()
-    else:
-        assert _train(ref, ro, data, 1e3) == _train(off, oo, data, 1e3)
-    same(ro.state_dict(), oo.state_dict())  # step counts included
-    same(ref.state_dict(), off.state_dict())
-    if mode == "speculated" and GRAPH_TASK is not None:
-        assert nvt.stats(off)["speculated_steps"] >= 2
-        assert nvt.stats(off)["redone_steps"] == 0
+    off, oo = trained_in_mode(kind, kw, mode, nvme_path=swapdir,
+                              **_POOLS)
     _check_parts(oo)
     if kind == "Adam":  # three state tensors: more parts than two
         assert max(len(p) for p in oo._parts.values()) >= 3
@@ -124,14 +91,9 @@ def test_a_step_in_parts_equals_the_whole_layer_s(swapdir, small, mode,
 
 
 def test_parts_with_clipping_that_fires_and_a_redone_guess(swapdir, small):
-    torch.manual_seed(0)
-    ref = GPT(layers=2)
-    off = copy.deepcopy(ref)
-    _offload(off, swapdir)
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1)
+    ref, off, ro, oo = _pair(swapdir)
     for tok, clip in zip(batches(5), [1e3, 1e3, 1e-3, 1e3, 1e3]):
-        assert _train(ref, ro, [tok], clip) == _train(off, oo, [tok], clip)
+        equal_steps(ref, ro, off, oo, [tok], clip)
     if GRAPH_TASK is not None:  # torch 1.x never guesses
         assert nvt.stats(off)["redone_steps"] >= 1
     same(ro.state_dict(), oo.state_dict())
@@ -152,7 +114,7 @@ def test_parts_with_bf16_weights_and_fp32_masters(swapdir, small):
     oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1,
                    speculate=False)
     data = batches(3)
-    assert _train(ref, ro, data, 1e-3) == _train(off, oo, data, 1e-3)
+    equal_steps(ref, ro, off, oo, data, 1e-3)
     same(ref.state_dict(), off.state_dict())
     _check_parts(oo)
     nvt.restore(off)
@@ -162,14 +124,9 @@ def test_state_dict_and_load_state_dict_in_parts(swapdir, small):
     """state_dict() puts a layer's parts together; load_state_dict()
     before any step registers the loaded state in parts, after one
     writes into them; training on is the same bit for bit."""
-    torch.manual_seed(0)
-    ref = GPT(layers=2)
-    off = copy.deepcopy(ref)
-    _offload(off, swapdir)
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1)
+    ref, off, ro, oo = _pair(swapdir)
     data = batches(4)
-    assert _train(ref, ro, data[:2], 1.0) == _train(off, oo, data[:2], 1.0)
+    equal_steps(ref, ro, off, oo, data[:2], 1.0)
     saved = ro.state_dict()
     same(saved, oo.state_dict())
     _check_parts(oo)
@@ -183,7 +140,7 @@ def test_state_dict_and_load_state_dict_in_parts(swapdir, small):
     oo2.load_state_dict(copy.deepcopy(saved))
     _check_parts(oo2)
     same(saved, oo2.state_dict())
-    assert _train(ref, ro, data[2:], 1.0) == _train(off2, oo2, data[2:], 1.0)
+    equal_steps(ref, ro, off2, oo2, data[2:], 1.0)
     same(ro.state_dict(), oo2.state_dict())
     same(ref.state_dict(), off2.state_dict())
     nvt.restore(off)
@@ -203,7 +160,7 @@ def test_a_persistent_set_resumes_its_parts_as_saved(swapdir, small):
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1)
     data = batches(4)
-    assert _train(ref, ro, data[:2], 1.0) == _train(off, oo, data[:2], 1.0)
+    equal_steps(ref, ro, off, oo, data[:2], 1.0)
     parts = copy.deepcopy(oo._parts)
     assert max(_parts.part_bytes(p, {0: 4, 1: 4}) for p in parts[1]) == \
         20 << 10  # in_proj's first part fills a buffer
@@ -224,7 +181,7 @@ def test_a_persistent_set_resumes_its_parts_as_saved(swapdir, small):
     ob = nvt.AdamW(back.parameters(), lr=1e-2, weight_decay=0.1)
     assert ob._parts == parts
     same(ro.state_dict(), ob.state_dict())
-    assert _train(ref, ro, data[2:], 1.0) == _train(back, ob, data[2:], 1.0)
+    equal_steps(ref, ro, back, ob, data[2:], 1.0)
     same(ro.state_dict(), ob.state_dict())
     same(ref.state_dict(), back.state_dict())
     nvt.restore(back)
@@ -252,26 +209,20 @@ class _Failing:
 @pytest.mark.parametrize("mode", ["in step()", "deferred"])
 def test_a_failure_between_parts_is_retried_from_the_part_it_stopped_at(
         swapdir, small, mode):
-    torch.manual_seed(0)
-    ref = GPT(layers=2)
-    off = copy.deepcopy(ref)
-    _offload(off, swapdir)
-    ro = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
-    oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1,
-                   **MODES[mode])
+    ref, off, ro, oo = _pair(swapdir, **STEP_MODES[mode])
     data = batches(3)
-    assert _train(ref, ro, data[:1], 1.0) == _train(off, oo, data[:1], 1.0)
+    equal_steps(ref, ro, off, oo, data[:1], 1.0)
     nvt.wait(off)  # (the deferred step: its state registered)
     layer = next(la for la, p in oo._parts.items() if len(p) >= 2)
     gid = _parts.group(layer, 1)
     oo._swap = spy = _Failing(oo._swap, gid)
     tok = data[1]
-    rl = _loss(ref, tok)
+    rl = lm_loss(ref, tok)
     rl.backward()
     rn = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
     ro.step()
     ro.zero_grad()
-    ol = _loss(off, tok)
+    ol = lm_loss(off, tok)
     ol.backward()
     on = torch.nn.utils.clip_grad_norm_(off.parameters(), 1.0)
     assert (rl.item(), rn.item()) == (ol.item(), on.item())
@@ -296,7 +247,7 @@ def test_a_failure_between_parts_is_retried_from_the_part_it_stopped_at(
     oo.zero_grad()
     same(ro.state_dict(), oo.state_dict())
     same(ref.state_dict(), off.state_dict())
-    assert _train(ref, ro, data[2:], 1.0) == _train(off, oo, data[2:], 1.0)
+    equal_steps(ref, ro, off, oo, data[2:], 1.0)
     same(ref.state_dict(), off.state_dict())
     oo._swap = spy._swap
     nvt.restore(off)

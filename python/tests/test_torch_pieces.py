@@ -18,7 +18,8 @@ import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _pieces  # noqa: E402
 from nvswap.torch._common import GRAPH_TASK  # noqa: E402
 
-from torchhelp import GPT, MasterAdamW, batches, same  # noqa: E402
+from torchhelp import (ADAM_KINDS, GPT, STEP_MODES, MasterAdamW,  # noqa
+                       batches, equal_steps, same, trained_in_mode)
 
 PIECE = 640  # a multiple of every vector width; 2048 = 3 x 640 + 128
 
@@ -50,23 +51,6 @@ def pieces(monkeypatch):
     return lent
 
 
-def _loss(model, tok):
-    return torch.nn.functional.cross_entropy(
-        model(tok[:, :-1]).flatten(0, 1), tok[:, 1:].flatten())
-
-
-def _train(model, opt, data, clip):
-    out = []
-    for tok in data:
-        loss = _loss(model, tok)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad()
-        out.append((loss.item(), norm.item()))
-    return out
-
-
 def _check_pieces(lent):
     cut = [(n, sizes) for n, sizes in lent if len(sizes) > 1]
     assert cut, "no parameter was stepped in pieces"
@@ -77,47 +61,12 @@ def _check_pieces(lent):
     assert (2048, [640, 640, 640, 128]) in cut
 
 
-MODES = {
-    "deferred": dict(speculate=False),
-    "in step()": dict(defer=False),
-    "speculated": dict(),
-    "step_in_backward": dict(step_in_backward=True),
-}
-
-
-@pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("kind,kw", [
-    ("AdamW", dict(weight_decay=0.1)),
-    ("Adam", dict(amsgrad=True, weight_decay=0.01)),
-])
+@pytest.mark.parametrize("mode", sorted(STEP_MODES))
+@pytest.mark.parametrize("kind,kw", ADAM_KINDS)
 def test_pieces_step_equals_the_whole_parameter_s(swapdir, pieces, mode,
                                                   kind, kw):
-    torch.manual_seed(0)
-    ref = GPT(layers=2)
-    off = copy.deepcopy(ref)
-    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
-    ro = getattr(torch.optim, kind)(ref.parameters(), lr=1e-2, **kw)
-    oo = getattr(nvt, kind)(off.parameters(), lr=1e-2, **kw, **MODES[mode])
-    data = batches(4)
-    # step_in_backward refuses clipping; the others: a clip that never
-    # fires (so that the speculated steps are kept)
-    if mode == "step_in_backward":
-        for tok in data:
-            _loss(ref, tok).backward()
-            ro.step()
-            ro.zero_grad()
-            _loss(off, tok).backward()
-            oo.step()
-            oo.zero_grad()
-    else:
-        assert _train(ref, ro, data, 1e3) == _train(off, oo, data, 1e3)
-    same(ro.state_dict(), oo.state_dict())  # step counts included
-    same(ref.state_dict(), off.state_dict())
-    if mode == "speculated" and GRAPH_TASK is not None:
-        # (torch 1.x: never speculated, every step deferred; see
-        # test_torch_spec.py)
-        assert nvt.stats(off)["speculated_steps"] >= 2
-        assert nvt.stats(off)["redone_steps"] == 0
+    off, _ = trained_in_mode(kind, kw, mode, nvme_path=swapdir,
+                             buffer_size="64K", buffer_count=4)
     _check_pieces(pieces)
     nvt.restore(off)
 
@@ -130,12 +79,8 @@ def test_pieces_with_clipping_that_fires_and_a_redone_guess(swapdir,
     nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
     ro = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1)
-    data = batches(5)
-    out = []
-    for tok, clip in zip(data, [1e3, 1e3, 1e-3, 1e3, 1e3]):
-        out.append((_train(ref, ro, [tok], clip), _train(off, oo, [tok],
-                                                         clip)))
-    assert all(a == b for a, b in out)
+    for tok, clip in zip(batches(5), [1e3, 1e3, 1e-3, 1e3, 1e3]):
+        equal_steps(ref, ro, off, oo, [tok], clip)
     if GRAPH_TASK is not None:  # torch 1.x never guesses
         assert nvt.stats(off)["redone_steps"] >= 1  # the guess at step 2
     same(ro.state_dict(), oo.state_dict())
@@ -156,7 +101,7 @@ def test_pieces_with_bf16_weights_and_fp32_masters(swapdir, pieces):
     oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1,
                    speculate=False)
     data = batches(3)
-    assert _train(ref, ro, data, 1e-3) == _train(off, oo, data, 1e-3)
+    equal_steps(ref, ro, off, oo, data, 1e-3)
     same(ref.state_dict(), off.state_dict())
     _check_pieces(pieces)
     nvt.restore(off)
@@ -176,13 +121,13 @@ def test_the_first_step_is_lent_in_pieces_with_torch_s_initial_state(
     rs = torch.optim.lr_scheduler.StepLR(ro, 1, gamma=0.5)
     os_ = torch.optim.lr_scheduler.StepLR(oo, 1, gamma=0.5)
     data = batches(3)
-    assert _train(ref, ro, data[:1], 1e3) == _train(off, oo, data[:1], 1e3)
+    equal_steps(ref, ro, off, oo, data[:1], 1e3)
     _check_pieces(pieces)  # the first step's
     same(ro.state_dict(), oo.state_dict())
     rs.step()
     os_.step()
     del pieces[:]
-    assert _train(ref, ro, data[1:], 1e3) == _train(off, oo, data[1:], 1e3)
+    equal_steps(ref, ro, off, oo, data[1:], 1e3)
     _check_pieces(pieces)
     same(ro.state_dict(), oo.state_dict())
     same(ref.state_dict(), off.state_dict())
@@ -203,7 +148,7 @@ def test_a_state_form_first_state_does_not_know_is_left_to_torch(
     oo = nvt.AdamW(off.parameters(), lr=1e-2, weight_decay=0.1,
                    defer=False)
     data = batches(3)
-    assert _train(ref, ro, data, 1e-3) == _train(off, oo, data, 1e-3)
+    equal_steps(ref, ro, off, oo, data, 1e-3)
     same(ro.state_dict(), oo.state_dict())
     same(ref.state_dict(), off.state_dict())
     nvt.restore(off)

@@ -3,6 +3,8 @@
 decoder of torch.nn layers, token batches, a training loop, state dicts
 compared bit for bit, the mixed-precision reference optimizer, and
 transformers where it is installed."""
+import copy
+
 import pytest
 import torch
 
@@ -112,6 +114,81 @@ def trained_pair(ref, off, opt_cls, data, **offload):
     assert train(ref, ro, data) == train(off, oo, data)
     same(ref.state_dict(), off.state_dict())
     return ro, oo
+
+
+# nvswap.torch's optimizer step modes (docs/optimizer.md), as arguments
+STEP_MODES = {
+    "deferred": dict(speculate=False),
+    "in step()": dict(defer=False),
+    "speculated": dict(),
+    "step_in_backward": dict(step_in_backward=True),
+}
+
+
+def clipped_steps(model, opt, data, clip):
+    """A step per batch of data, clip_grad_norm_(clip) before each:
+    [(loss, total norm)]."""
+    out = []
+    for tok in data:
+        loss = lm_loss(model, tok)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+        out.append((loss.item(), norm.item()))
+    return out
+
+
+def equal_steps(ref, ro, off, oo, data, clip):
+    """clipped_steps() of ref with ro and of off with oo: equal."""
+    got = clipped_steps(ref, ro, data, clip)
+    assert got == clipped_steps(off, oo, data, clip)
+    return got
+
+
+def steps_in_mode(ref, ro, off, oo, data, mode):
+    """ref with torch's ro and off with nvswap.torch's oo (made with
+    STEP_MODES[mode]) a step per batch: with a clip that never fires
+    (1e3; the losses and norms must be equal), or, for
+    step_in_backward, which refuses clipping, without."""
+    if mode != "step_in_backward":
+        equal_steps(ref, ro, off, oo, data, 1e3)
+        return
+    for tok in data:
+        for model, opt in ((ref, ro), (off, oo)):
+            lm_loss(model, tok).backward()
+            opt.step()
+            opt.zero_grad()
+
+
+# torch's Adam and AdamW with the options the step-mode tests run
+ADAM_KINDS = [("AdamW", dict(weight_decay=0.1)),
+              ("Adam", dict(amsgrad=True, weight_decay=0.01))]
+
+
+def trained_in_mode(kind, kw, mode, **offload):
+    """A 2-layer GPT and a copy offloaded (offload: the keywords), both
+    trained 4 steps (steps_in_mode) with torch's and nvswap.torch's kind
+    (kw; mode: a key of STEP_MODES); every weight and every state
+    (step counts included) must be equal bit for bit, and the
+    speculated steps kept. Returns (off, its optimizer)."""
+    import nvswap.torch as nvt
+    from nvswap.torch._common import GRAPH_TASK
+    torch.manual_seed(0)
+    ref = GPT(layers=2)
+    off = copy.deepcopy(ref)
+    nvt.offload(off, **offload)
+    ro = getattr(torch.optim, kind)(ref.parameters(), lr=1e-2, **kw)
+    oo = getattr(nvt, kind)(off.parameters(), lr=1e-2, **kw,
+                            **STEP_MODES[mode])
+    steps_in_mode(ref, ro, off, oo, batches(4), mode)
+    same(ro.state_dict(), oo.state_dict())
+    same(ref.state_dict(), off.state_dict())
+    if mode == "speculated" and GRAPH_TASK is not None:
+        # (torch 1.x never speculates: test_torch_spec.py)
+        assert nvt.stats(off)["speculated_steps"] >= 2
+        assert nvt.stats(off)["redone_steps"] == 0
+    return off, oo
 
 
 def clip_train(model, opt, data, clip, accumulate=1, **kw):
