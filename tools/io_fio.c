@@ -449,6 +449,22 @@ static void measure_hook_overhead(const struct args *a, enum nvs_backend eng,
 	hook.overhead_s = best;
 }
 
+/* A fio run that has a rate, else exit saying why. fio times a job in
+ * whole milliseconds: a run shorter than one moved its bytes with no
+ * time to divide by (a small --io-size on a fast disk or a write cache),
+ * which is no failure of fio's. */
+static void fio_timed(struct fio_res f, const char *buffers)
+{
+	if (!f.ok)
+		tool_die(1, "fio with %s buffers failed", buffers);
+	if (f.gbs <= 0)
+		tool_die(1,
+			 "fio with %s buffers took under 1 ms, its timer's "
+			 "resolution: give a larger --io-size (or --loops) to "
+			 "compare",
+			 buffers);
+}
+
 static bool have_fio(void)
 {
 	return system("fio --version >/dev/null 2>&1") == 0;
@@ -523,14 +539,11 @@ int io_compare_fio(const struct args *a)
 		free(r.lat);
 		if (huge) {
 			f1 = run_fio(a, eng, path, true, per_job);
-			if (!f1.ok || f1.gbs <= 0)
-				tool_die(1,
-					 "fio with huge-page buffers failed");
+			fio_timed(f1, "huge-page");
 		}
 		if (!huge || !a->fio_huge_only) {
 			f2 = run_fio(a, eng, path, false, per_job);
-			if (!f2.ok || f2.gbs <= 0)
-				tool_die(1, "fio with default buffers failed");
+			fio_timed(f2, "default");
 		}
 		fd[i] = f2.gbs;
 		if (!huge)
