@@ -49,11 +49,11 @@ class Grads:
             opt = self.optimizer
             # (one that stepped nothing, failing at its first layer, owes
             # no step())
-            opt._unconsumed = opt._began()
+            opt._unconsumed = bool(opt._began())
             if opt._began() and (abandoned or err is not None) and \
                     not opt._broken:
                 opt._broken = (f"the backward that stepped layers "
-                               f"{sorted(opt._done)} raised before the "
+                               f"{opt._began()} raised before the "
                                "others were stepped, and their gradients "
                                "are gone")
             elif opt._began() and not opt._broken:

@@ -13,7 +13,6 @@ import torch
 import nvswap
 
 from . import _parts, _pieces
-from ._common import itemsize
 from ._engine import error
 
 _EMPTY = torch.empty(0)  # what a stand-in holds between steps
@@ -270,19 +269,16 @@ class LayerStep:
         state)], in index order: the tensors of the parameter's shape go
         to the state group (or its parts, _parts.py, where it is larger
         than a pool buffer), the rest (the step count) stays in memory."""
-        values, keys, slots, scalars = {}, [], [], {}
+        values, keys, scalars = {}, [], {}
         for i, p, st in states:
             scalars[p] = {}
             for k, v in st.items():
                 if torch.is_tensor(v) and k != "step" and v.shape == p.shape:
                     keys.append((i, k))
                     values[(i, k)] = v.contiguous()
-                    slots.append((i, k, v.numel(), itemsize(v.dtype)))
                 else:
                     scalars[p][k] = v
-        bs = self._eng.gswap.stats()["buffer_size"]
-        _parts.register(self, layer, keys, values,
-                        _parts.check(self, self._eng, layer, slots, bs))
+        _parts.add(self, layer, keys, values)
         for i, p, st in states:
             self._key_order[p] = list(st)
             self._scalars[p] = scalars[p]

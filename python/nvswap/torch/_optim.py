@@ -435,7 +435,7 @@ class OffloadedOptimizer(_spec.Speculating, _layerstep.LayerStep,
                         "holds part of the state loaded; call "
                         "load_state_dict() again")
         eng = self._eng
-        done = sorted(set(self._done) | set(self._partial))
+        done = self._began()
         if self._broken:
             how = (f"it cannot be finished: {self._broken}; the sets keep "
                    "their last checkpoint: exit this process and offload "
@@ -510,9 +510,9 @@ class OffloadedOptimizer(_spec.Speculating, _layerstep.LayerStep,
         _optstate.load_state_dict(self, state_dict)
 
     def _began(self):
-        """The step in progress changed something: a layer stepped, or
-        some parts of one (_parts.py)."""
-        return bool(self._done or self._partial)
+        """The layers the step in progress changed, sorted: stepped, or
+        some parts of them (_parts.py); empty when none."""
+        return sorted(set(self._done) | set(self._partial))
 
     def _live(self):
         if self._closed:

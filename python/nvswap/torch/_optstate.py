@@ -11,7 +11,6 @@ changes nothing.
 import torch
 
 from . import _parts
-from ._common import itemsize
 from ._mixed import check_masters, load_masters, master_state, to_state
 
 # the state tensors torch's Adam and AdamW keep per parameter (amsgrad
@@ -149,11 +148,7 @@ def _load_layer(opt, layer, values, keys, scalars, order):
     if layer in opt._keys:
         _parts.write(opt, layer, values)
     else:
-        slots = [(i, k, values[(i, k)].numel(),
-                  itemsize(values[(i, k)].dtype)) for i, k in keys]
-        bs = opt._eng.gswap.stats()["buffer_size"]
-        _parts.register(opt, layer, keys, values,
-                        _parts.check(opt, opt._eng, layer, slots, bs))
+        _parts.add(opt, layer, keys, values)
     opt._scalars.update(scalars)
     opt._key_order.update(order)
 

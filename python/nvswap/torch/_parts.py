@@ -159,6 +159,18 @@ def register(opt, layer, keys, values, parts):
         opt._parts.pop(layer, None)
 
 
+def add(opt, layer, keys, values):
+    """Register layer's state, not registered yet: values {(param index,
+    key): tensor of the parameter's shape}, keys their order; in parts
+    where it is larger than an optimizer pool buffer (EFBIG, nothing
+    registered, where it cannot be cut: check())."""
+    slots = [(i, k, values[(i, k)].numel(), itemsize(values[(i, k)].dtype))
+             for i, k in keys]
+    bs = opt._eng.gswap.stats()["buffer_size"]
+    register(opt, layer, keys, values,
+             check(opt, opt._eng, layer, slots, bs))
+
+
 def read(opt, layer):
     """{(param index, key): a copy of that state tensor} of layer, read
     with Swapper.read (no pool buffer, nothing written)."""
