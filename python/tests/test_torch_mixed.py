@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap.torch as nvt  # noqa: E402
-from torchhelp import GPT, MasterAdamW, batches, clip_train, same  # noqa: E402,E501
+from torchhelp import (GPT, MasterAdamW, batches, clip_train,  # noqa: E402
+                       same, same_optimizer)
 
 BF16 = torch.bfloat16
 
@@ -33,15 +34,6 @@ def pair(swapdir, tie=True, rank=0, **kw):
     ro = MasterAdamW(ref.parameters(), src.parameters(), lr=1e-2)
     oo = nvt.AdamW(off.parameters(), lr=1e-2, **kw)
     return ref, off, ro, oo
-
-
-def same_optimizer(ro, oo):
-    rs, os_ = ro.state_dict(), oo.state_dict()
-    assert rs["param_groups"] == os_["param_groups"]
-    same(rs["state"], os_["state"])
-    for i, m in enumerate(ro.masters):
-        assert os_["master"][i].dtype == torch.float32
-        assert torch.equal(m.detach(), os_["master"][i]), i
 
 
 @pytest.mark.parametrize("tie", [False, True])
@@ -166,6 +158,8 @@ def test_masters_that_do_not_fit_an_optimizer_buffer_are_named(swapdir):
         nvt.offload(model, nvme_path=swapdir, buffer_size="64K",
                     dtype=BF16, optimizer_buffer_size="4K")
     assert "fp32 master weights of layer" in str(ei.value)
+    assert "need a part of 4096 elements, more than an optimizer pool " \
+        "buffer (4096 bytes)" in str(ei.value)
     assert "optimizer_buffer_size" in str(ei.value)
     assert all(p.dtype == torch.float32 and not p.is_meta
                for p in model.parameters())  # given back as they were

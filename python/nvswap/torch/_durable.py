@@ -125,6 +125,9 @@ def _record(eng, seq, tag):
         "layers": [list(n) for n in eng.names],
         "dtype": None if eng.dtype is None else str(eng.dtype),
         "written": {str(k): sorted(v) for k, v in eng.written.items()},
+        # the layers whose fp32 masters are in parts, as laid out
+        "master_parts": ({} if eng.masters is None else
+                         eng.masters.encode()),
         "optimizer": None,
     }
     if opt is not None and not opt._closed:
@@ -175,12 +178,12 @@ def read_record(swapper, which="optimizer"):
                     f"no readable checkpoint record ({e})") from None
     parts = []
     for k in range(count):
-        mv = swapper.acquire(META_BASE + k, memoryview=True)
-        try:
-            parts.append(bytes(mv))
-        finally:
-            swapper.release(META_BASE + k, False)
-            swapper.evict(META_BASE + k)
+        # copied out without a pool buffer: a resume with smaller buffers
+        # than the set was saved with reads its record (and says what
+        # no longer fits)
+        buf = bytearray(swapper.info(META_BASE + k)["nbytes"])
+        swapper.read(META_BASE + k, buf)
+        parts.append(bytes(buf))
     rec = json.loads(b"".join(parts)[:total])
     if rec.get("version") != VERSION:
         raise error(errno.ENOTSUP, "nvswap.torch: a checkpoint record of "

@@ -258,16 +258,9 @@ class Engine(Passes, Grads):
         it at the next step."""
         if self.masters is None or layer not in self.masters.index:
             return
-        got = self.masters.swap_in(layer)
-        try:
-            with torch.no_grad():
-                for i, m in got.items():
-                    src = (given or {}).get(i)
-                    m.copy_(self.layers[layer][i].data if src is None
-                            else src)
-        finally:
-            del got
-            self.masters.swap_out(layer)
+        ps, given = self.layers[layer], given or {}
+        self.masters.update(layer, lambda i: ps[i].data
+                            if given.get(i) is None else given[i])
 
     def _set_live(self, layer, tensors):
         for p, t in zip(self.layers[layer], tensors):

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 """One layer's optimizer step (a mixin of OffloadedOptimizer, _optim.py):
-the layer's parameters, gradient region and fp32 masters acquired, its
-Adam state read part by part (_parts.py; most layers are one part), each
-part lent to the private torch optimizer (_pieces.Lent) and stepped,
-the state written back; a layer's first step registers its state
-first."""
+the layer's parameters and gradient region acquired, its Adam state read
+part by part (_parts.py; most layers are one part) with the part of its
+fp32 masters that part lies in (_MasterParts; most layers' are one
+part), each part lent to the private torch optimizer (_pieces.Lent) and
+stepped, the masters rounded into the layer, the state written back; a
+layer's first step registers its state first."""
 import errno
 from collections import defaultdict
 
@@ -22,6 +23,57 @@ def _copy(v):
     """A scalar state's value of its own (torch adds to a step count in
     place)."""
     return v.clone() if torch.is_tensor(v) else v
+
+
+class _MasterParts:
+    """The fp32 masters of the layer being stepped, one part of them
+    held at a time (_mixed.Masters; most layers' are one part): a part
+    is read when the step first needs it and written back when the step
+    moves past it (close() for the last)."""
+
+    def __init__(self, opt, layer):
+        self.opt, self.layer = opt, layer
+        self.masters = opt._eng.masters
+        self.k, self.held = None, {}
+
+    def piece(self, i, a, b, held=False):
+        """(tensor, lo, hi): the master of parameter i over elements
+        [lo, hi) from a pool buffer, holding [a, b); the parameter's
+        shape where that is all of it. held: pieces of the part held now
+        are lent (it cannot be given back)."""
+        k = self.masters.part_of(self.layer, i, a)
+        if k != self.k:
+            if held and self.k is not None:
+                raise error(errno.EINVAL,
+                            "nvswap.torch: a part of the optimizer state "
+                            f"of layer {self.layer} spans two parts of its"
+                            " fp32 masters")
+            self.close()
+            self.held = self.opt._read(
+                self.layer, "fp32 masters",
+                lambda layer: self.masters.swap_in(layer, k))
+            self.k = k
+        lo, hi, t = self.held[i]
+        if b > hi:
+            raise error(errno.EINVAL,
+                        "nvswap.torch: a part of the optimizer state of "
+                        f"layer {self.layer} spans two parts of its fp32 "
+                        "masters")
+        return t, lo, hi
+
+    def ready(self, part):
+        """Hold the masters' part that state part (of the layer's Adam
+        state) is stepped with, before the state is read (and the next
+        part read ahead into a free buffer)."""
+        for i, _, a, b in part:
+            if i in self.masters.index.get(self.layer, ()):
+                self.piece(i, a, b)
+                return
+
+    def close(self):
+        if self.k is not None:
+            k, self.k, self.held = self.k, None, {}
+            self.masters.swap_out(self.layer, k)
 
 
 class LayerStep:
@@ -42,10 +94,9 @@ class LayerStep:
             region = (self._read(layer, "gradient region",
                                  eng.grads.acquire)
                       if grads is None else None)
+            masters = (_MasterParts(self, layer)
+                       if eng.masters is not None else None)
             try:
-                masters = (self._read(layer, "fp32 masters",
-                                      eng.masters.swap_in)
-                           if eng.masters is not None else None)
                 try:
                     self._step_lent(layer, items, region, grads, masters,
                                     ops, groups)
@@ -53,8 +104,7 @@ class LayerStep:
                     changed = (layer in self._done or
                                layer in self._partial)
                     if masters is not None:
-                        del masters
-                        eng.masters.swap_out(layer)
+                        masters.close()
             finally:
                 if region is not None:
                     del region
@@ -65,21 +115,43 @@ class LayerStep:
     def _step_lent(self, layer, items, region, grads, masters, ops, groups):
         if layer not in self._keys and \
                 not self._register_zeros(layer, items, groups):
+            if masters is not None and \
+                    self._eng.masters.runs(layer) is not None:
+                raise error(errno.EFBIG,
+                            f"nvswap.torch.{type(self).__name__}: this "
+                            "optimizer's first step makes a state "
+                            "nvswap.torch lends torch whole, and the fp32 "
+                            f"masters of layer {layer} "
+                            f"({', '.join(self._eng.names[layer])}) are "
+                            "in parts, larger than an optimizer pool "
+                            "buffer: raise offload_optimizer.buffer_size "
+                            "(optimizer_buffer_size=)")
             self._step_made(layer, items, region, grads, masters, ops,
                             groups)
         else:
             self._step_parts(layer, items, region, grads, masters, ops,
                              groups)
 
-    def _stepped(self, layer, items, masters):
+    def _stepped(self, layer):
         """Torch's arithmetic ran over the whole layer: it is stepped
-        (whatever the write-backs after raise), a bf16 layer given its
-        fp32 masters rounded."""
-        for _, i, p in items:
-            if p in self._proxy:
-                p.data.copy_(masters[i])  # rounded, as copy_ does
+        (whatever the write-backs after raise)."""
         self._done.add(layer)
         self._partial.pop(layer, None)
+
+    def _round(self, layer, lent):
+        """What torch stepped of fp32 masters, rounded into the bf16
+        layer (as copy_ rounds); interrupted, the layer is part old,
+        part new, as when torch's step is (_run)."""
+        try:
+            for p, c, _, a, b in lent:
+                if p in self._proxy:
+                    p.data.view(-1)[a:b].copy_(c.reshape(-1))
+        except BaseException as e:
+            self._done.add(layer)
+            self._broken = (f"rounding the fp32 masters of layer {layer} "
+                            f"into it raised {type(e).__name__} ({e}) "
+                            "with its values partly changed")
+            raise
 
     def _step_parts(self, layer, items, region, grads, masters, ops,
                     groups):
@@ -95,6 +167,8 @@ class LayerStep:
                       for _, _, p in items}
         for k in range(start, len(parts)):
             gid = _parts.group(layer, k)
+            if masters is not None:
+                masters.ready(parts[k])
             state = self._read(layer, "optimizer state",
                                lambda _, g=gid: self._swap.swap_in(g))
             if k + 1 < len(parts):
@@ -104,10 +178,11 @@ class LayerStep:
                                   grads, masters, ops, groups, before)
                 try:
                     self._run(layer)
+                    self._round(layer, lent)
                     if k + 1 < len(parts):
                         self._partial[layer] = (k + 1, before)
                     else:
-                        self._stepped(layer, items, masters)
+                        self._stepped(layer)
                 finally:
                     self._unlend(items, lent)
             finally:
@@ -121,15 +196,16 @@ class LayerStep:
         lent = self._lend(layer, items, region, None, None, grads, masters,
                           ops, groups, None)
         try:
-            old = [c.data.clone() for _, c, _ in lent]
+            old = [c.data.clone() for _, c, _, _, _ in lent]
             self._run(layer)
             try:
                 self._register(layer, items)
             except BaseException:
-                for (_, c, _), b in zip(lent, old):
+                for (_, c, _, _, _), b in zip(lent, old):
                     c.data.copy_(b)
                 raise
-            self._stepped(layer, items, masters)
+            self._round(layer, lent)
+            self._stepped(layer)
         finally:
             self._unlend(items, lent)
 
@@ -163,46 +239,65 @@ class LayerStep:
         holds: each parameter whole, or its run of elements as a
         parameter of its own, with its state there and a copy of its
         step count before the step (before). state None: a first step
-        where torch makes the state, every parameter whole. Returns
-        [(param, what was lent, whether it holds its first element)]."""
+        where torch makes the state, every parameter whole. masters: the
+        layer's fp32 masters (_MasterParts), or None. Returns [(param,
+        what was lent, whether it holds its first element, first
+        element, end)]."""
         eng, inner = self._eng, self._inner
         groups = groups or self.param_groups
         inner.state = defaultdict(dict)
-        self._lending = lent = _pieces.Lent(inner, groups)
+        self._lending = _pieces.Lent(inner, groups)
         held = {}  # param index -> (first, end, {key: its state piece})
         for slot, (i, key, a, b) in enumerate(part or ()):
             held.setdefault(i, (a, b, {}))[2][key] = state[slot]
         out = []
-        for gi, i, p in items:
-            if state is not None:
-                if p not in self._key_order:
-                    raise error(errno.EINVAL,
-                                f"nvswap.torch.{type(self).__name__}: "
-                                f"'{eng.names[layer][i]}' got its first "
-                                "gradient after its layer's first step; "
-                                "its state cannot join the layer's swapped "
-                                "group (every parameter of a layer must "
-                                "get a gradient on the first step)")
-                if i not in held:
-                    continue  # in another part
-            src = (grads[i] if grads is not None else
-                   eng.grad_view(region, layer, i))
-            t = self._proxy.get(p, p)
-            if t is not p:  # the fp32 master, stepped with g in fp32
-                t.data = masters[i]
-            c, first = t, True
-            if state is not None:
-                a, b, tens = held[i]
-                if a or b != p.numel():
-                    c, first = t.data.view(-1)[a:b], a == 0
-                    src = src.reshape(-1)[a:b]
-                inner.state[c] = {k: tens[k] if k in tens else
-                                  _copy(before[p][k])
-                                  for k in self._key_order[p]}
-            lent.add(gi, c, src, self._grad_of(layer, i, t is not p,
-                                               grads is None, ops))
-            out.append((p, c, first))
+        try:
+            for gi, i, p in items:
+                if state is not None:
+                    if p not in self._key_order:
+                        raise error(
+                            errno.EINVAL,
+                            f"nvswap.torch.{type(self).__name__}: "
+                            f"'{eng.names[layer][i]}' got its first "
+                            "gradient after its layer's first step; its "
+                            "state cannot join the layer's swapped group "
+                            "(every parameter of a layer must get a "
+                            "gradient on the first step)")
+                    if i not in held:
+                        continue  # in another part
+                out.append(self._lend_one(
+                    layer, gi, i, p, held.get(i, (0, p.numel(), None)),
+                    region, grads, masters, ops, before,
+                    any(q in self._proxy for q, *_ in out)))
+        except BaseException:  # a read of a master part, a bad gradient
+            self._unlend(items, out)
+            raise
         return out
+
+    def _lend_one(self, layer, gi, i, p, span, region, grads, masters, ops,
+                  before, held):
+        """Lend parameter i's elements span (first, end, {key: its state
+        piece}, or None where torch makes the state) with its gradient
+        there (a piece of the region or of what backward gave); held:
+        masters are lent already (from the part held)."""
+        a, b, tens = span
+        src = (grads[i] if grads is not None else
+               self._eng.grad_view(region, layer, i))
+        t, lo, hi = self._proxy.get(p, p), 0, p.numel()
+        if t is not p:  # the fp32 master, stepped with g in fp32
+            t.data, lo, hi = masters.piece(i, a, b, held)
+        c = t  # t holds elements [lo, hi) of the parameter
+        if (a, b) != (lo, hi):
+            c = t.data.view(-1)[a - lo:b - lo]
+        if (a, b) != (0, p.numel()):
+            src = src.reshape(-1)[a:b]
+        if tens is not None:
+            self._inner.state[c] = {k: tens[k] if k in tens else
+                                    _copy(before[p][k])
+                                    for k in self._key_order[p]}
+        self._lending.add(gi, c, src, self._grad_of(
+            layer, i, t is not p, grads is None, ops))
+        return (p, c, a == 0, a, b)
 
     def _grad_of(self, layer, i, master, clip, ops):
         """How the gradient of parameter i (or a piece of it) is lent: the
@@ -219,7 +314,7 @@ class LayerStep:
     def _unlend(self, items, lent):
         """Take back what _lend lent: a parameter's step count is the one
         torch left on the piece holding its first element."""
-        for p, c, first in lent:
+        for p, c, first, _, _ in lent:
             c.grad = None
             st = (self._lending.state_of(c)
                   if first and self._lending is not None else None)

@@ -267,13 +267,18 @@ class Loader:
                 table.fill(lambda start, dest:
                            self.w.read_rows(key, start, dest))
             return layer, out
+        if self.eng.masters is not None and \
+                self.eng.masters.runs(layer) is not None:
+            self._add_cut(layer, out, chunk, keep)
+            return layer, out
         self.eng.acquire(layer, host=True)
         ops, masters = [], {}
         try:
             # With fp32 masters the file's values go to the master, and
             # the layer takes them rounded once they are in (_finish).
             if self.eng.masters is not None:
-                masters = self.eng.masters.swap_in(layer)
+                masters = {i: t for i, (_, _, t) in
+                           self.eng.masters.swap_in(layer).items()}
             for i, ((_, p), (_, orig)) in enumerate(zip(out, chunk)):
                 dest = masters.get(i, p.data)
                 if id(orig) in keep:
@@ -285,6 +290,42 @@ class Loader:
         while len(self.inflight) >= self.cap:
             self._finish(self.inflight[0])
         return layer, out
+
+    def _add_cut(self, layer, out, chunk, keep):
+        """A layer whose fp32 masters are in parts (_mixed.Masters): the
+        file's values read into one part of them at a time, the layer
+        given them rounded, then the next; its other parameters read
+        whole. Not pipelined: the layers before it are finished first,
+        their buffers free."""
+        while self.inflight:
+            self._finish(self.inflight[0])
+        eng, filled = self.eng, False
+        ps = eng.layers[layer]
+
+        def fill(i, a, dest):
+            orig = chunk[i][1]
+            if id(orig) in keep:
+                dest.copy_(keep[id(orig)].reshape(-1)[a:a + dest.numel()])
+            else:
+                self.w.read_span(self.b.params[id(orig)], a, dest)
+        eng.acquire(layer, host=True)
+        try:
+            with torch.no_grad():
+                for i in range(len(out)):
+                    if i not in eng.masters.index[layer]:
+                        fill(i, 0, ps[i].data.view(-1))
+                for k in range(len(eng.masters.parts(layer))):
+                    got = eng.masters.swap_in(layer, k)
+                    try:
+                        for i, (a, b, t) in got.items():
+                            fill(i, a, t.view(-1))
+                            ps[i].data.view(-1)[a:b].copy_(t.view(-1))
+                    finally:
+                        del got
+                        eng.masters.swap_out(layer, k)
+            filled = True
+        finally:
+            eng.release(layer, filled)
 
     def _add_init(self, mname, m, chunk):
         """A module some of whose parameters the file lacks (keys the

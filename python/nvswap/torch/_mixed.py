@@ -2,17 +2,20 @@
 """Mixed precision, ZeRO-Infinity's layout: offload(..., dtype=bf16) keeps
 each floating parameter in the parameter pool in that dtype (forward and
 backward read half the bytes of fp32), and its fp32 master copy in the
-optimizer set, one group per layer beside the Adam state. The optimizer
-steps the fp32 master with the gradient taken to fp32, then writes the
-rounded copy back into the layer: what torch.optim.AdamW over fp32
-master copies of a bf16 model gives, bit for bit."""
+optimizer set beside the Adam state: one group per layer, or several
+(its parts, runs of its elements) where the layer's masters are larger
+than an optimizer pool buffer. The optimizer steps the fp32 master with
+the gradient taken to fp32, then writes the rounded copy back into the
+layer: what torch.optim.AdamW over fp32 master copies of a bf16 model
+gives, bit for bit."""
 import errno
 
 import torch
 
 import nvswap
 
-from ._common import ALIGN, error, itemsize, read_packed
+from . import _parts
+from ._common import error, itemsize, read_packed
 
 MASTER_BASE = 4 << 40  # id_base of the master groups in the optimizer set
 
@@ -64,7 +67,10 @@ def cast_buffers(model, dtype):
 class Masters:
     """The fp32 master weights of an offloaded model computing in a lower
     precision: a group per layer (its floating parameters, in order) in
-    an OptimizerSwapper over the optimizer set."""
+    an OptimizerSwapper over the optimizer set; a layer whose masters are
+    larger than a pool buffer in parts (_parts.py: runs of elements,
+    part k > 0 group layer + k * STRIDE), so that the buffer bounds what
+    a step holds of them, not the largest layer."""
 
     def __init__(self, gswap):
         self.gswap = gswap
@@ -75,6 +81,8 @@ class Masters:
                                             id_base=MASTER_BASE)
         self.index = {}  # layer -> indexes of its parameters with a master
         self.shapes = {}  # layer -> their shapes
+        self.cuts = {}  # layer -> its parts [[(index, first, end)]], if >1
+        self.saved = None  # a resumed record's cuts: laid out as saved
 
     def add(self, layer, names, data):
         """data: the layer's tensors as given (fp32 keeps every bit of an
@@ -82,31 +90,112 @@ class Masters:
         idx = [i for i, d in enumerate(data) if d.is_floating_point()]
         if not idx:
             return
-        need = sum((data[i].numel() * 4 + ALIGN - 1) // ALIGN * ALIGN
-                   for i in idx)
-        size = self.gswap.stats()["buffer_size"]
-        if need > size:
-            raise error(errno.EFBIG,
-                        "nvswap.torch.offload: the fp32 master weights of "
-                        f"layer {layer} ({', '.join(names)}) are {need} "
-                        "bytes, larger than an optimizer pool buffer "
-                        f"({size} bytes): raise offload_optimizer."
-                        "buffer_size (optimizer_buffer_size=)")
-        self.swap.add_group(layer, [data[i].float().contiguous()
-                                    for i in idx])
+        parts = self._plan(layer, names, [(i, data[i].numel()) for i in idx])
+        full = {i: data[i].float().contiguous() for i in idx}
+        for k, part in enumerate(parts):
+            self.swap.add_group(_parts.group(layer, k), [
+                _parts.piece(full[i], a, b) for i, a, b in part])
         self.index[layer] = idx
         self.shapes[layer] = [data[i].shape for i in idx]
+        if len(parts) > 1:
+            self.cuts[layer] = parts
 
-    def swap_in(self, layer):
-        """{parameter index: its fp32 master (a pool buffer)}"""
-        idx = self.index.get(layer)
-        if idx is None:
+    def _plan(self, layer, names, sizes):
+        """The parts of a layer's masters (sizes: [(index, numel)]): as
+        saved when resuming, else planned for this pool's buffers;
+        nvswap.Error(EFBIG) naming the layer where they cannot be."""
+        bs = self.gswap.stats()["buffer_size"]
+        what = (f"the fp32 master weights of layer {layer} "
+                f"({', '.join(names)})")
+        if self.saved is not None:
+            saved = self.saved.get(str(layer))
+            parts = ([[(i, 0, n) for i, n in sizes]] if saved is None else
+                     [[(int(i), int(a), int(b)) for i, a, b in part]
+                      for part in saved])
+            got = {}
+            for i, a, b in (r for part in parts for r in part):
+                got[i] = got.get(i, 0) + b - a
+            if got != dict(sizes):
+                raise ValueError("nvswap.torch: resuming a model whose "
+                                 f"layer {layer} ({', '.join(names)}) is "
+                                 "not the saved one (its fp32 masters were "
+                                 "saved in other sizes)")
+            need = max(sum(_parts.up((b - a) * 4) for _, a, b in part)
+                       for part in parts)
+            if need > bs:
+                raise error(errno.EFBIG,
+                            f"nvswap.torch.offload: {what} were saved "
+                            f"with a part of {need} bytes, larger than an "
+                            f"optimizer pool buffer ({bs} bytes): resume "
+                            "with optimizer_buffer_size= of at least "
+                            f"{need}")
+            return parts
+        got = _parts.plan([(i, "master", n, 4) for i, n in sizes], bs)
+        if got is None or (len(got) > 1 and (len(got) > _parts.MAX_PARTS or
+                                             layer >= _parts.STRIDE)):
+            raise error(errno.EFBIG,
+                        f"nvswap.torch.offload: {what} need "
+                        + (f"{len(got)} optimizer pool buffers of {bs} "
+                           f"bytes; at most {_parts.MAX_PARTS} (and a "
+                           f"layer number below {_parts.STRIDE}) can be"
+                           if got else f"a part of {_parts.GRAIN} "
+                           f"elements, more than an optimizer pool buffer "
+                           f"({bs} bytes)")
+                        + ": raise offload_optimizer.buffer_size "
+                        "(optimizer_buffer_size=)")
+        return [[(i, a, b) for i, _, a, b in part] for part in got]
+
+    def runs(self, layer):
+        """The parts of the layer's masters, or None where they are one
+        group of whole tensors."""
+        return self.cuts.get(layer)
+
+    def parts(self, layer):
+        """[[(index, first, end)]]: the layer's masters by part."""
+        got = self.cuts.get(layer)
+        if got is not None:
+            return got
+        return [[(i, 0, s.numel()) for i, s in
+                 zip(self.index.get(layer, ()), self.shapes.get(layer, ()))]]
+
+    def part_of(self, layer, i, a):
+        """The part holding element a of parameter i's master (the part
+        listing it, for a parameter of no elements)."""
+        for k, part in enumerate(self.parts(layer)):
+            if any(j == i and (lo <= a < hi or lo == hi == a)
+                   for j, lo, hi in part):
+                return k
+        raise KeyError((layer, i, a))
+
+    def swap_in(self, layer, k=0):
+        """Part k of the layer's masters: {parameter index: (first, end,
+        its master's elements [first, end), a pool buffer: the
+        parameter's shape where that is all of it, else flat)}."""
+        part = self.parts(layer)[k] if layer in self.index else []
+        if not part:
             return {}
-        return dict(zip(idx, self.swap.swap_in(layer)))
+        got = self.swap.swap_in(_parts.group(layer, k))
+        return {i: (a, b, t) for (i, a, b), t in zip(part, got)}
 
-    def swap_out(self, layer):
+    def swap_out(self, layer, k=0):
         if layer in self.index:
-            self.swap.swap_out(layer)
+            self.swap.swap_out(_parts.group(layer, k))
+
+    def update(self, layer, value):
+        """Set the layer's masters part by part, through a pool buffer:
+        value(index) is the whole fp32 value of that parameter's master
+        (any dtype and shape of its numel), or None to keep it."""
+        for k in range(len(self.parts(layer))):
+            got = self.swap_in(layer, k)
+            try:
+                with torch.no_grad():
+                    for i, (a, b, t) in got.items():
+                        src = value(i)
+                        if src is not None:
+                            t.view(-1).copy_(src.reshape(-1)[a:b])
+            finally:
+                del got
+                self.swap_out(layer, k)
 
     def read(self, layer):
         """Copies of the layer's masters: {parameter index: tensor}, read
@@ -114,9 +203,25 @@ class Masters:
         idx = self.index.get(layer)
         if idx is None:
             return {}
-        return dict(zip(idx, read_packed(
-            self.gswap, MASTER_BASE + (layer << 20),
-            [(torch.float32, s) for s in self.shapes[layer]])))
+        cut = self.cuts.get(layer)
+        if cut is None:
+            return dict(zip(idx, read_packed(
+                self.gswap, MASTER_BASE + (layer << 20),
+                [(torch.float32, s) for s in self.shapes[layer]])))
+        out = {i: torch.empty(s, dtype=torch.float32)
+               for i, s in zip(idx, self.shapes[layer])}
+        for k, part in enumerate(cut):
+            got = read_packed(
+                self.gswap, MASTER_BASE + (_parts.group(layer, k) << 20),
+                [(torch.float32, (b - a,)) for _, a, b in part])
+            for (i, a, b), t in zip(part, got):
+                out[i].view(-1)[a:b].copy_(t)
+        return out
+
+    def encode(self):
+        """The layers whose masters are in parts, for a durable record."""
+        return {str(layer): [[list(r) for r in part] for part in parts]
+                for layer, parts in self.cuts.items()}
 
     def close(self):
         self.swap.close()
@@ -178,10 +283,4 @@ def to_state(t, dtype, what):
 def load_masters(eng, per_layer):
     """Write checked masters (check_masters()) into the master groups."""
     for layer, entries in sorted(per_layer.items()):
-        got = eng.masters.swap_in(layer)
-        try:
-            for i, t in entries:
-                got[i].copy_(t)
-        finally:
-            del got
-            eng.masters.swap_out(layer)
+        eng.masters.update(layer, dict(entries).get)

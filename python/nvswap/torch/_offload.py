@@ -436,6 +436,10 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                               "pipeline_write") is None
                           else bool(oo.get("pipeline_write"))}},
             device=device, dtype=dtype)
+        if rec is not None and eng.masters is not None:
+            # masters in parts are laid out as saved (a record before
+            # parts: every layer's whole)
+            eng.masters.saved = rec.get("master_parts", {})
         eng.grad_hook = grad_hook
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu

@@ -40,32 +40,54 @@ def group(layer, k):
     return layer + k * STRIDE
 
 
-def _up(n):
+def up(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 def part_bytes(part, sizes):
     """Bytes part takes in a pool buffer; sizes: {param index: itemsize}."""
-    return sum(_up((b - a) * sizes[i]) for i, _, a, b in part)
+    return sum(up((b - a) * sizes[i]) for i, _, a, b in part)
 
 
-def plan(slots, bs):
+def plan(slots, bs, runs=None):
     """The parts of a layer's state: slots [(param index, key, numel,
     itemsize)] in group order (a parameter's keys together), bs the
     bytes a part may take. One part of whole tensors when the state
-    fits; else runs of elements, each part filled up to bs. None when bs
-    cannot hold GRAIN elements of one parameter's state."""
-    if sum(_up(n * s) for _, _, n, s in slots) <= bs:
+    fits; else runs of elements, each part filled up to bs. runs: the
+    layer's fp32 masters where they are in parts themselves ([[(param
+    index, first, end)]], _mixed.Masters.runs), or None: each part of
+    the masters then has parts of the state of its own (a step holds
+    one part of each at a time). None when bs cannot hold GRAIN
+    elements of one parameter's state."""
+    if runs is None and sum(up(n * s) for _, _, n, s in slots) <= bs:
         return [[(i, k, 0, n) for i, k, n, _ in slots]]
-    params = []  # [(index, [keys], numel, itemsize)]
+    params = {}  # index -> ([keys], numel, itemsize), in slot order
     for i, k, n, s in slots:
-        if params and params[-1][0] == i:
-            params[-1][1].append(k)
-        else:
-            params.append((i, [k], n, s))
+        params.setdefault(i, ([], n, s))[0].append(k)
+    spans = [[(i, 0, n) for i, (_, n, _) in params.items()]]
+    if runs is not None:
+        held = {i for run in runs for i, _, _ in run}
+        spans = [[r for r in run if r[0] in params] for run in runs] + \
+            [[(i, 0, n) for i, (_, n, _) in params.items()
+              if i not in held]]
+    parts = []
+    for span in spans:
+        got = _fill([(i, params[i][0], a, b, params[i][2])
+                     for i, a, b in span], bs)
+        if got is None:
+            return None
+        parts += got
+    return parts or [[]]
+
+
+def _fill(runs, bs):
+    """Parts of up to bs bytes holding runs [(param index, [keys], first
+    element, end element, itemsize)]; None where bs cannot hold GRAIN
+    elements of a parameter's state."""
     parts, cur, used = [], [], 0
-    for i, keys, n, s in params:
-        a = 0
+    for i, keys, a, n, s in runs:
+        if n == 0:  # no elements: listed, taking no room
+            cur += [(i, k, 0, 0) for k in keys]
         while a < n:
             # each tensor of the piece starts at an ALIGN boundary
             fit = (bs - used) // len(keys) // ALIGN * ALIGN // s
@@ -77,16 +99,19 @@ def plan(slots, bs):
                 cur, used = [], 0
                 continue
             cur += [(i, k, a, a + e) for k in keys]
-            used += len(keys) * _up(e * s)
+            used += len(keys) * up(e * s)
             a += e
-    parts.append(cur)
+    if cur:
+        parts.append(cur)
     return parts
 
 
 def check(opt, eng, layer, slots, bs):
     """plan(), or nvswap.Error(EFBIG) naming the layer (of eng, the
-    model's engine) and what to raise."""
-    parts = plan(slots, bs)
+    model's engine) and what to raise. With fp32 masters in parts the
+    state's parts are planned within theirs."""
+    runs = eng.masters.runs(layer) if eng.masters is not None else None
+    parts = plan(slots, bs, runs)
     cls = type(opt).__name__
     if parts is None:
         raise error(errno.EFBIG,
@@ -140,7 +165,7 @@ def read_ahead(opt, layer, k):
         pass
 
 
-def _piece(t, a, b):
+def piece(t, a, b):
     """Elements [a, b) of t: t itself when that is all of it."""
     return t if a == 0 and b == t.numel() else t.reshape(-1)[a:b]
 
@@ -151,7 +176,7 @@ def register(opt, layer, keys, values, parts):
     order."""
     for k, part in enumerate(parts):
         opt._swap.add_group(group(layer, k), [
-            _piece(values[(i, key)], a, b) for i, key, a, b in part])
+            piece(values[(i, key)], a, b) for i, key, a, b in part])
     opt._keys[layer] = keys
     if len(parts) > 1:
         opt._parts[layer] = parts

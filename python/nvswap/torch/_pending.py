@@ -12,8 +12,9 @@ step's order), or a reader that finishes the whole step (state dicts,
 checkpoints, backward, exit).
 
 While a layer is updated the next one's gradient region, Adam state and
-fp32 masters are read ahead into free optimizer-pool buffers (the
-parameters are read ahead by the forward's walk), and its writes go
+fp32 masters (their first parts, where in parts) are read ahead into
+free optimizer-pool buffers (the parameters are read ahead by the
+forward's walk), and its writes go
 behind, so the disk works while the forward computes. zero_grad() in the
 meantime leaves the regions of the layers not yet stepped alone until
 they are.

@@ -84,6 +84,26 @@ class Weights:
         self._check_rows(key, start, dest)
         dest.copy_(self._entries[key][start:start + dest.shape[0]])
 
+    def read_span(self, key, start, dest):
+        """Elements start .. start + dest.numel() of key, flattened, into
+        dest, a contiguous 1-D CPU tensor (any dtype, cast as copy_
+        does). Blocks until done: a layer's fp32 masters in parts are
+        filled a part at a time this way."""
+        self._check_span(key, start, dest)
+        dest.copy_(self._entries[key].reshape(-1)[
+            start:start + dest.numel()])
+
+    def _check_span(self, key, start, dest):
+        self._check_key(key)
+        n = torch.Size(self.shape(key)).numel()
+        if dest.dim() != 1 or not dest.is_contiguous() or start < 0 or \
+                start + dest.numel() > n:
+            raise ValueError(f"nvswap.torch: elements {start}.."
+                             f"{start + dest.numel()} of '{key}', "
+                             f"{n} in {self.file(key)}, into "
+                             f"{list(dest.shape)}")
+        self._check_dtype(key)
+
     def _check_rows(self, key, start, dest):
         self._check_key(key)
         shape = self.shape(key)
@@ -231,6 +251,22 @@ class FileWeights(Weights):
             self._submit(key, part, dest, part.offset).wait()
         else:
             self._fill(key, part, dest)
+
+    def read_span(self, key, start, dest):
+        self._check_span(key, start, dest)
+        e, n = self._entries[key], dest.numel()
+        if n == 0:
+            return
+        if e.stride is not None:  # a strided view: read whole
+            dest.copy_(self._whole(key, e).reshape(-1)[start:start + n])
+            return
+        item = itemsize(self._ft(e))
+        span = type(e)(e.path, e.dtype, (n,), e.offset + start * item,
+                       n * item)
+        if dest.dtype == self._ft(span):
+            self._submit(key, span, dest, span.offset).wait()
+        else:
+            self._staged(key, span, dest)
 
     def _fill(self, key, e, dest):
         """e into dest by copy_: staged in pieces, or whole when e is a
