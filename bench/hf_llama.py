@@ -35,7 +35,7 @@ ratios (the same step's batch for both), with min-max.
         [--dir /var/tmp/nvswap-bench] [--hidden 1024] [--layers 16]
         [--inter 2816] [--vocab 32000] [--seq 256] [--batch 1]
         [--steps 5] [--warmup 1] [--buffer-size 64M] [--json FILE]
-        [--sync] [--dtype {fp32,bf16}]
+        [--sync] [--dtype {fp32,bf16}] [--optimizer-pool SIZExCOUNT]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs).
 """
@@ -125,6 +125,13 @@ def variants(a, src):
             off = offloaded(a, src, 2, **kw)
             mk.append(Variant("offloaded, speculate=False", off, nvt.AdamW(
                 off.parameters(), lr=1e-4, speculate=False), True, True))
+        if a.optimizer_pool:  # another optimizer pool, side by side
+            size, _, count = a.optimizer_pool.partition("x")
+            off = offloaded(a, src, 3, optimizer_buffer_size=size,
+                            optimizer_buffer_count=int(count), **kw)
+            mk.append(Variant(f"offloaded, optimizer pool {count} x "
+                              f"{size}", off, nvt.AdamW(
+                                  off.parameters(), lr=1e-4), True, True))
     elif a.compare == "clip":
         for rank, clip in enumerate((True, False)):
             off = offloaded(a, src, rank)
@@ -292,6 +299,12 @@ def main():
     ap.add_argument("--deferred", action="store_true",
                     help="--compare memory: also the offloaded step never "
                     "speculated in backward (speculate=False)")
+    ap.add_argument("--optimizer-pool", default=None, metavar="SIZExCOUNT",
+                    help="--compare memory: also the offloaded run with "
+                    "this optimizer pool (e.g. 161Mx4: buffers of the "
+                    "largest gradient region, the state stepped in parts)"
+                    "; the others have the library's default (4 buffers "
+                    "of twice the parameter buffer)")
     ap.add_argument("--max-norm", type=float, default=1.0,
                     help="clip_grad_norm_'s max_norm (the model's norms are "
                     "5-11: 100 never clips, and the step is speculated)")

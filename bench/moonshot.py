@@ -8,7 +8,13 @@ checkpointing, clipping at 1.0, AdamW (lr 1e-4), 2 x 512 tokens a step.
 The model is a Llama from a config (TinyLlama's shape by default: hidden
 2048, 22 layers, intermediate 5632, 32 heads, 4 key/value heads, 1.10B
 parameters, 16.4 GiB of fp32 weights, gradients and Adam state), random
-weights saved once with save_pretrained into DIR/model.
+weights saved once with save_pretrained into DIR/model. With --dtype
+bf16 both runs compute in bf16 with fp32 master weights (the mixed
+precision a 1B Llama trains in): in memory the model .to(torch.bfloat16)
+with bench/masters.py's MasterAdamW (torch's AdamW over fp32 master
+copies), offloaded offload(dtype=torch.bfloat16); the training state is
+16 bytes a parameter either way (bf16 weights and gradients, fp32
+masters and two moments).
 
 Two worker processes hold the two runs, one after the other (side by
 side they do not fit in this machine's memory):
@@ -34,7 +40,7 @@ the second step's forward, where it makes the Adam state).
         [--warmup 2] [--hidden 2048] [--layers 22] [--inter 5632]
         [--heads 32] [--kv-heads 4] [--vocab 32000] [--seq 512]
         [--batch 2] [--buffer-count 2] [--optimizer-buffer-count 2]
-        [--optimizer-buffer-size BYTES]
+        [--optimizer-buffer-size BYTES] [--dtype fp32|bf16]
         [--lookahead 1] [--json FILE] [--clean]
 
 Needs root (the cgroup) and about 20 GiB of memory for the in-memory
@@ -118,7 +124,14 @@ class Worker:
         if kind == "memory":
             self.model = transformers.LlamaForCausalLM.from_pretrained(
                 model_dir(a), torch_dtype=torch.float32)
-            self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+            if a.dtype == "bf16":  # the masters from the fp32 values
+                from masters import MasterAdamW
+                ps = list(self.model.parameters())
+                self.opt = MasterAdamW(ps, ps, lr=1e-4)
+                self.model.to(torch.bfloat16)
+            else:
+                self.opt = torch.optim.AdamW(self.model.parameters(),
+                                             lr=1e-4)
             self.nvt = None
         else:
             import nvswap.torch as nvt
@@ -129,7 +142,9 @@ class Worker:
                         weights=model_dir(a), buffer_count=a.buffer_count,
                         optimizer_buffer_count=a.optimizer_buffer_count,
                         optimizer_buffer_size=a.optimizer_buffer_size,
-                        lookahead=a.lookahead)
+                        lookahead=a.lookahead,
+                        dtype=(torch.bfloat16 if a.dtype == "bf16"
+                               else None))
             self.opt = nvt.AdamW(self.model.parameters(), lr=1e-4)
         self.model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -191,13 +206,16 @@ class Worker:
                 ctx = _Nothing()
             with ctx:
                 for pname, p in own:
-                    h = hashlib.sha1(p.detach().contiguous().numpy())
+                    # (as bytes: numpy has no bf16)
+                    h = hashlib.sha1(p.detach().contiguous().view(-1).view(
+                        self.torch.uint8).numpy())
                     got[f"{mname}.{pname}"] = h.hexdigest()
         return got
 
     def serve(self, out):
         print(json.dumps({"ready": True, "load_s": self.load_s,
-                          "stats": self.stats()}), file=out, flush=True)
+                          "stats": self.stats()}, default=str), file=out,
+              flush=True)
         for line in sys.stdin:
             cmd = line.split()
             if not cmd or cmd[0] == "quit":
@@ -276,8 +294,8 @@ class Child:
 
 
 def training_state_bytes(a):
-    """fp32 weights, gradients and AdamW's two moments: 16 bytes a
-    parameter."""
+    """fp32 weights, gradients and AdamW's two moments (or bf16 weights
+    and gradients, fp32 masters and moments): 16 bytes a parameter."""
     import torch
     import transformers
     with torch.device("meta"):
@@ -370,7 +388,8 @@ def report(a, nparams, state, limit, peak, rows, differ, nweights):
     print(f"\nLlama {nparams / 1e9:.2f}B (hidden {a.hidden}, {a.layers} "
           f"layers, intermediate {a.inter}, {a.heads} heads, {a.kv_heads} "
           f"key/value heads, vocab {a.vocab}), {a.batch} x {a.seq} tokens a "
-          f"step, non-reentrant checkpointing, clipping at 1.0, AdamW; "
+          f"step, non-reentrant checkpointing, clipping at 1.0, AdamW"
+          f"{' (bf16 weights, fp32 masters)' if a.dtype == 'bf16' else ''}; "
           f"training state {state / GIB:.1f} GiB, the offloaded run in a "
           f"{limit // MIB} MiB memory cgroup ({state / limit:.1f} x; peak "
           f"{(peak or 0) / MIB:.0f} MiB), pools {a.buffer_count} + "
@@ -433,11 +452,16 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--buffer-count", type=int, default=2)
-    ap.add_argument("--optimizer-buffer-count", type=int, default=2)
+    ap.add_argument("--optimizer-buffer-count", type=int, default=None,
+                    help="default 2, 3 with --dtype bf16 (a step holds "
+                    "a gradient region, masters and Adam state)")
     ap.add_argument("--optimizer-buffer-size", type=parse_size, default=None,
                     help="bytes (default: the library's, twice the "
-                    "parameter buffer); smaller cuts a layer's Adam state "
-                    "in parts")
+                    "parameter buffer, four times with --dtype bf16); "
+                    "smaller cuts a layer's Adam state (and masters) in "
+                    "parts")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: bf16 weights with fp32 masters")
     ap.add_argument("--lookahead", type=int, default=1)
     ap.add_argument("--json", default=None)
     ap.add_argument("--clean", action="store_true",
@@ -447,6 +471,8 @@ def main():
     ap.add_argument("--worker", choices=("memory", "offloaded"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.optimizer_buffer_count is None:
+        a.optimizer_buffer_count = 3 if a.dtype == "bf16" else 2
     if a.make_model:
         make_model(a)
     elif a.worker:

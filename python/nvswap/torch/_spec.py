@@ -127,7 +127,7 @@ class Speculation:
         stepped, in forward order): into free optimizer-pool buffers
         only, never waiting (the step that needs them reads what is not
         there, and raises a read's failure)."""
-        opt, eng = self.opt, self.opt._eng
+        eng = self.opt._eng
         done = set(self.stepped)
         nxt = next((la for la in reversed(self.order) if la not in done),
                    None)
