@@ -1,4 +1,5 @@
 # nvswap: the two commands of the quick start, and a few helpers.
+#   make help   this list
 #   make demo   set up, build, run the main job (examples/offload_train: a
 #               model trained with everything offloaded, checked bit for bit)
 #   make test   set up, build, run every suite: plain, the Python package
@@ -8,6 +9,9 @@
 #   make fuzz   libFuzzer on the config loader and the argument parsers,
 #               FUZZ_SECONDS (600) per target (make test-fuzz: 30 s in all)
 #   make test-gpu  the GPU suite (C and Python); skips without a GPU
+#   make demo-python  the main job from PyTorch (nvswap.torch): a GPT-style
+#                  decoder trained in memory and on NVMe, bit for bit
+#   make demo-io   the aio handle alone: 1 GiB written and read back
 #   make demo-mpi  the main job data-parallel over Open MPI, 4 ranks
 #   make demo-hf   the LLM recipe: pretrained safetensors to NVMe, the HF
 #                  Trainer with clipping and checkpointing, bit for bit
@@ -17,8 +21,11 @@
 #                  tools into PREFIX (default /usr/local)
 #   make wheel     the Python package as a manylinux wheel (build/wheel/),
 #                  libaio, liburing and jansson inside
-# Everything else is for developers: build, stress, bench (bench-full),
-# format, clean.
+#   make bench     the one-minute benchmark set, one table of ratios
+#                  (make bench-full: every benchmark)
+#   make stress    randomized consistency runs and 50 SIGKILLs of the
+#                  main job, a few minutes (make test runs fewer)
+# Everything else is for developers: build, format, clean.
 
 # dpkg-dev: scripts/jemalloc-source.sh unpacks and configures jemalloc
 # from Debian's source package of libjemalloc-dev's version (it needs
@@ -61,12 +68,16 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all deps build install demo demo-io demo-mpi demo-python demo-hf demo-infer test test-plain test-asan test-tsan \
+.PHONY: all help deps build install demo demo-io demo-mpi demo-python demo-hf demo-infer test test-plain test-asan test-tsan \
 	test-python test-gpu wheel \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
 	clean
 
 all: build
+
+# The list at the head of this file, without its comment marks.
+help:
+	@sed -n '1,/^$$/{/^#/s/^# \{0,1\}//p}' $(firstword $(MAKEFILE_LIST))
 
 # Then the private jemalloc's libjemalloc_pic.a, built once and cached
 # (meson setup runs the same script and finds it there).

@@ -146,16 +146,24 @@ exit 0" \
 	"$(./handle_static "$work/swap.bin" 2>&1
 		echo "exit $?")"
 # README's own example (its "```c file=handle.c" block, as the docs test
-# reads it), built by README's own command line against the prefix
+# reads it), built and run by README's own commands against the prefix
+# (its two "```sh needs=install" blocks), as copied: nothing in the
+# environment but PKG_CONFIG_PATH
 awk '/^```c file=handle\.c/{on=1; next} on && /^```/{exit} on' \
 	"$root/README.md" >handle.c
-# shellcheck disable=SC2046
-out=$(cc -std=c11 -o handle handle.c $(pkg-config --cflags --libs nvswap) 2>&1)
-expect "README's handle.c with README's cc line" "0 " "$? $out"
-expect "README's handle.c runs against the prefix" "1 write, read: 0
-exit 0" "$(LD_LIBRARY_PATH=$libdir ./handle 2>&1
-	echo "exit $?")"
-rm -f swap.bin
+k=0
+while IFS= read -r -d '' block; do
+	k=$((k + 1))
+	out=$(bash -e -c "$block" 2>&1)
+	expect "README's handle.c, built and run by README's block $k" \
+		"0 1 write, read: 0" "$? $(tail -1 <<<"$out")"
+	[ "$k" -ne 2 ] || expect "README's block 2 links libnvswap statically" \
+		"" "$(ldd ./handle 2>&1 | grep libnvswap)"
+	rm -f handle swap.bin
+done < <(awk '/^```sh needs=install continue/{on=1; b=""; next}
+	on && /^```/{on=0; printf "%s%c", b, 0; next} on {b = b $0 "\n"}' \
+	"$root/README.md")
+expect "README has two install blocks" 2 "$k"
 cd "$root" || exit 1
 
 # ---- an installed tool finds its library by itself (RUNPATH)
