@@ -23,9 +23,9 @@ from nvswap.torch import _parts, _pieces  # noqa: E402
 from nvswap.torch._common import GRAPH_TASK  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 
-from torchhelp import (GPT, STEP_MODES, MasterAdamW, batches,  # noqa: E402
-                       clip_fires_once, equal_steps, lm_loss, same,
-                       same_optimizer, steps_in_mode)
+from torchhelp import (GPT, STEP_MODES, Failing, MasterAdamW,  # noqa: E402
+                       batches, clip_fires_once, equal_steps, failing_step,
+                       lm_loss, same, same_optimizer, steps_in_mode)
 
 BF16 = torch.bfloat16
 # the attention layer (in_proj: 3168 elements) has a 6.3 KB bf16
@@ -231,23 +231,6 @@ def test_weights_load_into_master_parts(swapdir, diskdir, small,
     nvt.restore(off)
 
 
-class _Failing:
-    """The masters' OptimizerSwapper with swap_in of one group failing
-    once (EIO): a fault between two parts of a layer's masters."""
-
-    def __init__(self, swap, gid):
-        self._swap, self.gid, self.failed = swap, gid, 0
-
-    def swap_in(self, g, **kw):
-        if g == self.gid and not self.failed:
-            self.failed += 1
-            raise nvswap.Error(errno.EIO, "injected: swap_in failed")
-        return self._swap.swap_in(g, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self._swap, name)
-
-
 @pytest.mark.parametrize("mode", ["in step()", "deferred"])
 def test_a_failed_read_of_a_master_part_is_retried(swapdir, small, mode):
     """The read of a layer's second master part fails during its step:
@@ -260,23 +243,11 @@ def test_a_failed_read_of_a_master_part_is_retried(swapdir, small, mode):
     nvt.wait(off)
     masters = oo._eng.masters
     layer = next(la for la, p in masters.cuts.items() if len(p) >= 2)
-    masters.swap = spy = _Failing(masters.swap, _parts.group(layer, 1))
-    tok = data[1]
-    rl = lm_loss(ref, tok)
-    rl.backward()
-    rn = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
-    ro.step()
-    ro.zero_grad()
-    ol = lm_loss(off, tok)
-    ol.backward()
-    on = torch.nn.utils.clip_grad_norm_(off.parameters(), 1.0)
-    assert (rl.item(), rn.item()) == (ol.item(), on.item())
-    with pytest.raises(nvswap.Error) as ei:
-        oo.step()
-        nvt.wait(off)  # the deferred step's update, now
-    assert ei.value.errno == errno.EIO
-    assert f"layer {layer}" in str(ei.value)
-    assert "fp32 masters" in str(ei.value)
+    masters.swap = spy = Failing(masters.swap, _parts.group(layer, 1))
+    err = failing_step(ref, ro, off, oo, data[1])
+    assert err.errno == errno.EIO
+    assert f"layer {layer}" in str(err)
+    assert "fp32 masters" in str(err)
     assert oo._partial[layer][0] >= 1  # the parts before it kept
     assert oo._lending is None
     assert all(t.numel() == 0 for t in oo._proxy.values())

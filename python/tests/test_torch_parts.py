@@ -19,9 +19,9 @@ import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _parts, _pieces  # noqa: E402
 
-from torchhelp import (ADAM_KINDS, GPT, STEP_MODES, batches,  # noqa
-                       clip_fires_once, equal_steps, lm_loss, masters_steps,
-                       same, trained_in_mode)
+from torchhelp import (ADAM_KINDS, GPT, STEP_MODES, Failing,  # noqa
+                       batches, clip_fires_once, equal_steps, failing_step,
+                       masters_steps, same, trained_in_mode)
 
 # the largest layer (in_proj: 3168 elements) has a 12.7 KB gradient
 # region: the optimizer buffer holds it, not its 25 KB of AdamW state
@@ -171,25 +171,6 @@ def test_a_persistent_set_resumes_its_parts_as_saved(swapdir, small):
     nvt.restore(back)
 
 
-class _Failing:
-    """The optimizer's OptimizerSwapper with swap_in of one group failing
-    once (EIO): a fault between two parts of a layer's step."""
-
-    def __init__(self, swap, gid):
-        self._swap, self.gid, self.failed = swap, gid, 0
-        self.swapped_in = []
-
-    def swap_in(self, g, **kw):
-        if g == self.gid and not self.failed:
-            self.failed += 1
-            raise nvswap.Error(errno.EIO, "injected: swap_in failed")
-        self.swapped_in.append(g)
-        return self._swap.swap_in(g, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self._swap, name)
-
-
 @pytest.mark.parametrize("mode", ["in step()", "deferred"])
 def test_a_failure_between_parts_is_retried_from_the_part_it_stopped_at(
         swapdir, small, mode):
@@ -199,22 +180,10 @@ def test_a_failure_between_parts_is_retried_from_the_part_it_stopped_at(
     nvt.wait(off)  # (the deferred step: its state registered)
     layer = next(la for la, p in oo._parts.items() if len(p) >= 2)
     gid = _parts.group(layer, 1)
-    oo._swap = spy = _Failing(oo._swap, gid)
-    tok = data[1]
-    rl = lm_loss(ref, tok)
-    rl.backward()
-    rn = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
-    ro.step()
-    ro.zero_grad()
-    ol = lm_loss(off, tok)
-    ol.backward()
-    on = torch.nn.utils.clip_grad_norm_(off.parameters(), 1.0)
-    assert (rl.item(), rn.item()) == (ol.item(), on.item())
-    with pytest.raises(nvswap.Error) as ei:
-        oo.step()
-        nvt.wait(off)  # the deferred step's update, now
-    assert ei.value.errno == errno.EIO
-    assert f"layer {layer}" in str(ei.value)
+    oo._swap = spy = Failing(oo._swap, gid)
+    err = failing_step(ref, ro, off, oo, data[1])
+    assert err.errno == errno.EIO
+    assert f"layer {layer}" in str(err)
     assert oo._partial[layer][0] == 1  # part 0 stepped, kept
     if mode == "in step()":
         with pytest.raises(nvswap.Error) as ei:

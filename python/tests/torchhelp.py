@@ -4,6 +4,7 @@ decoder of torch.nn layers, token batches, a training loop, state dicts
 compared bit for bit, the mixed-precision reference optimizer, and
 transformers where it is installed."""
 import copy
+import errno
 
 import pytest
 import torch
@@ -217,6 +218,49 @@ def clip_fires_once(ref, ro, off, oo, same_opt=None):
     else:
         same_opt(ro, oo)
     same(ref.state_dict(), off.state_dict())
+
+
+class Failing:
+    """An OptimizerSwapper (swap) with swap_in of group gid failing once
+    (EIO): a fault between two parts of a layer's step. swapped_in: the
+    groups it swapped in since."""
+
+    def __init__(self, swap, gid):
+        self._swap, self.gid, self.failed = swap, gid, 0
+        self.swapped_in = []
+
+    def swap_in(self, g, **kw):
+        import nvswap
+        if g == self.gid and not self.failed:
+            self.failed += 1
+            raise nvswap.Error(errno.EIO, "injected: swap_in failed")
+        self.swapped_in.append(g)
+        return self._swap.swap_in(g, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._swap, name)
+
+
+def failing_step(ref, ro, off, oo, tok):
+    """A step on batch tok of ref with torch's ro, clipped at 1.0, and of
+    off with nvswap.torch's oo, whose update the caller made fail: the
+    losses and norms must be equal; returns the nvswap.Error that
+    oo.step() (or, deferred, nvt.wait()) raised."""
+    import nvswap
+    import nvswap.torch as nvt
+    rl = lm_loss(ref, tok)
+    rl.backward()
+    rn = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+    ro.step()
+    ro.zero_grad()
+    ol = lm_loss(off, tok)
+    ol.backward()
+    on = torch.nn.utils.clip_grad_norm_(off.parameters(), 1.0)
+    assert (rl.item(), rn.item()) == (ol.item(), on.item())
+    with pytest.raises(nvswap.Error) as ei:
+        oo.step()
+        nvt.wait(off)  # the deferred step's update, now
+    return ei.value
 
 
 def masters_steps(offload):

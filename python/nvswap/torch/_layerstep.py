@@ -142,16 +142,11 @@ class LayerStep:
         """What torch stepped of fp32 masters, rounded into the bf16
         layer (as copy_ rounds); interrupted, the layer is part old,
         part new, as when torch's step is (_run)."""
-        try:
+        def copy():
             for p, c, _, a, b in lent:
                 if p in self._proxy:
                     p.data.view(-1)[a:b].copy_(c.reshape(-1))
-        except BaseException as e:
-            self._done.add(layer)
-            self._broken = (f"rounding the fp32 masters of layer {layer} "
-                            f"into it raised {type(e).__name__} ({e}) "
-                            "with its values partly changed")
-            raise
+        self._in_place(layer, "rounding the fp32 masters into", copy)
 
     def _step_parts(self, layer, items, region, grads, masters, ops,
                     groups):
@@ -212,14 +207,17 @@ class LayerStep:
     def _run(self, layer):
         """torch's step of what is lent (the sets' step opened first)."""
         self._open_step()
+        self._in_place(layer, "torch's step of", self._lending.step)
+
+    def _in_place(self, layer, what, change):
+        """change(), which changes the layer's tensors one by one, in
+        place: if it raises, the layer is part old, part new, and can be
+        neither finished nor undone (the optimizer is broken)."""
         try:
-            self._lending.step()
+            change()
         except BaseException as e:
-            # torch changes a layer's tensors one by one, in place:
-            # this layer is part old, part new, and can be neither
-            # finished nor undone
             self._done.add(layer)
-            self._broken = (f"torch's step of layer {layer} raised "
+            self._broken = (f"{what} layer {layer} raised "
                             f"{type(e).__name__} ({e}) with its "
                             "values partly changed")
             raise
