@@ -84,6 +84,7 @@ static void usage(FILE *f)
 	      "                          when it has huge-page ones\n"
 	      "  --keep                  keep the test file(s)\n"
 	      "  -h, --help              this text\n"
+	      "  --version               print the version and exit\n"
 	      "\n"
 	      "ds_io's spellings work too: --io_size, --block_size, "
 	      "--queue_depth,\n"
@@ -152,6 +153,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		O_BOUNCE,
 		O_STAGE,
 		O_NOFIODEF,
+		O_VERSION,
 	};
 	static const struct option opts[] = {
 		{"folder", required_argument, NULL, O_FOLDER},
@@ -182,6 +184,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		{"staging", required_argument, NULL, O_STAGE},
 		{"no-fio-default", no_argument, NULL, O_NOFIODEF},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, O_VERSION},
 		/* ds_io's spellings */
 		{"io_size", required_argument, NULL, O_IOSIZE},
 		{"block_size", required_argument, NULL, O_BS},
@@ -311,6 +314,8 @@ void io_parse(int argc, char **argv, struct args *a)
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case O_VERSION:
+			exit(tool_version());
 		}
 	}
 	if (optind < argc)

@@ -59,6 +59,8 @@ static void usage(FILE *f)
 		"data's checksums\n"
 		"  --quiet             print only what does not verify, and "
 		"the verdicts\n"
+		"  -h, --help          this text\n"
+		"  --version           print the version and exit\n"
 		"exit: 0 sound, 1 repaired, 4 bad generations left, 8 could "
 		"not check, 16 usage\n");
 }
@@ -331,6 +333,7 @@ int main(int argc, char **argv)
 		{"no-data", no_argument, NULL, 'D'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	struct job j = {.flags = NVS_CHECK_DATA};
@@ -384,6 +387,8 @@ int main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'V':
+			return tool_version();
 		}
 	}
 	if (optind < argc || !o.npaths) {

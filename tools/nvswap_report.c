@@ -700,6 +700,7 @@ static void usage(FILE *f)
 	      "  --json            one JSON object on stdout instead of "
 	      "text\n"
 	      "  -h, --help        this text\n"
+	      "  --version         print the version and exit\n"
 	      "\n"
 	      "Exit status: 0 nvswap can run here, 1 it cannot (no backend "
 	      "works, or DIR\n"
@@ -713,6 +714,7 @@ int main(int argc, char **argv)
 		{"nvme-path", required_argument, NULL, 'p'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *dir = ".";
@@ -725,6 +727,8 @@ int main(int argc, char **argv)
 			dir = optarg;
 		} else if (c == 'j') {
 			as_json = true;
+		} else if (c == 'V') {
+			return tool_version();
 		} else {
 			usage(stdout);
 			return 0;

@@ -208,6 +208,12 @@ double tool_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int tool_version(void)
+{
+	printf("%s %s\n", tool_name, nvs_version());
+	return 0;
+}
+
 int tool_cmp_double(const void *x, const void *y)
 {
 	double a = *(const double *)x, b = *(const double *)y;

@@ -54,6 +54,11 @@ void tool_bad_option(const char *arg, const struct option *longopts, int ret,
 const char *tool_closest_option(const char *name, size_t len,
 				const struct option *longopts);
 
+/* --version: "NAME VERSION" on stdout (the version of the library the
+ * tool runs with, nvs_version(), which the tools ship with); returns 0,
+ * the exit status. */
+int tool_version(void);
+
 /* qsort comparison of doubles, ascending. */
 int tool_cmp_double(const void *x, const void *y);
 

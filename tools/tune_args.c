@@ -117,6 +117,7 @@ static void usage(FILE *f)
 	      "it. The swap\n"
 	      "                        workload refuses N > 1\n"
 	      "  -h, --help            this text\n"
+	      "  --version             print the version and exit\n"
 	      "seq only:\n"
 	      "  --io-size N           bytes per op and path, K/M/G suffixes "
 	      "(default 256M)\n"
@@ -225,6 +226,7 @@ void tune_parse(int argc, char **argv)
 		OPT_TSIZE,
 		OPT_MAXPINNED,
 		OPT_RANKS,
+		OPT_VERSION,
 	};
 	static const struct option lo[] = {
 		{"nvme-path", required_argument, NULL, OPT_PATH},
@@ -250,6 +252,7 @@ void tune_parse(int argc, char **argv)
 		{"max-pinned", required_argument, NULL, OPT_MAXPINNED},
 		{"ranks", required_argument, NULL, OPT_RANKS},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION},
 		/* ds_nvme_tune's spellings */
 		{"nvme_dir", required_argument, NULL, OPT_PATH},
 		{"io_size", required_argument, NULL, OPT_IOSIZE},
@@ -358,6 +361,8 @@ void tune_parse(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			exit(0);
+		case OPT_VERSION:
+			exit(tool_version());
 		}
 	}
 	if (optind < argc)
