@@ -391,10 +391,18 @@ int main(int argc, char **argv)
 			return tool_version();
 		}
 	}
-	if (optind < argc || !o.npaths) {
-		fprintf(stderr, "nvswap-fsck: %s\n",
-			optind < argc ? "unexpected argument" : "no --path");
-		usage(stderr);
+	/* One line, as the other tools say it (exit 16: e2fsck's usage). */
+	if (optind < argc) {
+		fprintf(stderr,
+			"nvswap-fsck: unexpected argument '%s' (see "
+			"nvswap-fsck --help)\n",
+			argv[optind]);
+		return 16;
+	}
+	if (!o.npaths) {
+		fprintf(stderr, "nvswap-fsck: --path DIR is required: a "
+				"directory of the set to check (see "
+				"nvswap-fsck --help)\n");
 		return 16;
 	}
 	paths_distinct(&o);

@@ -432,6 +432,23 @@ Test(nvswap_fsck, a_copy_verifies_and_relocate_moves_a_path_on_another_fs)
 	umount2(mnt, MNT_DETACH);
 }
 
+Test(nvswap_fsck, a_missing_path_or_a_stray_argument_is_one_line)
+{
+	struct tu_out o = fsck_raw("--name param");
+
+	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	cr_assert_str_eq(o.err, "nvswap-fsck: --path DIR is required: a "
+				"directory of the set to check (see "
+				"nvswap-fsck --help)\n");
+	cr_assert_str_empty(o.out);
+	tu_out_free(&o);
+	o = fsck_raw("--path %s extra", tu_dir());
+	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
+	cr_assert_str_eq(o.err, "nvswap-fsck: unexpected argument 'extra' "
+				"(see nvswap-fsck --help)\n");
+	tu_out_free(&o);
+}
+
 Test(nvswap_fsck, an_unknown_option_is_named_without_the_whole_help)
 {
 	struct tu_out o = fsck_raw("--path %s --no_data", tu_dir());
