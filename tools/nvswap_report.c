@@ -39,6 +39,29 @@ static void problem(const char *what, const char *fix)
 		problems, json_pack("{s:s, s:s}", "problem", what, "fix", fix));
 }
 
+/* The nearest directory of @dir's that exists (@dir itself, else a
+ * parent), into @out: where a missing nvme_path's levels would be made
+ * (the library makes them, and removes them when done). */
+static void existing_parent(const char *dir, char *out, size_t n)
+{
+	struct stat st;
+
+	snprintf(out, n, "%s", dir);
+	while (stat(out, &st) < 0 && errno == ENOENT) {
+		char *slash = strrchr(out, '/');
+
+		if (!slash) { /* a relative name: its parent is "." */
+			snprintf(out, n, ".");
+			return;
+		}
+		if (slash == out) {
+			out[1] = 0; /* "/" */
+			return;
+		}
+		*slash = 0;
+	}
+}
+
 /* First line of a small file, trimmed; "" when unreadable. */
 static const char *read_line(const char *path, char *buf, size_t n)
 {
@@ -296,19 +319,42 @@ static json_t *path_report(const char *dir, bool *usable)
 	struct stat st;
 	bool writable;
 
+	char made[4096];
+
 	*usable = false;
+	if (stat(dir, &st) < 0 && errno == ENOENT) {
+		/* nvswap makes it: judge where it would be made */
+		existing_parent(dir, made, sizeof(made));
+		json_object_set_new(p, "exists", json_false());
+		json_object_set_new(p, "checked", json_string(made));
+		dir = made;
+	} else {
+		json_object_set_new(p, "exists", json_true());
+	}
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		char msg[4400];
 		snprintf(msg, sizeof(msg), "nvme_path %s: %s", dir,
 			 stat(dir, &st) < 0 ? strerror(errno)
 					    : "not a directory");
 		json_object_set_new(p, "error", json_string(msg));
-		problem(msg, "create the directory, or pass --nvme-path");
+		problem(msg, "give --nvme-path a directory on the disk to "
+			     "swap to (nvswap makes one that does not exist)");
 		return p;
 	}
-	if (statfs(dir, &fs) == 0)
-		json_object_set_new(p, "filesystem",
-				    json_string(fs_name((long)fs.f_type)));
+	if (statfs(dir, &fs) == 0) {
+		const char *name = fs_name((long)fs.f_type);
+		char msg[4400];
+
+		json_object_set_new(p, "filesystem", json_string(name));
+		if (!strcmp(name, "tmpfs") || !strcmp(name, "ramfs")) {
+			snprintf(msg, sizeof(msg),
+				 "%s is on %s: swap files there live in "
+				 "memory, which offloading is meant to spare",
+				 dir, name);
+			problem(msg, "choose a directory on the NVMe disk "
+				     "(--nvme-path, nvme_path)");
+		}
+	}
 	if (statvfs(dir, &vfs) == 0) {
 		uint64_t free_b = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 		json_object_set_new(p, "free_bytes",
@@ -543,6 +589,10 @@ static void print_human(json_t *r)
 		       json_string_value(json_object_get(b, "notes")));
 	printf("\nnvme_path %s:\n",
 	       json_string_value(json_object_get(p, "path")));
+	if (json_is_false(json_object_get(p, "exists")))
+		printf("  (does not exist yet: nvswap makes it, and removes "
+		       "it when done; checked %s)\n",
+		       json_string_value(json_object_get(p, "checked")));
 	if ((v = json_object_get(p, "error"))) {
 		printf("  %s\n", json_string_value(v));
 	} else {

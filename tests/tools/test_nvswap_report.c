@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * nvswap-report as users run it: the JSON report has every field, and an
- * unusable path (missing, read-only) or a small memlock limit is a
- * problem line with its fix (exit status 1 when nothing usable is found).
+ * unusable path (under a file, read-only), one in memory (tmpfs) or a
+ * small memlock limit is a problem line with its fix (exit status 1 when
+ * nothing usable is found); a missing path is judged where nvswap would
+ * make it.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -158,15 +160,79 @@ Test(nvswap_report, says_which_backend_auto_gets_and_why)
 	tu_out_free(&o);
 }
 
-Test(nvswap_report, a_missing_path_is_a_problem_with_its_fix_and_exit_1)
+/* First contact 2, item 4: the library makes a missing nvme_path (and
+ * removes it when done), so the report judges where it would be made,
+ * says so, and makes nothing; a path under a file is the problem. */
+Test(nvswap_report, a_missing_path_is_judged_where_nvswap_would_make_it)
 {
-	struct tu_out o = report(NULL, "--nvme-path /nonexistent/nvme");
+	char args[4400], want[4600], file[4200];
+	struct tu_out o;
+	struct stat st;
+	json_error_t err;
+	json_t *r, *p;
 
+	snprintf(args, sizeof(args), "--nvme-path %s/a/b", tu_dir());
+	o = report(NULL, args);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	snprintf(want, sizeof(want),
+		 "nvme_path %s/a/b:\n  (does not exist yet: nvswap makes it, "
+		 "and removes it when done; checked %s)\n",
+		 tu_dir(), tu_dir());
+	cr_assert(strstr(o.out, want), "%s", o.out);
+	cr_assert(strstr(o.out, "verdict: nvswap can run here"), "%s", o.out);
+	cr_assert_null(strstr(o.out, "a/b: No such file"), "%s", o.out);
+	tu_out_free(&o);
+	snprintf(args, sizeof(args), "--nvme-path %s/a/b --json", tu_dir());
+	o = report(NULL, args);
+	cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+	r = json_loads(o.out, 0, &err);
+	cr_assert_not_null(r, "%s: %s", err.text, o.out);
+	p = json_object_get(r, "nvme_path");
+	cr_assert(json_is_false(json_object_get(p, "exists")));
+	cr_assert_str_eq(json_string_value(json_object_get(p, "checked")),
+			 tu_dir());
+	json_decref(r);
+	tu_out_free(&o);
+	snprintf(want, sizeof(want), "%s/a", tu_dir());
+	cr_assert_eq(stat(want, &st), -1, "the report made %s", want);
+
+	snprintf(file, sizeof(file), "%s/file", tu_dir());
+	tu_write_file(file, "x", 1);
+	snprintf(args, sizeof(args), "--nvme-path %s/sub", file);
+	o = report(NULL, args);
 	cr_assert_eq(o.status, 1, "%s", o.out);
-	cr_assert(strstr(o.out, "nvme_path /nonexistent/nvme: No such file"),
-		  "%s", o.out);
-	cr_assert(strstr(o.out, "fix: create the directory"), "%s", o.out);
+	snprintf(want, sizeof(want),
+		 "problem: nvme_path %s/sub: Not a directory\n  fix: give "
+		 "--nvme-path a directory on the disk to swap to (nvswap "
+		 "makes one that does not exist)\n",
+		 file);
+	cr_assert(strstr(o.out, want), "%s", o.out);
 	cr_assert(strstr(o.out, "verdict: NOT usable here"), "%s", o.out);
+	tu_out_free(&o);
+}
+
+/* Swapping to memory defeats the purpose: a tmpfs path works, and is a
+ * problem with its fix. */
+Test(nvswap_report, a_path_in_memory_is_named_as_a_problem)
+{
+	const char *mnt = tu_path("shm");
+	char args[4200], want[4400];
+	struct tu_out o;
+
+	if (!tu_mount_private(mnt, "tmpfs", 0, "size=4m"))
+		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
+			     "mount namespaces",
+			     strerror(errno));
+	snprintf(args, sizeof(args), "--nvme-path %s", mnt);
+	o = report(NULL, args);
+	umount2(mnt, MNT_DETACH);
+	cr_assert_eq(o.status, 0, "%s", o.out);
+	snprintf(want, sizeof(want),
+		 "problem: %s is on tmpfs: swap files there live in memory, "
+		 "which offloading is meant to spare\n  fix: choose a "
+		 "directory on the NVMe disk (--nvme-path, nvme_path)\n",
+		 mnt);
+	cr_assert(strstr(o.out, want), "%s", o.out);
 	tu_out_free(&o);
 }
 
