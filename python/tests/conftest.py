@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 import pytest
 
@@ -36,7 +37,9 @@ def swapdir(diskdir):
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A real 2 MiB tmpfs (a disk that fills up), unmounted afterwards;
-    skipped, saying why, where mounting is not allowed."""
+    skipped, saying why, where mounting is not allowed. nvswap.torch's
+    warning that swap files on tmpfs live in memory is silenced here: a
+    small disk is what is meant."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
@@ -44,7 +47,10 @@ def small_tmpfs(tmp_path):
     if r.returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root and "
                     f"CAP_SYS_ADMIN): {r.stderr.strip()}")
-    yield mnt
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "nvswap.torch.offload: the swap "
+                                "files go to", RuntimeWarning)
+        yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 

@@ -4,15 +4,18 @@ trained bit for bit as in memory; its state dicts; its bad inputs."""
 import copy
 import errno
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
+from nvswap.torch import _pools  # noqa: E402
 
 from torchhelp import GPT, batches, same, train  # noqa: E402
 
@@ -538,3 +541,29 @@ def test_peak_memory_is_bounded_by_the_pools(swapdir, diskdir):
     for state, pools, peak in (small, large):
         assert peak < pools + (256 << 20) + layer, (state, pools, peak)
     assert large[2] - small[2] < layer, (small, large)
+
+
+def test_swap_files_in_memory_draw_a_warning(swapdir):
+    """nvme_path on tmpfs works, and says that it defeats the purpose (a
+    RuntimeWarning naming where and the filesystem); on the disk, no
+    warning."""
+    shm = "/dev/shm"
+    if _pools.memory_fs(shm) is None:
+        pytest.skip(f"{shm} is not a tmpfs here: nothing in memory to test")
+    assert _pools.memory_fs(swapdir) is None  # the disk (conftest)
+    where = os.path.join(shm, f"nvswap-test-{os.getpid()}")
+    torch.manual_seed(0)
+    model = GPT()
+    try:
+        with pytest.warns(RuntimeWarning, match=f"go to {where}/.*, on "
+                          "tmpfs: they live in memory, which offloading "
+                          "is meant to spare"):
+            nvt.offload(model, nvme_path=where, buffer_size="64K")
+        nvt.restore(model)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    model = GPT()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        nvt.offload(model, nvme_path=swapdir, buffer_size="64K")
+    nvt.restore(model)

@@ -408,6 +408,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
               page_cache=page_cache,  # False overrides the config
               checksum=checksum)
     pswap, gswap, rec = _pools.open_pools(cfg, raw, rank, kw, served)
+    _pools.warn_memory_fs(pswap)
     try:
         if rec is not None:
             _durable.check_dtype(rec, dtype)

@@ -6,6 +6,8 @@ they are persistent sets."""
 import errno
 import json
 import os
+import re
+import warnings
 
 import nvswap
 
@@ -143,6 +145,42 @@ def served_record(cfg, raw, rank, kw):
     finally:
         if pswap is not None:
             pswap.close()
+
+
+def memory_fs(path):
+    """'tmpfs' or 'ramfs' where path's files live in memory, else None:
+    the type of the mount that holds path's real location, from
+    /proc/self/mountinfo (the longest mount point, the last of a stack)."""
+    real, best, kind = os.path.realpath(path), "", None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) < 5 or not right:
+                    continue
+                mnt = re.sub(r"\\([0-7]{3})",
+                             lambda m: chr(int(m.group(1), 8)), fields[4])
+                inside = real == mnt or real.startswith(
+                    mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best):
+                    best, kind = mnt, right.split()[0]
+    except OSError:
+        return None
+    return kind if kind in ("tmpfs", "ramfs") else None
+
+
+def warn_memory_fs(pswap):
+    """A RuntimeWarning where the swap files would live in memory: it
+    works, and defeats the purpose of offloading."""
+    where = pswap.dirs[0]
+    kind = memory_fs(where)
+    if kind is not None:
+        warnings.warn(f"nvswap.torch.offload: the swap files go to {where}"
+                      f", on {kind}: they live in memory, which "
+                      "offloading is meant to spare; give nvme_path a "
+                      "directory on the NVMe disk", RuntimeWarning,
+                      stacklevel=3)
 
 
 def open_pools(cfg, raw, rank, kw, served=None):
