@@ -164,10 +164,10 @@ static void prepare(const struct args *a, const char *path, unsigned char *buf)
 	tool_pattern(buf, a->io_size, 1);
 	ret = nvs_aio_create(NULL, &h);
 	if (ret < 0)
-		tool_die(1, "%s", nvs_last_error());
+		tool_die(1, "%s", tool_last_error());
 	ret = nvs_aio_sync_pwrite(h, buf, a->io_size, path, 0);
 	if (ret < 0)
-		tool_die(1, "preparing %s: %s", path, nvs_last_error());
+		tool_die(1, "preparing %s: %s", path, tool_last_error());
 	nvs_aio_destroy(h);
 	/* O_NONBLOCK: whatever may have replaced the file since (a FIFO)
 	 * must fail, not block; fsync of a file ignores it. */
@@ -226,7 +226,7 @@ void io_one_run(const struct args *a, struct run *r)
 		tool_die(2, "--block-size %zu is too large", a->block_size);
 	ret = nvs_aio_create(&o, &h);
 	if (ret < 0)
-		tool_die(ret == -EINVAL ? 2 : 1, "%s", nvs_last_error());
+		tool_die(ret == -EINVAL ? 2 : 1, "%s", tool_last_error());
 	live.h = h;
 	live.pinned = a->pinned;
 	if (a->pinned) {
@@ -234,7 +234,7 @@ void io_one_run(const struct args *a, struct run *r)
 						    a->io_size + a->misalign);
 		if (!mem)
 			tool_die(1, "%s (or run with --unpinned)",
-				 nvs_last_error());
+				 tool_last_error());
 	} else {
 		if (posix_memalign((void **)&mem, 4096,
 				   a->io_size + a->misalign))
@@ -261,7 +261,7 @@ void io_one_run(const struct args *a, struct run *r)
 			      : nvs_aio_sync_pwrite(h, buf, a->io_size,
 						    io_file_for(a, 0), 0);
 		if (ret < 0)
-			tool_die(1, "warm-up %s: %s", what, nvs_last_error());
+			tool_die(1, "warm-up %s: %s", what, tool_last_error());
 	}
 	if (a->start_at > 0)
 		wait_until(a->start_at);
@@ -276,7 +276,7 @@ void io_one_run(const struct args *a, struct run *r)
 			      : nvs_aio_sync_pwrite(h, buf, a->io_size, path,
 						    0);
 		if (ret < 0)
-			tool_die(1, "%s: %s", what, nvs_last_error());
+			tool_die(1, "%s: %s", what, tool_last_error());
 		r->lat[i] = tool_now() - s;
 		r->task_s += r->lat[i];
 		progress(a, t0, i + 1, a->loops, what);
@@ -308,7 +308,7 @@ void io_one_run(const struct args *a, struct run *r)
 	live.h = NULL;
 	ret = nvs_aio_destroy(h);
 	if (ret < 0)
-		tool_die(1, "%s", nvs_last_error());
+		tool_die(1, "%s", tool_last_error());
 	live.mem = NULL;
 	if (a->pinned)
 		nvs_pinned_free(mem);

@@ -99,7 +99,7 @@ static int check_one(const struct nvs_swapper_opts *o, const struct job *j)
 	if (j->old) {
 		ret = nvs_swapset_relocate(o, j->old, j->new_);
 		if (ret < 0) {
-			fprintf(stderr, "nvswap-fsck: %s\n", nvs_last_error());
+			fprintf(stderr, "nvswap-fsck: %s\n", tool_last_error());
 			return 8;
 		}
 		printf("relocated: %d manifest(s) rewritten\n", ret);
@@ -107,7 +107,7 @@ static int check_one(const struct nvs_swapper_opts *o, const struct job *j)
 	ret = nvs_swapset_check(o, j->flags, line, NULL);
 	fflush(stdout);
 	if (ret < 0) {
-		fprintf(stderr, "nvswap-fsck: %s\n", nvs_last_error());
+		fprintf(stderr, "nvswap-fsck: %s\n", tool_last_error());
 		return 8;
 	}
 	if (ret == 0) {
@@ -241,7 +241,7 @@ static int check_all(const struct nvs_swapper_opts *given, int rank,
 
 	ret = nvs_swapset_list(given->nvme_paths[0], listed, &l);
 	if (ret < 0)
-		tool_die(8, "%s", nvs_last_error());
+		tool_die(8, "%s", tool_last_error());
 	if (!l.n) {
 		fprintf(stderr,
 			"nvswap-fsck: no swap set under %s (no manifest in "

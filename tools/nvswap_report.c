@@ -105,7 +105,7 @@ static const char *uring_fix(int ret)
 
 	/* nvs_aio_create gives -EOPNOTSUPP for any backend that cannot
 	 * run; the probe's errno is in its sentence. */
-	if (ret == -ENOMEM || strstr(nvs_last_error(), nvs_strerror(ENOMEM)))
+	if (ret == -ENOMEM || strstr(tool_last_error(), nvs_strerror(ENOMEM)))
 		return memory_fix(1u << 20);
 	if (ret == -ENOSYS)
 		return "use a kernel built with io_uring (5.1 or later)";
@@ -144,7 +144,7 @@ static json_t *backends(bool *any)
 			nvs_aio_destroy(h);
 		} else {
 			json_object_set_new(b, "why",
-					    json_string(nvs_last_error()));
+					    json_string(tool_last_error()));
 			if (list[i] == NVS_BACKEND_IO_URING)
 				problem("io_uring is not available (the fast "
 					"path): see its line above",
@@ -167,7 +167,7 @@ static json_t *default_backend(void)
 	struct nvs_aio *h;
 
 	if (nvs_aio_create(NULL, &h) < 0)
-		return json_pack("{s:s}", "error", nvs_last_error());
+		return json_pack("{s:s}", "error", tool_last_error());
 	nvs_aio_get_stats(h, &st);
 	nvs_aio_destroy(h);
 	return json_pack("{s:s, s:s, s:s}", "name",
@@ -436,7 +436,7 @@ static json_t *memory(void)
 	probe &= ~(uint64_t)4095;
 	p = probe ? nvs_pinned_alloc(probe, &err) : NULL;
 	if (!p)
-		why = probe ? nvs_last_error()
+		why = probe ? tool_last_error()
 			    : "no room left under the memlock limit";
 	json_object_set_new(m, "pinned_probe",
 			    json_pack("{s:I, s:b, s:s?}", "bytes",

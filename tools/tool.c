@@ -208,6 +208,18 @@ double tool_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+const char *tool_last_error(void)
+{
+	const char *e = nvs_last_error();
+	size_t n =
+		strncmp(e, "nvs_", 4)
+			? 0
+			: 4 + strspn(e + 4,
+				     "abcdefghijklmnopqrstuvwxyz0123456789_");
+
+	return n && !strncmp(e + n, ": ", 2) ? e + n + 2 : e;
+}
+
 int tool_version(void)
 {
 	printf("%s %s\n", tool_name, nvs_version());

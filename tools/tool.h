@@ -54,6 +54,11 @@ void tool_bad_option(const char *arg, const struct option *longopts, int ret,
 const char *tool_closest_option(const char *name, size_t len,
 				const struct option *longopts);
 
+/* nvs_last_error() in the user's words: without the library function's
+ * name it starts with ("nvs_config_load: "), which names where in the
+ * library, not what the user gave. */
+const char *tool_last_error(void);
+
 /* --version: "NAME VERSION" on stdout (the version of the library the
  * tool runs with, nvs_version(), which the tools ship with); returns 0,
  * the exit status. */

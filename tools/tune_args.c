@@ -413,9 +413,9 @@ void tune_load_config(void)
 		ret = nvs_config_load(A.config, &ucfg);
 		if (ret < 0)
 			tool_die(ret == -EINVAL ? 2 : 1, "--config: %s",
-				 nvs_last_error());
+				 tool_last_error());
 	} else if (nvs_config_load_string("{}", "<defaults>", &ucfg) < 0) {
-		tool_die(1, "default config: %s", nvs_last_error());
+		tool_die(1, "default config: %s", tool_last_error());
 	}
 	by_default = A.workload == WL_UNSET;
 	if (by_default)

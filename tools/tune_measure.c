@@ -53,7 +53,7 @@ void tune_prepare(void)
 
 	ret = nvs_aio_create(NULL, &h);
 	if (ret < 0)
-		tool_die(1, "%s", nvs_last_error());
+		tool_die(1, "%s", tool_last_error());
 	checker = h;
 	for (unsigned i = 0; i < A.npaths; i++) {
 		const char *f =
@@ -76,7 +76,7 @@ void tune_prepare(void)
 					 "limit (ulimit -l), lower --io-size, "
 					 "or pass --unpinned",
 					 (double)A.io_size / MIB,
-					 nvs_last_error());
+					 tool_last_error());
 		}
 		tool_pattern(wbuf[i], A.io_size, 1000 + i + 100 * tune_rank);
 		fds[i] = open_direct(i, f);
@@ -84,7 +84,7 @@ void tune_prepare(void)
 					false);
 		if (ret < 0)
 			tool_die(1, "writing the test file %s: %s", f,
-				 nvs_last_error());
+				 tool_last_error());
 		if (fsync(fds[i]) < 0)
 			tool_die(1, "syncing %s: %s", f, strerror(errno));
 	}
@@ -154,13 +154,13 @@ static double one_op(struct nvs_aio *h, const struct point *p, int d, size_t n)
 		if (ret < 0)
 			tool_die(1, "%s with %s: %s", crit_name[d],
 				 tune_setting_str(&p->s, s, sizeof(s)),
-				 nvs_last_error());
+				 tool_last_error());
 	}
 	ret = nvs_aio_wait(h);
 	if (ret < 0)
 		tool_die(1, "%s with %s: %s", crit_name[d],
 			 tune_setting_str(&p->s, s, sizeof(s)),
-			 nvs_last_error());
+			 tool_last_error());
 	return tool_now() - t0;
 }
 
@@ -202,16 +202,16 @@ static void verify_written(const struct point *p, size_t n)
 	for (unsigned i = 0; i < A.npaths; i++) {
 		ret = nvs_aio_pread_fd(checker, rbuf[i], n, fds[i], 0, true);
 		if (ret < 0)
-			tool_die(1, "reading back: %s", nvs_last_error());
+			tool_die(1, "reading back: %s", tool_last_error());
 	}
 	if ((ret = nvs_aio_wait(checker)) < 0)
-		tool_die(1, "reading back: %s", nvs_last_error());
+		tool_die(1, "reading back: %s", tool_last_error());
 	verify(p, WR, n);
 }
 
 char *tune_skip_reason(void)
 {
-	char *why = strdup(nvs_last_error());
+	char *why = strdup(tool_last_error());
 
 	if (!why)
 		tool_die(1, "out of memory");
@@ -254,7 +254,7 @@ static void end_handle(struct nvs_aio *h, const struct point *p, int d)
 	if (nvs_aio_destroy(h) < 0)
 		tool_die(1, "%s with %s: %s", crit_name[d],
 			 tune_setting_str(&p->s, s, sizeof(s)),
-			 nvs_last_error());
+			 tool_last_error());
 }
 
 /* @loops timed ops in direction @d with @p's settings, after one
@@ -374,7 +374,7 @@ void tune_rank_measure(const struct rank_cmd *c)
 
 	if (make_handle(p, c->d, c->n, &h) < 0) {
 		m.ok = 0;
-		snprintf(m.err, sizeof(m.err), "%s", nvs_last_error());
+		snprintf(m.err, sizeof(m.err), "%s", tool_last_error());
 	}
 	for (l = 0; l < c->loops; l++) {
 		if (h && c->d == RD)

@@ -214,7 +214,7 @@ static char *merged_config(json_t *snip, enum nvs_backend be, char *why,
 		 * (JSON, types, keys) at its own line and column; after
 		 * that, root is an object and so are its sections. */
 		if (nvs_config_load(path, &cfg) < 0) {
-			snprintf(why, len, "%s", nvs_last_error());
+			snprintf(why, len, "%s", tool_last_error());
 			return NULL;
 		}
 		nvs_config_free(cfg);
@@ -245,7 +245,7 @@ static char *merged_config(json_t *snip, enum nvs_backend be, char *why,
 	} else if (nvs_config_load_string(text, A.write_config, &cfg) < 0) {
 		/* A safety net: what we add is valid by construction. */
 		snprintf(why, len, "%s: the result would not load: %s",
-			 A.write_config, nvs_last_error());
+			 A.write_config, tool_last_error());
 		free(text);
 		text = NULL;
 	} else {

@@ -320,17 +320,17 @@ void tune_probe(void)
 		be_ok[b] = ret == 0;
 		if (ret < 0)
 			snprintf(be_why[b], sizeof(be_why[b]), "%s",
-				 nvs_last_error());
+				 tool_last_error());
 		nvs_aio_destroy(h);
 	}
 	ret = nvs_config_load_string("{}", "<defaults>", &cfg);
 	if (ret < 0 || nvs_config_aio_opts(cfg, &o) < 0)
-		tool_die(1, "default config: %s", nvs_last_error());
+		tool_die(1, "default config: %s", tool_last_error());
 	nvs_config_free(cfg);
 	ret = nvs_aio_create(&o, &h);
 	if (ret < 0 || nvs_aio_get_stats(h, &st) < 0)
 		tool_die(1, "no backend works here: %s (see nvswap-report)",
-			 nvs_last_error());
+			 tool_last_error());
 	nvs_aio_destroy(h);
 	auto_be = st.backend;
 	dflt = (struct setting){.be = auto_be,

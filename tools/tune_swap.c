@@ -139,7 +139,7 @@ static void job_from_config(void)
 	if (nvs_config_offload(ucfg, NVS_OFFLOAD_PARAM, &off) < 0 ||
 	    nvs_config_nvswap(ucfg, &nv) < 0 ||
 	    nvs_config_aio_opts(ucfg, &o) < 0)
-		tool_die(1, "config: %s", nvs_last_error());
+		tool_die(1, "config: %s", tool_last_error());
 	/* (nvs_config_swapper_opts() refuses more than 65536) */
 	J.base_bufs =
 		off.buffer_count > 65536 ? 65536 : (unsigned)off.buffer_count;
@@ -343,7 +343,7 @@ static void visit(const struct swap_point *p, unsigned l)
 		ret = nvs_param_evict_layer(cur_ps, l);
 	if (ret < 0)
 		tool_die(1, "layer %u with %s: %s", l,
-			 tune_swap_str(p, s, sizeof(s)), nvs_last_error());
+			 tune_swap_str(p, s, sizeof(s)), tool_last_error());
 }
 
 /* A training step's walk: forward up the layers, then (@both) backward
@@ -359,7 +359,7 @@ static double step(const struct swap_point *p, bool both)
 		visit(p, l);
 	if (nvs_swapper_wait_all(cur_sw) < 0)
 		tool_die(1, "write-back with %s: %s",
-			 tune_swap_str(p, s, sizeof(s)), nvs_last_error());
+			 tune_swap_str(p, s, sizeof(s)), tool_last_error());
 	return tool_now() - t0;
 }
 
@@ -398,7 +398,7 @@ static void teardown(const struct swap_point *p)
 	cur_sw = NULL;
 	if (r1 < 0 || r2 < 0)
 		tool_die(1, "closing the swapper of %s: %s",
-			 tune_swap_str(p, s, sizeof(s)), nvs_last_error());
+			 tune_swap_str(p, s, sizeof(s)), tool_last_error());
 }
 
 /* A fresh swapper with @p's settings, every layer written once (so the
@@ -430,7 +430,7 @@ static void measure(struct swap_point *p, int stage, unsigned steps)
 		ret = nvs_param_set_walk(cur_ps, A.layers, order);
 	if (ret < 0)
 		tool_die(1, "setting up %s: %s", tune_swap_str(p, s, sizeof(s)),
-			 nvs_last_error());
+			 tool_last_error());
 	memset(stamp, 0, A.layers * sizeof(*stamp));
 	step(p, false);
 	prog.done += per;

@@ -55,6 +55,18 @@ static void config_dealloc(PyObject *o)
 	Py_TYPE(o)->tp_free(o);
 }
 
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+/* A config error in the user's words: without the library function's
+ * name it starts with ("nvs_config_load: "), which names where in the
+ * library, not what was given. */
+static const char *user_words(const char *e)
+{
+	size_t n = strncmp(e, "nvs_", 4) ? 0 : 4 + strspn(e + 4, NAME_CHARS);
+
+	return n && !strncmp(e + n, ": ", 2) ? e + n + 2 : e;
+}
+
 static PyObject *config_load(PyObject *cls, PyObject *arg)
 {
 	char msg[NVS_ERRMSG_MAX] = "";
@@ -68,7 +80,7 @@ static PyObject *config_load(PyObject *cls, PyObject *arg)
 	ts = PyEval_SaveThread();
 	rc = nvs_config_load(PyBytes_AS_STRING(path), &cfg);
 	if (rc < 0)
-		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+		snprintf(msg, sizeof(msg), "%s", user_words(nvs_last_error()));
 	PyEval_RestoreThread(ts);
 	if (rc < 0) {
 		Py_DECREF(path);
@@ -130,7 +142,7 @@ static PyObject *config_from_str(PyObject *cls, PyObject *const *args,
 	ts = PyEval_SaveThread();
 	rc = nvs_config_load_string(text, name, &cfg);
 	if (rc < 0)
-		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+		snprintf(msg, sizeof(msg), "%s", user_words(nvs_last_error()));
 	PyEval_RestoreThread(ts);
 	if (rc < 0)
 		return ext_raise_config(rc, msg);

@@ -103,5 +103,6 @@ def test_a_directory_or_dev_zero_is_refused_without_reading(diskdir, what):
     e = refused(b"", name=path)
     assert (e.file, e.line, e.column, e.key) == (None, None, None, None)
     kind = "a directory" if what == "directory" else "a character device"
-    assert e.strerror == (f"nvs_config_load: {path}: is {kind}, not a "
-                          "regular file of at most 16777216 bytes")
+    # in the user's words: no library function's name
+    assert e.strerror == (f"{path}: is {kind}, not a regular file of at "
+                          "most 16777216 bytes")

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,41 @@ static struct tu_out report(const char *prefix, const char *args)
 	cr_assert_not_null(bin, "NVSWAP_REPORT is set by tests/meson.build");
 	snprintf(cmd, sizeof(cmd), "%s %s %s", prefix ? prefix : "", bin, args);
 	return tu_run(cmd);
+}
+
+/* nvswap-report --nvme-path @path: exit @status, and what @fmt makes in
+ * what it prints. */
+static void report_says(const char *path, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void report_says(const char *path, int status, const char *fmt, ...)
+{
+	char args[4200], want[4400];
+	struct tu_out o;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	snprintf(args, sizeof(args), "--nvme-path %s", path);
+	o = report(NULL, args);
+	cr_assert_eq(o.status, status, "%s", o.out);
+	cr_assert(strstr(o.out, want), "no '%s' in:\n%s", want, o.out);
+	tu_out_free(&o);
+}
+
+/* A private tmpfs at tu_path(@name) mounted with @flags and @opts; the
+ * test is skipped, saying why, where mounting is not allowed. */
+static const char *tmpfs_or_skip(const char *name, unsigned long flags,
+				 const char *opts)
+{
+	const char *mnt = tu_path(name);
+
+	if (!tu_mount_private(mnt, "tmpfs", flags, opts))
+		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
+			     "mount namespaces",
+			     strerror(errno));
+	return mnt;
 }
 
 static void has(json_t *o, const char *key, int type)
@@ -198,54 +234,35 @@ Test(nvswap_report, a_missing_path_is_judged_where_nvswap_would_make_it)
 
 	snprintf(file, sizeof(file), "%s/file", tu_dir());
 	tu_write_file(file, "x", 1);
-	snprintf(args, sizeof(args), "--nvme-path %s/sub", file);
-	o = report(NULL, args);
-	cr_assert_eq(o.status, 1, "%s", o.out);
-	snprintf(want, sizeof(want),
-		 "problem: nvme_path %s/sub: Not a directory\n  fix: give "
-		 "--nvme-path a directory on the disk to swap to (nvswap "
-		 "makes one that does not exist)\n",
-		 file);
-	cr_assert(strstr(o.out, want), "%s", o.out);
-	cr_assert(strstr(o.out, "verdict: NOT usable here"), "%s", o.out);
-	tu_out_free(&o);
+	snprintf(args, sizeof(args), "%s/sub", file);
+	/* 1: not usable */
+	report_says(args, 1,
+		    "problem: nvme_path %s/sub: Not a directory\n  fix: give "
+		    "--nvme-path a directory on the disk to swap to (nvswap "
+		    "makes one that does not exist)\n",
+		    file);
 }
 
 /* Swapping to memory defeats the purpose: a tmpfs path works, and is a
  * problem with its fix. */
 Test(nvswap_report, a_path_in_memory_is_named_as_a_problem)
 {
-	const char *mnt = tu_path("shm");
-	char args[4200], want[4400];
-	struct tu_out o;
+	const char *mnt = tmpfs_or_skip("shm", 0, "size=4m");
 
-	if (!tu_mount_private(mnt, "tmpfs", 0, "size=4m"))
-		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
-			     "mount namespaces",
-			     strerror(errno));
-	snprintf(args, sizeof(args), "--nvme-path %s", mnt);
-	o = report(NULL, args);
+	report_says(mnt, 0, /* 0: it works */
+		    "problem: %s is on tmpfs: swap files there live in memory, "
+		    "which offloading is meant to spare\n  fix: choose a "
+		    "directory on the NVMe disk (--nvme-path, nvme_path)\n",
+		    mnt);
 	umount2(mnt, MNT_DETACH);
-	cr_assert_eq(o.status, 0, "%s", o.out);
-	snprintf(want, sizeof(want),
-		 "problem: %s is on tmpfs: swap files there live in memory, "
-		 "which offloading is meant to spare\n  fix: choose a "
-		 "directory on the NVMe disk (--nvme-path, nvme_path)\n",
-		 mnt);
-	cr_assert(strstr(o.out, want), "%s", o.out);
-	tu_out_free(&o);
 }
 
 Test(nvswap_report, a_read_only_filesystem_is_not_usable)
 {
-	const char *mnt = tu_path("ro");
+	const char *mnt = tmpfs_or_skip("ro", MS_RDONLY, "size=1m");
 	char args[4200];
 	struct tu_out o;
 
-	if (!tu_mount_private(mnt, "tmpfs", MS_RDONLY, "size=1m"))
-		cr_skip_test("cannot mount a read-only tmpfs here (%s): needs "
-			     "root and mount namespaces",
-			     strerror(errno));
 	snprintf(args, sizeof(args), "--nvme-path %s", mnt);
 	o = report(NULL, args);
 	umount2(mnt, MNT_DETACH);
@@ -286,14 +303,10 @@ Test(nvswap_report, a_small_memlock_limit_is_named_with_the_fix)
  * free space, not to fix permissions. */
 Test(nvswap_report, a_full_filesystem_is_not_usable)
 {
-	const char *mnt = tu_path("full");
+	const char *mnt = tmpfs_or_skip("full", 0, "size=1m");
 	char args[4200], fill[4300];
 	struct tu_out o;
 
-	if (!tu_mount_private(mnt, "tmpfs", 0, "size=1m"))
-		cr_skip_test("cannot mount a tmpfs here (%s): needs root and "
-			     "mount namespaces",
-			     strerror(errno));
 	snprintf(fill, sizeof(fill),
 		 "dd if=/dev/zero of=%s/fill bs=64k 2>/dev/null", mnt);
 	cr_assert_neq(system(fill), 0, "dd stops at ENOSPC");

@@ -308,8 +308,7 @@ Test(nvswap_tune_swap, bad_input_is_refused_with_the_reason)
 		   "zero_optimization.offload_param.device is \"cpu\", not "
 		   "\"nvme\"");
 	tt_refused(tt_tune(NULL, "--config /nonexistent.json"), 1,
-		   "--config: nvs_config_load: /nonexistent.json: No such "
-		   "file");
+		   "nvswap-tune: --config: /nonexistent.json: No such file");
 	tt_write_text(cpu, "{\"aio\": {\"blocksize\": 4096}}\n");
 	tt_refused(tt_tune(NULL, "--config %s --nvme-path %s", cpu, tu_dir()),
 		   2, "cpu.json:1:10: aio.blocksize: unknown key");
