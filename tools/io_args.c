@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * nvswap-io's command line: the usage text, the options into struct args
- * with their defaults and the combinations refused, and the --folder
- * check.
+ * with their defaults and the combinations refused, and the check of
+ * --nvme-path (ds_io's --folder).
  */
 #include "io.h"
 
@@ -17,7 +17,7 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: nvswap-io --folder DIR [options]\n"
+	fputs("usage: nvswap-io --nvme-path DIR [options]\n"
 	      "\n"
 	      "Reads or writes one file of --io-size bytes in DIR through an "
 	      "nvswap aio\n"
@@ -31,7 +31,7 @@ static void usage(FILE *f)
 	      "then the latency of one op (one --io-size transfer): min, "
 	      "median, p99.\n"
 	      "\n"
-	      "  --folder DIR            where the test file goes (required); "
+	      "  --nvme-path DIR         where the test file goes (required); "
 	      "removed after\n"
 	      "  --io-size N             bytes per op, K/M/G suffixes "
 	      "(default 1G)\n"
@@ -86,7 +86,7 @@ static void usage(FILE *f)
 	      "  -h, --help              this text\n"
 	      "  --version               print the version and exit\n"
 	      "\n"
-	      "ds_io's spellings work too: --io_size, --block_size, "
+	      "ds_io's spellings work too: --folder, --io_size, --block_size, "
 	      "--queue_depth,\n"
 	      "--single_submit, --sequential_requests, --io_parallel, "
 	      "--warmup_loops,\n"
@@ -156,7 +156,7 @@ void io_parse(int argc, char **argv, struct args *a)
 		O_VERSION,
 	};
 	static const struct option opts[] = {
-		{"folder", required_argument, NULL, O_FOLDER},
+		{"nvme-path", required_argument, NULL, O_FOLDER},
 		{"io-size", required_argument, NULL, O_IOSIZE},
 		{"read", no_argument, NULL, O_READ},
 		{"block-size", required_argument, NULL, O_BS},
@@ -185,7 +185,9 @@ void io_parse(int argc, char **argv, struct args *a)
 		{"no-fio-default", no_argument, NULL, O_NOFIODEF},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, O_VERSION},
-		/* ds_io's spellings */
+		/* ds_io's spellings (and the other tools': --nvme_path) */
+		{"folder", required_argument, NULL, O_FOLDER},
+		{"nvme_path", required_argument, NULL, O_FOLDER},
 		{"io_size", required_argument, NULL, O_IOSIZE},
 		{"block_size", required_argument, NULL, O_BS},
 		{"queue_depth", required_argument, NULL, O_QD},
@@ -324,7 +326,8 @@ void io_parse(int argc, char **argv, struct args *a)
 	if (!a->folder)
 		tool_die(
 			2,
-			"--folder is required: the directory to test (see nvswap-io --help)");
+			"--nvme-path DIR is required: the directory to test (see "
+			"nvswap-io --help)");
 	if (a->compare_fio && a->diff_file)
 		tool_die(2,
 			 "--compare-fio and --different-file-each-iteration "
@@ -348,10 +351,10 @@ void io_check_folder(const char *dir)
 	struct stat st;
 
 	if (stat(dir, &st) < 0)
-		tool_die(1, "--folder %s: %s", dir, strerror(errno));
+		tool_die(1, "--nvme-path %s: %s", dir, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
-		tool_die(1, "--folder %s: not a directory", dir);
+		tool_die(1, "--nvme-path %s: not a directory", dir);
 	if (access(dir, W_OK | X_OK) < 0)
-		tool_die(1, "--folder %s: cannot write there: %s", dir,
+		tool_die(1, "--nvme-path %s: cannot write there: %s", dir,
 			 strerror(errno));
 }

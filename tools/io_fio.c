@@ -387,7 +387,9 @@ static struct fio_res run_fio(const struct args *a, enum nvs_backend eng,
 #undef FIO_ARG
 	argv[n] = NULL;
 	if (strlen(path) >= PATH_MAX)
-		tool_die(2, "--folder path too long for the fio command line");
+		tool_die(
+			2,
+			"--nvme-path: the path is too long for the fio command line");
 	join_argv(argv, fio_cmdline, sizeof(fio_cmdline));
 	status = spawn_fio(argv, a->parallel, &out, &cpu_s);
 	if (status != 0 || cpu_s < 0) {

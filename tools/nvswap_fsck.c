@@ -8,10 +8,11 @@
  * never a good one; the set then reopens at the newest good generation
  * (none left: the set's files go too). --relocate OLD=NEW rewrites the
  * paths a moved set records (nvs_swapset_relocate()) before the check.
- * Without --name it lists every set under the first --path
+ * Without --name it lists every set under the first --nvme-path
  * (nvs_swapset_list()) and checks each.
  *
- *   nvswap-fsck --path DIR [--path DIR2 ...] [--name NAME] [--rank R]
+ *   nvswap-fsck --nvme-path DIR [--nvme-path DIR2 ...] [--name NAME]
+ *               [--rank R]
  *               [--relocate OLD=NEW] [--repair] [--no-data] [--quiet]
  *
  * Exit status, as e2fsck's: 0 the set verifies, 1 bad generations were
@@ -35,18 +36,21 @@ static bool quiet;
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: nvswap-fsck --path DIR [--path DIR ...] [--name NAME] "
-		"[--rank R]\n"
-		"                   [--relocate OLD=NEW] [--repair] "
-		"[--no-data] [--quiet]\n"
-		"  --path DIR          an nvme_path of the set, in the set's "
-		"order\n"
+		"usage: nvswap-fsck --nvme-path DIR [--nvme-path DIR ...] "
+		"[--name NAME]\n"
+		"                   [--rank R] [--relocate OLD=NEW] [--repair] "
+		"[--no-data]\n"
+		"                   [--quiet]\n"
+		"  --nvme-path DIR     an nvme_path of the set, in the set's "
+		"order (--path\n"
+		"                      is the same)\n"
 		"  --name NAME         the set's name (nvs_swapper_opts.name; "
 		"the role\n"
 		"                      swappers use \"param\" and "
 		"\"optimizer\"); without it,\n"
-		"                      every set under the first --path is "
-		"listed and checked\n"
+		"                      every set under the first "
+		"--nvme-path is listed and\n"
+		"                      checked\n"
 		"  --rank R            the set's rank (default 0; without "
 		"--name: only rank R)\n"
 		"  --relocate OLD=NEW  the set was moved: its recorded paths "
@@ -285,7 +289,7 @@ static int check_all(const struct nvs_swapper_opts *given, int rank,
 					"filesystem than path 0), so it "
 					"names where the set was written, "
 					"maybe not this copy: give each of "
-					"the set's %u paths with --path and "
+					"the set's %u paths with --nvme-path and "
 					"--name, or --relocate OLD=NEW\n",
 					i, f->paths[i], f->npaths);
 		ret = whole ? 8 : check_one(&o, j);
@@ -314,18 +318,19 @@ static void paths_distinct(const struct nvs_swapper_opts *o)
 		for (unsigned k = 0; ok[i] && k < i; k++)
 			if (ok[k] && st[k].st_dev == st[i].st_dev &&
 			    st[k].st_ino == st[i].st_ino)
-				tool_die(16,
-					 "--path '%s' and --path '%s' are the "
-					 "same directory: give each of the "
-					 "set's directories once",
-					 o->nvme_paths[k], o->nvme_paths[i]);
+				tool_die(
+					16,
+					"--nvme-path '%s' and --nvme-path '%s' are the "
+					"same directory: give each of the "
+					"set's directories once",
+					o->nvme_paths[k], o->nvme_paths[i]);
 	}
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"path", required_argument, NULL, 'p'},
+		{"nvme-path", required_argument, NULL, 'p'},
 		{"name", required_argument, NULL, 'n'},
 		{"rank", required_argument, NULL, 'r'},
 		{"relocate", required_argument, NULL, 'L'},
@@ -334,6 +339,9 @@ int main(int argc, char **argv)
 		{"quiet", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
+		/* the first spelling, and the other tools' (ds_nvme_tune's) */
+		{"path", required_argument, NULL, 'p'},
+		{"nvme_path", required_argument, NULL, 'p'},
 		{NULL, 0, NULL, 0},
 	};
 	struct job j = {.flags = NVS_CHECK_DATA};
@@ -349,7 +357,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'p':
 			if (o.npaths == NVS_SWAPPER_MAX_PATHS)
-				tool_die(16, "at most %u --path",
+				tool_die(16, "at most %u --nvme-path",
 					 NVS_SWAPPER_MAX_PATHS);
 			o.nvme_paths[o.npaths++] = optarg;
 			break;
@@ -400,7 +408,7 @@ int main(int argc, char **argv)
 		return 16;
 	}
 	if (!o.npaths) {
-		fprintf(stderr, "nvswap-fsck: --path DIR is required: a "
+		fprintf(stderr, "nvswap-fsck: --nvme-path DIR is required: a "
 				"directory of the set to check (see "
 				"nvswap-fsck --help)\n");
 		return 16;

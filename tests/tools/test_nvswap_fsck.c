@@ -76,7 +76,7 @@ static struct tu_out fsck(const char *args)
 	char cmd[8192];
 
 	cr_assert_not_null(bin, "NVSWAP_FSCK is set by tests/meson.build");
-	snprintf(cmd, sizeof(cmd), "%s --path %s --name param %s", bin,
+	snprintf(cmd, sizeof(cmd), "%s --nvme-path %s --name param %s", bin,
 		 tu_dir(), args);
 	return tu_run(cmd);
 }
@@ -437,7 +437,7 @@ Test(nvswap_fsck, a_missing_path_or_a_stray_argument_is_one_line)
 	struct tu_out o = fsck_raw("--name param");
 
 	cr_assert_eq(o.status, 16, "%s%s", o.out, o.err);
-	cr_assert_str_eq(o.err, "nvswap-fsck: --path DIR is required: a "
+	cr_assert_str_eq(o.err, "nvswap-fsck: --nvme-path DIR is required: a "
 				"directory of the set to check (see "
 				"nvswap-fsck --help)\n");
 	cr_assert_str_empty(o.out);
@@ -561,7 +561,7 @@ Test(nvswap_fsck, a_path_recorded_whole_is_not_inferred_for_a_copy)
 	o = fsck_raw("--path %s --repair", a2);
 	cr_assert_eq(o.status, 8, "%s%s", o.out, o.err);
 	cr_assert(strstr(o.err, "not checked: path 1"), "%s", o.err);
-	cr_assert(strstr(o.err, "with --path"), "%s", o.err);
+	cr_assert(strstr(o.err, "with --nvme-path"), "%s", o.err);
 	tu_out_free(&o);
 	umount2(mnt, MNT_DETACH);
 }
@@ -608,11 +608,12 @@ Test(nvswap_fsck, the_same_directory_twice_is_refused_naming_both)
 			cr_assert_eq(o.status, 16, "%s: %s%s", cmd, o.out,
 				     o.err);
 			char want[9000];
-			snprintf(want, sizeof(want),
-				 "nvswap-fsck: --path '%s' and --path '%s' "
-				 "are the same directory: give each of the "
-				 "set's directories once\n",
-				 first, second);
+			snprintf(
+				want, sizeof(want),
+				"nvswap-fsck: --nvme-path '%s' and --nvme-path '%s' "
+				"are the same directory: give each of the "
+				"set's directories once\n",
+				first, second);
 			cr_assert(strstr(o.err, want), "%s: %s", cmd, o.err);
 			cr_assert_null(strstr(o.err, "in use"), "%s", o.err);
 			cr_assert_null(strstr(o.out, "in use"), "%s", o.out);

@@ -78,7 +78,7 @@ Test(nvswap_io, write_prints_ds_io_lines_validates_and_cleans_up)
 	char args[4096];
 	struct tu_out o;
 
-	snprintf(args, sizeof(args), "--folder %s --io-size 8M --validate",
+	snprintf(args, sizeof(args), "--nvme-path %s --io-size 8M --validate",
 		 folder());
 	o = nio(NULL, args);
 	cr_assert_eq(o.status, 0, "%s", o.err);
@@ -271,8 +271,8 @@ Test(nvswap_io, help_lists_dash_options_and_names_the_aliases_once)
 		p++;
 	}
 	cr_assert_eq(n, 1, "%s", o.out);
-	cr_assert(strstr(o.out, "ds_io's spellings work too: --io_size, "
-				"--block_size, --queue_depth,\n"
+	cr_assert(strstr(o.out, "ds_io's spellings work too: --folder, "
+				"--io_size, --block_size, --queue_depth,\n"
 				"--single_submit, --sequential_requests, "
 				"--io_parallel, --warmup_loops,\n"
 				"--different_file_each_iteration.\n"),
@@ -342,7 +342,9 @@ Test(nvswap_io, bad_options_say_what_was_meant_in_two_lines)
 		{"--io_", "nvswap-io: option '--io_' is ambiguous: "
 			  "'--io-size', '--io-parallel'\n"},
 		{"--read=yes", "nvswap-io: option '--read' takes no value\n"},
-		{"--folder", "nvswap-io: option '--folder' needs a value\n"},
+		{"--nvme-path", "nvswap-io: option '--nvme-path' needs a "
+				"value\n"},
+		{"--folder", "nvswap-io: option '--nvme-path' needs a value\n"},
 		{"--io_si", "nvswap-io: option '--io-size' needs a value\n"},
 		{"-x", "nvswap-io: unknown option '-x'\n"},
 	};
@@ -366,8 +368,9 @@ Test(nvswap_io, missing_folder_is_named_with_the_cause)
 		nio(NULL, "--folder /nonexistent/nvswap --io-size 8M");
 
 	cr_assert_eq(o.status, 1);
-	cr_assert(strstr(o.err, "--folder /nonexistent/nvswap: No such file "
-				"or directory"),
+	/* ds_io's --folder, named as every tool names it */
+	cr_assert(strstr(o.err, "nvswap-io: --nvme-path /nonexistent/nvswap: "
+				"No such file or directory"),
 		  "%s", o.err);
 	tu_out_free(&o);
 }
