@@ -12,8 +12,8 @@ bad() {
 out=$(make -s -C "$root" --no-print-directory help 2>&1)
 rc=$?
 [ $rc -eq 0 ] || bad "make help exit $rc: $out"
-head -1 <<<"$out" | grep -q '^nvswap: ' ||
-	bad "make help's first line: $(head -1 <<<"$out")"
+first=${out%%$'\n'*}
+[[ $first == "nvswap: "* ]] || bad "make help's first line: $first"
 grep -q '^#' <<<"$out" && bad "make help prints comment marks"
 listed=$(grep -o 'make [a-z][a-z-]*' <<<"$out" | sed 's/^make //' | sort -u)
 [ -n "$listed" ] || bad "make help names no target"

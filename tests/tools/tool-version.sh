@@ -18,7 +18,10 @@ for tool in "$@"; do
 	[ "$rc $out" = "0 $name $version" ] ||
 		bad "$name --version: exit $rc, '$out' (want '$name $version')"
 	[ -z "$err" ] || bad "$name --version wrote to stderr: $err"
-	"$tool" --help 2>&1 | grep -q -- '^  --version  *print the version and exit$' ||
+	# (the whole text first: grep -q would stop reading at the line, and
+	# pipefail would count the tool's SIGPIPE)
+	help=$("$tool" --help 2>&1)
+	grep -q -- '^  --version  *print the version and exit$' <<<"$help" ||
 		bad "$name --help does not list --version"
 done
 [ $fail -eq 0 ] && echo "--version: $# tools, ok"
