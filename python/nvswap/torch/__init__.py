@@ -8,7 +8,7 @@ optimizer state on NVMe, from plain PyTorch.
     for batch in data:
         loss = loss_fn(model(batch)); loss.backward()
         opt.step(); opt.zero_grad()
-    nvt.stats(model)
+    print(nvt.summary(model))       # nvt.stats(model): the figures
     nvt.checkpoint(model).wait()    # with persist="persistent": resumable
 
     model = nvt.offload(model_on_meta, weights="llama-dir", ...)  # pretrained
@@ -42,7 +42,7 @@ _weights (the readers), _wfile (each file held open, checked unchanged),
 _wread (reading tensors out of them), _stformat (the safetensors format),
 _ptformat (a torch.save zip, read in place), _load (offload(weights=)),
 _export (save_pretrained) with _savedir (its atomic switch of files);
-_sizes (the one size rule).
+_sizes (the one size rule); _progress (summary, progress: for people).
 """
 from . import _durable
 from ._api import checkpoint, gathered, stats, wait
@@ -51,11 +51,12 @@ from ._engine import engine_of
 from ._export import save_pretrained
 from ._offload import offload, restore
 from ._optim import Adam, AdamW, OffloadedOptimizer
+from ._progress import progress, summary
 from ._weights import open_weights
 
 __all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
            "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer",
            "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
-           "save_pretrained", "open_weights"]
+           "save_pretrained", "open_weights", "summary", "progress"]
 
 Checkpoint = _durable.Checkpoint

@@ -100,6 +100,7 @@ class Engine(Passes, Grads):
         self.layers = []  # layer -> [param]
         self.layer_bytes = []  # layer -> its bytes in a pool buffer
         self.forwards = 0  # top-level forwards run (not recomputations)
+        self.progress = None  # _progress._Progress: nvt.progress(model)
         self.last_forward_read = 0  # parameter bytes the last one read
         self.fwd_read0 = 0
         self.lookahead = None  # the ParamSwapper's read-ahead (offload())

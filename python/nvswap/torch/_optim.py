@@ -211,7 +211,14 @@ class OffloadedOptimizer(_spec.Speculating, _layerstep.LayerStep,
         step raising inside a layer leaves a step that cannot be
         finished (the layer part old, part new): refused likewise,
         step() too, never committed. A gradient write-behind that failed
-        is raised first, before anything changes."""
+        is raised first, before anything changes.
+        With nvt.progress(model), a line after each."""
+        loss = self._step(closure)
+        if self._eng.progress is not None:
+            self._eng.progress.tick("step")
+        return loss
+
+    def _step(self, closure):
         loss = None
         self._live()
         # a backward that raised: finish it (step() never runs inside one)

@@ -198,6 +198,8 @@ class Passes:
         trace, self.trace = self.trace, []
         self.forwards += 1
         self.last_forward_read = self.param_bytes_read() - self.fwd_read0
+        if self.progress is not None and self.gswap is None:
+            self.progress.tick("forward")  # serving: a line per forward
         if trace:
             self.fwd_trace = trace
             if self.walk is None or self.walk[:len(trace)] != trace:
