@@ -119,7 +119,6 @@ demo-python: deps build/build.ninja
 		meson setup --reconfigure build -Dpython=enabled
 	ninja -C build $$(ninja -C build -t targets all | \
 		sed -n 's|^\(python/nvswap/[^ :]*\): .*|\1|p' | grep -v '\.p/')
-	mkdir -p nvme_swap
 	PYTHONPATH=build/python $(DEBIAN_PYTHON) \
 		examples/python/train_offloaded.py --dir nvme_swap
 

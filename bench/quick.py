@@ -130,7 +130,19 @@ def main():
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when a target is missed")
     a = p.parse_args()
+    made = not os.path.exists(a.dir)
     os.makedirs(a.dir, exist_ok=True)
+    try:
+        return run_all(a)
+    finally:
+        if made:  # a directory this run made goes again, once empty
+            try:
+                os.rmdir(a.dir)
+            except OSError:
+                pass
+
+
+def run_all(a):
     try:
         rev = subprocess.run(["git", "describe", "--always", "--dirty"],
                              capture_output=True, text=True).stdout.strip()

@@ -116,6 +116,8 @@ int main(int argc, char **argv)
 	int c, ret;
 
 	nvs_aio_opts_init(&o);
+	/* each line as it is made, piped or not */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	while ((c = getopt_long(argc, argv, "d:s:b:q:p:of:kB:h", longopts,
 				NULL)) != -1) {
 		switch (c) {

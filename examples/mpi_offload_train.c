@@ -295,6 +295,8 @@ int main(int argc, char **argv)
 	model_prog = "mpi_offload_train";
 	L = 8;
 	H = 512;
+	/* each line as it is made, piped or not */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		unsigned *dst = c == 'l'   ? &L
 				: c == 'h' ? &H

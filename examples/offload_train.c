@@ -22,6 +22,12 @@
  * trained over; a scratch run (make demo) that finds one says how to
  * finish or remove it.
  *
+ * Ctrl-C (SIGINT) or SIGTERM stops the run at the next step: a scratch
+ * run removes its swap files, a persistent one keeps its sets for
+ * --resume, and the signal then ends the process as it would have.
+ * Output is line-buffered, so a piped run (| tee log) shows each step as
+ * it ends and keeps what it printed when it is interrupted.
+ *
  *   offload_train [--config F] [--layers N] [--hidden N] [--steps N]
  *                 [--micro-batches N] [--checkpoint-every N]
  *                 [--stop-after N] [--resume] [--keep] [--help]
@@ -29,6 +35,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +411,33 @@ static void help(void)
 	       "them)\n");
 }
 
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+/* The run was asked to stop (stop_signal) at step @step: tear down
+ * as a failure does (a scratch run's files removed, a persistent run's
+ * sets kept), say so, and end by the signal itself, so that the shell
+ * and any caller see what happened. */
+static int interrupted(struct off *o, unsigned step)
+{
+	int sig = stop_signal;
+	bool kept = PERSISTENT;
+
+	teardown(o, false);
+	fprintf(stderr, "\noffload_train: %s at step %u: %s\n", strsignal(sig),
+		step,
+		kept ? "its sets are kept: run again with --resume to go "
+		       "on from its last checkpoint"
+		     : "its swap files are removed");
+	signal(sig, SIG_DFL);
+	raise(sig);
+	return 128 + sig;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -465,6 +499,12 @@ int main(int argc, char **argv)
 		persist = RESUME ? NVS_PERSIST_RESUME : NVS_PERSIST_PERSISTENT;
 	last = STOP_AFTER ? STOP_AFTER : STEPS;
 	model_prog = "offload_train";
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	struct sigaction sa = {.sa_handler = on_stop_signal,
+			       .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 	model_init();
 	if (mem_alloc(&r) < 0 || work_alloc(&w) < 0)
 		return 1;
@@ -515,6 +555,8 @@ int main(int argc, char **argv)
 	uint64_t wait0 = a.acquire_wait_ns + b.acquire_wait_ns;
 	for (unsigned step = first; step <= last; step++) {
 		float loss, ref_loss;
+		if (stop_signal)
+			return interrupted(&o, step);
 		if (isatty(2))
 			fprintf(stderr, "\rstep %u/%u ...", step, STEPS);
 		double t0 = now();
@@ -524,6 +566,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		double t1 = now();
+		if (stop_signal)
+			return interrupted(&o, step);
 		ref_loss = mem_step(&r, &w, step);
 		double t2 = now();
 		nvs_swapper_stats(o.pcore, &a);

@@ -12,6 +12,10 @@
  * from its last checkpoint and ends with the uninterrupted run's weights
  * and losses, bit for bit; the run that completes removes its sets.
  *
+ * Ctrl-C (SIGINT) stops a run at its next step with its swap files
+ * removed, what it printed kept (stdout is line-buffered into a file or
+ * a pipe), and its status that of the signal.
+ *
  * NVSWAP_CRASH_RUNS sets the number of kills of each test (10 here; make
  * stress: 50), NVSWAP_CRASH_SEED the random seed (printed, to replay a
  * failure).
@@ -265,6 +269,44 @@ Test(crash, a_second_run_in_a_live_swap_set_is_refused_naming_the_holder)
 	/* The holder's stale set is reclaimed by the next run. */
 	complete_run("after");
 	cr_assert_eq(files_below(swap_dir()), 0);
+}
+
+Test(crash, interrupted_by_sigint_it_removes_its_files_and_keeps_its_output)
+{
+	pid_t pid = start("sigint", 60000);
+	char *out = NULL, *err;
+	int status;
+
+	alarm(120); /* a hang fails the test */
+	/* A step printed into a file (not a terminal) while the run lives:
+	 * line-buffered, not held until exit. */
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/sigint.out", tu_dir());
+	for (int i = 0; i < 3000; i++) {
+		free(out);
+		out = access(path, R_OK) == 0 ? output("sigint", "out") : NULL;
+		if (out && strstr(out, "step 1: loss"))
+			break;
+		usleep(10000);
+	}
+	cr_assert(out && strstr(out, "step 1: loss"), "no step printed: %s",
+		  out ? out : "(no file)");
+	free(out);
+	cr_assert_eq(kill(pid, SIGINT), 0);
+	status = finish(pid);
+	err = output("sigint", "err");
+	out = output("sigint", "out");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+		  "status %#x: %s", status, err);
+	cr_assert(strstr(err, "offload_train: Interrupt at step ") &&
+			  strstr(err, "its swap files are removed"),
+		  "%s", err);
+	cr_assert(strstr(out, "step 1: loss"), "%s", out);
+	cr_assert_null(strstr(out, "verdict"), "%s", out);
+	/* Nothing is left: no swap file, no lock. */
+	cr_assert_eq(files_below(swap_dir()), 0);
+	free(out);
+	free(err);
 }
 
 /* The text of "step @step: loss X" in @out (X), or "". */
