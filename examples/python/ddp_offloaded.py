@@ -8,6 +8,11 @@ against a single-process reference.
         examples/python/ddp_offloaded.py [--dir DIR] [--steps N]
         [--step-in-backward] [--no-average]
 
+It needs the package with its torch extra (torch and numpy, which
+torch.distributed's object collectives use): pip install '.[torch]' in
+a venv (README, "Quick start from Python"); make demo-python's
+interpreter has both.
+
 Each rank builds the same decoder as examples/python/train_offloaded.py
 (rank 0's weights broadcast to all), offloads it with
 nvswap.torch.offload(model, rank=<rank>) (its own swap directory,

@@ -8,6 +8,8 @@ raise nvswap.Error instead of returning -1.
 
     python3 examples/python/deepnvme_rw.py [DIR] [MiB]
 
+with the package and torch installed (pip install '.[torch]').
+
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp, which
 may be a tmpfs without O_DIRECT); what the run makes of it is removed at
 the end.

@@ -29,6 +29,10 @@ memory=)).
         [--prompt 32] [--new-tokens 16] [--batch 1] [--memory 384M]
         [--cgroup 896M]
 
+with the package and its hf extra installed (pip install '.[hf]' in a
+venv; README, "Quick start from Python"); make demo-infer makes such a
+venv and runs it.
+
 The defaults make a 1.08 GB model (271M parameters, fp32) served in an
 896 MiB cgroup (0.87 of the model). Exit 0 when the tokens are equal, 1 when they differ.
 """

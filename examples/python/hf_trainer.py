@@ -19,12 +19,14 @@ bit against the same recipe in memory.
    (written back out with nvswap.torch.save_pretrained, layer by layer,
    and loaded with from_pretrained) equal the in-memory run's.
 
-    PYTHONPATH=build/python python3 examples/python/hf_trainer.py \\
-        --dir nvme_swap [--steps 6] [--layers 4] [--hidden 256] [--bf16]
+    python3 examples/python/hf_trainer.py --dir nvme_swap [--steps 6] \\
+        [--layers 4] [--hidden 256] [--bf16]
 
-(make demo-hf runs it.) --dir must be on the disk (not /tmp, which may be
-a tmpfs); the run's files, and the levels of --dir it made, are removed
-at the end.
+with the package and its hf extra (torch, transformers, accelerate,
+safetensors) installed: pip install '.[hf]' in a venv (README, "Quick
+start from Python"). make demo-hf makes such a venv and runs it.
+--dir must be on the disk (not /tmp, which may be a tmpfs); the run's
+files, and the levels of --dir it made, are removed at the end.
 """
 import argparse
 import copy

@@ -10,6 +10,8 @@ layer equals the same updates done in memory, bit for bit.
 
     python3 examples/python/swapper.py [DIR]
 
+with the package and torch installed (pip install '.[torch]').
+
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp). The
 Swapper makes it when missing and, closing, removes its files and what it
 made.

@@ -13,6 +13,10 @@ buffers).
         [--step-in-backward] [--checkpoint-every N] [--stop-after N]
         [--resume] [--keep]
 
+with the package and its torch extra installed (pip install '.[torch]'
+in a venv; README, "Quick start from Python"; Debian's python3-torch
+will do); make demo-python runs it.
+
 DIR is a directory on the NVMe disk (default ./nvme_swap; not /tmp).
 --checkpoint-every N saves the training state where it lies
 (nvswap.torch.checkpoint over persistent swap sets) before the first step

@@ -31,64 +31,22 @@ LOOKS_LIKE_CODE = re.compile(
 NEEDS = ("gpu", "mpi", "deepspeed", "transformers", "root", "sudo",
          "install", "outer")
 
-# setup=NAME: python run before the block in its namespace, and files
-# written into its directory. ds_config.json is the repo's example config
-# (filled in by the runner: examples/ds_config.json).
-MODEL = '''\
-import torch
-import nvswap
-import nvswap.torch as nvt
-torch.manual_seed(0)
-
-
-class MyTransformer(torch.nn.Module):
-    """The docs' stand-in model: three small layers."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Linear(32, 64)
-        self.block = torch.nn.Sequential(torch.nn.Linear(64, 64),
-                                         torch.nn.ReLU())
-        self.head = torch.nn.Linear(64, 32)
-
-    def forward(self, x):
-        return self.head(self.block(self.embed(x)))
-
-
-build_model = MyTransformer
-model = MyTransformer()
-batch = torch.randn(8, 32)
-data = [torch.randn(8, 32) for _ in range(2)]
-
-
-def loss_fn(out):
-    return out.pow(2).mean()
-
-
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-'''
-OFFLOADED = MODEL + '''
-model = nvt.offload(model, config="ds_config.json")
-opt = nvt.AdamW(model.parameters(), lr=1e-3)
-loss = loss_fn(model(batch))
-'''
-SETUPS = {
-    "model": {"python": MODEL},
-    "ds_config": {"files": {"ds_config.json": "examples/ds_config.json"}},
-    "offloaded": {"files": {"ds_config.json": "examples/ds_config.json"},
-                  "python": OFFLOADED},
-}
+# What a block that is not a whole script says in its first line, where
+# a reader sees it (the fence's info string is not shown once rendered):
+# a comment naming it a piece, or saying what it continues.
+SAYS = {"fragment": "piece", "continue": "continue"}
+_COMMENT = {"python": ("#",), "sh": ("#",), "c": ("/*", "//")}
 
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 
 
 class Block:
     """One fenced block: file (relative to the repo), line (of the
-    opening fence, 1-based), lang, flags, needs, setups, text."""
+    opening fence, 1-based), lang, flags, needs, name (file=), text."""
 
     def __init__(self, file, line, lang, words, text):
         self.file, self.line, self.lang, self.text = file, line, lang, text
-        self.flags, self.needs, self.setups, self.bad = set(), [], [], []
+        self.flags, self.needs, self.bad = set(), [], []
         self.name = None
         for w in words:
             key, eq, val = w.partition("=")
@@ -96,14 +54,11 @@ class Block:
                 self.flags.add(w)
             elif key == "needs" and val:
                 self.needs += val.split(",")
-            elif key == "setup" and val:
-                self.setups += val.split(",")
             elif key == "file" and val and "/" not in val and not self.name:
                 self.name = val
             else:
                 self.bad.append(w)
         self.bad += [f"needs={n}" for n in self.needs if n not in NEEDS]
-        self.bad += [f"setup={s}" for s in self.setups if s not in SETUPS]
 
     @property
     def where(self):
@@ -112,6 +67,13 @@ class Block:
     @property
     def code(self):
         return self.lang in CODE
+
+    def says(self, word):
+        """Whether the block's first line is a comment with word in it."""
+        first = next((ln.strip() for ln in self.text.splitlines()
+                      if ln.strip()), "")
+        return (first.startswith(_COMMENT.get(self.lang, ("#",))) and
+                word in first.lower())
 
     def __repr__(self):
         return f"<{self.where} {self.lang} {sorted(self.flags)}>"
@@ -156,6 +118,8 @@ def problems(blocks):
     """Sentences for every marking the runner would not understand."""
     out, prev = [], None
     for b in blocks:
+        if prev is not None and prev.file != b.file:
+            prev = None  # the code block before it in its own file
         if not b.code:
             if b.lang not in NOT_CODE:
                 out.append(f"{b.where}: language {b.lang!r} is neither "
@@ -167,22 +131,31 @@ def problems(blocks):
                 out.append(f"{b.where}: a block without a language looks "
                            "like code: label it (python, sh, c; with "
                            "fragment if it is not to run) or text")
-            elif b.flags or b.needs or b.setups or b.bad:
+            elif b.flags or b.needs or b.bad:
                 out.append(f"{b.where}: a {b.lang or 'plain'} block is not "
                            "run: marking it means nothing")
             continue
         if b.bad:
             out.append(f"{b.where}: unknown marking {' '.join(b.bad)} "
                        f"(flags: {', '.join(FLAGS)}; needs=: "
-                       f"{', '.join(NEEDS)}; setup=: {', '.join(SETUPS)})")
+                       f"{', '.join(NEEDS)}; file=NAME)")
         if "fragment" in b.flags and (len(b.flags | set(b.needs)) > 1 or
-                                      b.setups or b.name):
+                                      b.name):
             out.append(f"{b.where}: a fragment is not run: it takes no "
                        "other marking")
         if "continue" in b.flags and (prev is None or
                                       "fragment" in prev.flags):
             out.append(f"{b.where}: continue, but no runnable block "
                        "before it in this file")
+        for flag, word in SAYS.items():
+            if flag in b.flags and not b.says(word):
+                out.append(f"{b.where}: a {flag} block's first line is a "
+                           f"comment with the word {word!r} in it (a "
+                           "reader does not see the fence's marking)")
+        if prev is None and b.flags & set(SAYS):
+            out.append(f"{b.where}: the file's first code block is a "
+                       "whole script: it is neither a fragment nor a "
+                       "continuation")
         prev = b
     return out
 
@@ -205,15 +178,6 @@ def chains(blocks):
 
 def _say(*a):
     print(*a, flush=True)
-
-
-def _setup(name, ns, repo):
-    s = SETUPS[name]
-    for dst, src in s.get("files", {}).items():
-        with open(os.path.join(repo, src)) as f, open(dst, "w") as g:
-            g.write(f.read())
-    if "python" in s:
-        exec(compile(s["python"], f"<setup={name}>", "exec"), ns)
 
 
 def _python(b, ns, spec):
@@ -268,17 +232,7 @@ def run(spec):
     ns = {"__name__": "__main__"}
     for b in spec["blocks"]:
         _say(f"--- {b['file']}:{b['line']} ({b['lang']}) in {os.getcwd()}")
-        why = None
-        for name in b["setups"]:
-            try:
-                _setup(name, ns, spec["repo"])
-            except Exception as e:
-                traceback.print_exc()
-                why = f"setup={name}: {type(e).__name__}: {e}"
-                break
-        if why:
-            pass
-        elif b["lang"] == "python":
+        if b["lang"] == "python":
             why = _python(b, ns, spec)
         elif b["lang"] == "sh":
             why = _sh(b, spec)

@@ -7,19 +7,17 @@ names the file, the line and the block's output.
 The marking lives in the Markdown, in the fence's info string after the
 language word (GitHub shows only the first word):
 
-  ```python                 runs (no marking: it must run as written)
+  ```python                 runs (no marking: it must run as written,
+                            in a fresh directory, with nothing set up
+                            for it: what it needs it makes or imports)
   ```python fragment        shows a piece only: not run (a python one
-                            must still parse)
+                            must still parse); its first line is a
+                            comment saying it is a piece ("# a piece:
+                            model and data made before")
   ```python continue        runs after the code block before it in the
                             same file, in the same directory (python:
-                            in the same namespace)
-  ```python setup=model     runs a prerequisite first (docblocks.SETUPS:
-                            model: torch, nvswap, nvt imported,
-                            MyTransformer, model, batch, data,
-                            loss_fn, optimizer; ds_config: the example
-                            config as ds_config.json; offloaded: both,
-                            the model offloaded by that config, opt an
-                            nvt.AdamW, loss its loss on batch)
+                            in the same namespace); its first line is
+                            a comment saying what it continues
   ```sh needs=gpu           runs where that exists, else skipped saying
                             why: gpu (torch sees a CUDA device), mpi
                             (mpirun), deepspeed, transformers (the
@@ -33,6 +31,10 @@ language word (GitHub shows only the first word):
                             (its committed HEAD; one per session, shared
                             by such blocks), on the PyPI interpreter
                             only: once per make test
+
+A reader sees none of these markings (GitHub shows the language word
+only), hence the first-line comments; the first code block of each file
+is a whole script, neither a piece nor a continuation.
 
 Blocks with no language, ```text, ```console or ```json are output or
 data, never run; a block with no language whose first line looks like
@@ -159,7 +161,7 @@ def _run(chain, cwd, scratch, timeout, root=ROOT):
     spec = {"repo": str(root), "scratch": scratch, "cflags": lib[0],
             "libs": lib[1],
             "blocks": [{"file": b.file, "line": b.line, "lang": b.lang,
-                        "text": b.text, "setups": b.setups, "name": b.name}
+                        "text": b.text, "name": b.name}
                        for b in chain]}
     path = os.path.join(scratch, "spec.json")
     with open(path, "w") as f:
@@ -326,16 +328,44 @@ def test_a_hanging_block_is_killed_and_named(diskdir):
 
 def test_unknown_markings_are_refused(tmp_path):
     (tmp_path / "README.md").write_text(
-        "```c continue\n```\n```python fragmnet\n1\n```\n"
+        "```c continue\n/* continues nothing */\n```\n"
+        "```python fragmnet\n1\n```\n"
         "```sh needs=gpus\n:\n```\n```bash\n:\n```\n"
-        "```text fragment\nout\n```\n")
+        "```text fragment\nout\n```\n```python setup=model\n1\n```\n")
     got = docblocks.problems(docblocks.parse(tmp_path, "README.md"))
-    assert [g.split(":", 2)[1] for g in got] == ["1", "3", "6", "9", "12"]
+    assert [g.split(":", 2)[1] for g in got] == [
+        "1", "1", "4", "7", "10", "13", "16"], got
     assert "continue, but no runnable block" in got[0]
-    assert "unknown marking fragmnet" in got[1]
-    assert "unknown marking needs=gpus" in got[2]
-    assert "language 'bash'" in got[3]
-    assert "is not run: marking it means nothing" in got[4]
+    assert "first code block is a whole script" in got[1]
+    assert "unknown marking fragmnet" in got[2]
+    assert "unknown marking needs=gpus" in got[3]
+    assert "language 'bash'" in got[4]
+    assert "is not run: marking it means nothing" in got[5]
+    # a prerequisite run unseen before a block is gone: scripts are whole
+    assert "unknown marking setup=model" in got[6]
+
+
+def test_a_piece_or_a_continuation_says_so_where_it_is_read(tmp_path):
+    (tmp_path / "a.md").write_text(
+        "```python\nx = 1\n```\n"
+        "```python continue\nprint(x)\n```\n"
+        "```sh continue\n# Continues the block above\nls\n```\n"
+        "```python fragment\nmodel.train()\n```\n"
+        "```c fragment\n// a piece: o made before\nf(o);\n```\n"
+        "```python fragment\n# train here\nf()\n```\n")
+    (tmp_path / "b.md").write_text(
+        "```python fragment\n# a piece: m made before\nm()\n```\n")
+    got = docblocks.problems(docblocks.parse(tmp_path, "a.md") +
+                             docblocks.parse(tmp_path, "b.md"))
+    assert [g.split(":", 2)[:2] for g in got] == [
+        ["a.md", "4"], ["a.md", "11"], ["a.md", "18"], ["b.md", "1"]], got
+    assert "continue block's first line is a comment with the word " \
+        "'continue'" in got[0]
+    assert "fragment block's first line is a comment with the word " \
+        "'piece'" in got[1]
+    assert "'piece'" in got[2]
+    # each file starts over: b.md's first block must be whole too
+    assert "first code block is a whole script" in got[3]
 
 
 def test_code_without_a_language_is_refused(tmp_path):

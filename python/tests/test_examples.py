@@ -322,3 +322,29 @@ def test_generate_offloaded_example(diskdir, cgroup):
         "tokens: equal to the in-memory run (8 of 8)", r.stdout
     assert "the compute-bound limit" in r.stdout
     assert list(pathlib.Path(diskdir).iterdir()) == []
+
+
+# What each example needs installed, named where a reader of the file
+# looks first (its docstring), with the extra README's table lists.
+NEEDS = {"deepnvme_rw.py": "torch", "swapper.py": "torch",
+         "train_offloaded.py": "torch", "ddp_offloaded.py": "torch",
+         "hf_trainer.py": "hf", "generate_offloaded.py": "hf"}
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS))
+def test_each_example_names_its_extra_and_its_command(name):
+    import ast
+    text = (EXAMPLES / name).read_text()
+    doc = ast.get_docstring(ast.parse(text))
+    assert f"pip install '.[{NEEDS[name]}]'" in doc, name
+    # the command it gives runs the file with the interpreter alone: no
+    # PYTHONPATH into a build tree, which has no transformers or torch
+    assert "PYTHONPATH" not in doc, name
+    assert f"examples/python/{name}" in doc, name
+    readme = (EXAMPLES.parents[1] / "README.md").read_text()
+    assert f"`.[{NEEDS[name]}]`" in readme
+
+
+def test_every_example_is_listed():
+    have = {p.name for p in EXAMPLES.glob("*.py")} - {"memcgroup.py"}
+    assert have == set(NEEDS)
