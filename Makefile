@@ -100,7 +100,7 @@ build: deps build/build.ninja
 PREFIX = /usr/local
 install:
 	@DESTDIR="$(DESTDIR)" scripts/install.sh check "$(PREFIX)"
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory deps build/build.ninja
 	@DESTDIR="$(DESTDIR)" scripts/install.sh install "$(PREFIX)"
 
 # Each demo builds only what it runs (the library and its example);

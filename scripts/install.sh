@@ -3,11 +3,12 @@
 #   install.sh check PREFIX    refuse, in one line and before anything is
 #                              built, a PREFIX (under $DESTDIR when set)
 #                              this user cannot write or create
-#   install.sh install PREFIX  configure build/ for PREFIX and meson
-#                              install: headers, libnvswap.so.0.1.0 with
-#                              its .so.0 and .so links, libnvswap.a,
-#                              nvswap.pc, the four tools; then say how to
-#                              build against it
+#   install.sh install PREFIX  configure build/ for PREFIX, build only
+#                              what is installed (not the tests, examples
+#                              or benchmarks) and meson install: headers,
+#                              libnvswap.so.0.1.0 with its .so.0 and .so
+#                              links, libnvswap.a, nvswap.pc, the four
+#                              tools; then say how to build against it
 # Exit status 2 on a refused PREFIX.
 set -euo pipefail
 mode=$1 prefix=$2
@@ -49,10 +50,20 @@ check() {
 
 install() {
 	local libdir pcdir
+	local targets
 	meson configure build -Dprefix="$prefix" >/dev/null
-	# ninja regenerates the install plan for PREFIX (make built
-	# everything before: nothing else is done).
-	ninja -C build >/dev/null
+	# The targets meson installs, and nothing else: make install is not
+	# make build (the tests and benchmarks are most of the build).
+	# ninja regenerates the install plan for PREFIX on the way.
+	targets=$(meson introspect build --targets | python3 -c '
+import json, os, sys
+for t in json.load(sys.stdin):
+    if t.get("installed"):
+        for f in t["filename"]:
+            print(os.path.relpath(f, os.path.realpath(sys.argv[1])))
+' build) || die "meson introspect build --targets failed"
+	# shellcheck disable=SC2086 # one word per target
+	ninja -C build $targets >/dev/null
 	meson install -C build --no-rebuild --quiet
 	libdir=$(meson introspect build --buildoptions | python3 -c '
 import json, sys
