@@ -25,7 +25,9 @@
 #                  (make bench-full: every benchmark)
 #   make stress    randomized consistency runs and 50 SIGKILLs of the
 #                  main job, a few minutes (make test runs fewer)
-# Everything else is for developers: build, format, clean.
+#   make clean     the build trees and ./nvme_swap (make distclean: README's
+#                  .venv and .venv-debian too)
+# Everything else is for developers: build, format.
 
 # dpkg-dev: scripts/jemalloc-source.sh unpacks and configures jemalloc
 # from Debian's source package of libjemalloc-dev's version (it needs
@@ -71,7 +73,7 @@ TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 .PHONY: all help deps build install demo demo-io demo-mpi demo-python demo-hf demo-infer test test-plain test-asan test-tsan \
 	test-python test-gpu wheel \
 	check-format check-banned format bench bench-full stress fuzz test-fuzz \
-	clean
+	clean distclean
 
 all: build
 
@@ -133,7 +135,8 @@ demo-python: deps build/build.ninja
 # Python demos; $(1) names the demo in what it prints.
 define pypi_install
 @scripts/deps.sh $(PYTHON_PACKAGES)
-@scripts/python-venv.sh "$(PYPI_PYTHON)" $(CURDIR)/build/venv-pypi pypi
+@NVS_CLIENTS=hf scripts/python-venv.sh "$(PYPI_PYTHON)" \
+	$(CURDIR)/build/venv-pypi pypi
 @echo "$(1): pip install . into build/venv-pypi"
 @PATH="$(CURDIR)/build/venv-pypi/bin:$$PATH" build/venv-pypi/bin/pip \
 	install -q --no-build-isolation --force-reinstall --no-deps .
@@ -318,3 +321,8 @@ format:
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz nvme_swap
+
+# The venvs README's "Quick start from Python" makes in the tree, and the
+# native file Debian 12's meson-python (0.12) leaves in the source tree.
+distclean: clean
+	rm -rf .venv .venv-debian .mesonpy-native-file.ini

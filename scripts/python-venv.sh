@@ -10,7 +10,9 @@
 #   MODE pypi:   a plain venv; torch==2.13.0 (always pinned: an open
 #                range downloads a multi-GB CUDA build), numpy, pytest,
 #                meson-python, and the real clients, pinned: deepspeed,
-#                transformers and accelerate (with safetensors).
+#                transformers and accelerate (with safetensors);
+#                NVS_CLIENTS=hf (the Python demos): only the last two,
+#                no DeepSpeed.
 # Output goes to LOG (default VENV_DIR.log). Exit 1 when the venv cannot
 # be made; a client that does not install is only noted (its tests skip
 # and say why).
@@ -45,8 +47,12 @@ fi
 # training-recipe tests (test_torch_hf.py) and make demo-hf. torch is
 # already there, so pip adds nothing torch.
 CLIENTS="deepspeed==0.19.8 transformers==5.23.0 accelerate==1.15.0"
-if [ "$mode" = pypi ] && ! "$venv/bin/python" -c \
-	'import deepspeed, transformers, accelerate, safetensors' 2>/dev/null; then
+NEED="deepspeed, transformers, accelerate, safetensors"
+if [ "${NVS_CLIENTS:-all}" = hf ]; then
+	CLIENTS=${CLIENTS#deepspeed==* }
+	NEED=${NEED#deepspeed, }
+fi
+if [ "$mode" = pypi ] && ! "$venv/bin/python" -c "import $NEED" 2>/dev/null; then
 	echo "   installing $CLIENTS into $venv"
 	"$venv/bin/pip" install -q $CLIENTS >>"$log" 2>&1 ||
 		echo "   note: pip install $CLIENTS failed (see $log): their tests skip"
