@@ -4,9 +4,16 @@
 # Build the libjemalloc_pic.a that scripts/jemalloc-private.sh turns into
 # nvswap's private jemalloc, from Debian's own source package of the
 # installed libjemalloc-dev, with Debian's configure options plus
-# --disable-initial-exec-tls. Prints the path of the .a on stdout (its
+# --disable-initial-exec-tls. Where that route is closed (no apt-get or
+# dpkg, no libjemalloc-dev: any other distribution, or a Debian without
+# the package), from jemalloc's own 5.3.0 release instead, its SHA-256
+# pinned (byte for byte Debian's .orig tarball), downloaded from GitHub
+# or taken from NVSWAP_JEMALLOC_TARBALL (a copy, for a machine offline);
+# the build says once which route it took. NVSWAP_JEMALLOC_ROUTE=debian
+# or upstream forces one. Prints the path of the .a on stdout (its
 # header is in ../include/jemalloc/jemalloc.h, the Debian version in
-# ../debian-version); progress goes to stderr, and a build's start (with
+# ../debian-version or the release in ../upstream-version, the source
+# tarball in ../src/); progress goes to stderr, and a build's start (with
 # its expected duration) and end also to the terminal (see tell()).
 #
 # Why: Debian's libjemalloc_pic.a uses initial-exec TLS (about 2.6 KB),
@@ -48,16 +55,71 @@ die() {
 }
 need() { # COMMAND PACKAGE
 	command -v "$1" >/dev/null ||
-		die "needs $1: apt-get install -y --no-install-recommends $2"
+		die "needs $1 (Debian: apt-get install -y --no-install-recommends" \
+			"$2; elsewhere the package that has it)"
 }
 
-need dpkg-query dpkg
-need apt-get apt
-need apt-config apt
 need gcc gcc
 need make make
 need ar binutils
 need readelf binutils
+need tar tar
+need bzip2 bzip2
+
+# jemalloc's own release: the source where Debian's is out of reach.
+UPSTREAM_VER=5.3.0
+UPSTREAM_URL=https://github.com/jemalloc/jemalloc/releases/download/$UPSTREAM_VER/jemalloc-$UPSTREAM_VER.tar.bz2
+UPSTREAM_SHA256=2db82d1e7119df3e71b7640219b6dfe84789bc0537983c3b7ac4f7189aecfeaa
+route=${NVSWAP_JEMALLOC_ROUTE:-auto}
+if [ "$route" = auto ]; then
+	route=upstream
+	if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null &&
+		dpkg-query -W -f='${Status}' libjemalloc-dev 2>/dev/null |
+		grep -q ' installed$'; then
+		route=debian
+	fi
+fi
+case $route in
+debian | upstream) ;;
+*) die "NVSWAP_JEMALLOC_ROUTE=$route: debian, upstream or auto" ;;
+esac
+
+sha256() { # FILE: its SHA-256 in hex
+	if command -v sha256sum >/dev/null; then
+		sha256sum "$1" | cut -d' ' -f1
+	else
+		python3 -c 'import hashlib, sys
+print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"
+	fi
+}
+fetch() { # URL FILE
+	if command -v curl >/dev/null; then
+		curl -fsSL --retry 2 -o "$2" "$1"
+	elif command -v wget >/dev/null; then
+		wget -q -O "$2" "$1"
+	else
+		python3 -c 'import shutil, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=60) as r, \
+        open(sys.argv[2], "wb") as f:
+    shutil.copyfileobj(r, f)' "$1" "$2"
+	fi
+}
+
+if [ "$route" = upstream ]; then
+	src_pkg=jemalloc src_ver=$UPSTREAM_VER
+	case $(uname -m) in
+	x86_64) arch=amd64 ;;
+	i?86) arch=i386 ;;
+	aarch64) arch=arm64 ;;
+	ppc64le) arch=ppc64el ;;
+	*) arch=$(uname -m) ;;
+	esac
+	gnu_type=$(gcc -dumpmachine) multiarch=
+	cflags="-g -O2" cppflags="" ldflags=""
+else
+need dpkg-query dpkg
+need apt-get apt
+need apt-config apt
 need sha256sum coreutils
 
 src_pkg=$(dpkg-query -W -f='${source:Package}' libjemalloc-dev 2>/dev/null) ||
@@ -89,6 +151,7 @@ else
 	say "dpkg-buildflags missing (package dpkg-dev): building with -g -O2"
 	cflags="-g -O2" cppflags="" ldflags=""
 fi
+fi # the Debian route
 # debian/rules (5.3.0-1 and 5.3.0-3 alike), then ours.
 conf=(--build="$gnu_type" --prefix=/usr --libdir="/usr/lib/$multiarch"
 	--with-version=VERSION --with-lg-hugepage=21)
@@ -104,9 +167,11 @@ esac
 # jemalloc-private.sh drops anyway (no g++ needed).
 conf+=(--disable-initial-exec-tls --disable-cxx)
 
-key=$(printf '%s\n' "recipe $recipe" "$src_pkg $src_ver $arch" \
+# (The Debian route's key is what it was before the upstream route.)
+up=$([ "$route" = debian ] || echo "upstream route")
+key=$(printf '%s\n' "recipe $recipe" $up "$src_pkg $src_ver $arch" \
 	"${conf[*]}" "$cflags" "$cppflags" "$ldflags" \
-	"$(gcc -dumpfullversion) $(gcc -dumpmachine)" | sha256sum)
+	"$(gcc -dumpfullversion) $(gcc -dumpmachine)" | sha256 /dev/stdin)
 cache=${NVSWAP_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:?set NVSWAP_CACHE_DIR}/.cache}/nvswap}
 final="$cache/jemalloc-${src_ver//:/_}-$arch-${key:0:12}"
 lib="$final/lib/libjemalloc_pic.a"
@@ -126,6 +191,30 @@ fi
 trap 'rm -rf "$work"' EXIT
 say "building $src_pkg $src_ver ($arch) in $work"
 started=$SECONDS
+srcdir="$work/src"
+mkdir "$work/dl"
+if [ "$route" = upstream ]; then
+	tell "building the private jemalloc from jemalloc's $UPSTREAM_VER" \
+		"release (no Debian source package here: no apt-get, dpkg or" \
+		"libjemalloc-dev; once: 1 to 3 minutes on 2 cores, cached in" \
+		"$cache)"
+	tarball=${NVSWAP_JEMALLOC_TARBALL:-}
+	if [ -z "$tarball" ]; then
+		tarball="$work/dl/jemalloc-$UPSTREAM_VER.tar.bz2"
+		say "downloading $UPSTREAM_URL"
+		fetch "$UPSTREAM_URL" "$tarball" ||
+			die "cannot download $UPSTREAM_URL: fetch it where you" \
+				"can and set NVSWAP_JEMALLOC_TARBALL to its path" \
+				"(or, on Debian, apt-get install libjemalloc-dev)"
+	fi
+	[ -f "$tarball" ] || die "NVSWAP_JEMALLOC_TARBALL=$tarball: no such file"
+	got=$(sha256 "$tarball")
+	[ "$got" = "$UPSTREAM_SHA256" ] ||
+		die "$tarball: SHA-256 $got is not jemalloc $UPSTREAM_VER's" \
+			"release ($UPSTREAM_SHA256)"
+	mkdir "$srcdir"
+	tar -xjf "$tarball" -C "$srcdir" --strip-components=1
+else
 tell "building the private jemalloc from Debian's source package" \
 	"(once: 1 to 3 minutes on 2 cores, cached in $cache)"
 
@@ -175,7 +264,6 @@ say "apt-get update (source indexes, private lists in $apt)"
 apt-get "${aptopts[@]}" -q update >"$work/update.log" 2>&1 ||
 	say "apt-get update reported errors (continuing):" \
 		"$(grep -E '^(E|W):' "$work/update.log" | head -5)"
-mkdir "$work/dl"
 (cd "$work/dl" && apt-get "${aptopts[@]}" -q source --download-only \
 	"$src_pkg=$src_ver") >&2 || {
 	sed 's/^/  update: /' "$work/update.log" >&2
@@ -187,7 +275,6 @@ mkdir "$work/dl"
 }
 
 # ---- unpack with Debian's patches
-srcdir="$work/src"
 dsc=$(echo "$work/dl/"*.dsc)
 if command -v dpkg-source >/dev/null && [ -f "$dsc" ]; then
 	# No signature check: apt-get source checked every file against the
@@ -228,6 +315,8 @@ grep -oE -- '--(with|enable|disable)-[a-z0-9-]+(=[^ )]+)?' \
 		"scripts/jemalloc-source.sh does not know: add it there" ;;
 	esac
 done
+tarball=$(echo "$work/dl/"*.orig.tar.*)
+fi # the Debian route
 
 # ---- configure and build the static PIC library only. The shipped
 # configure is used as is: Debian regenerates it, but its configure.ac
@@ -255,9 +344,17 @@ out="$work/out"
 mkdir -p "$out/lib" "$out/include/jemalloc"
 cp "$srcdir/lib/libjemalloc_pic.a" "$out/lib/"
 cp "$srcdir/include/jemalloc/jemalloc.h" "$out/include/jemalloc/"
-printf '%s\n' "$src_ver" >"$out/debian-version"
+# The source it was built from, kept: a rebuild needs no network.
+mkdir "$out/src"
+cp "$tarball" "$out/src/"
+if [ "$route" = debian ]; then
+	printf '%s\n' "$src_ver" >"$out/debian-version"
+else
+	printf '%s release, SHA-256 %s\n' "$src_ver" "$UPSTREAM_SHA256" \
+		>"$out/upstream-version"
+fi
 {
-	echo "$src_pkg $src_ver ($arch), recipe $recipe"
+	echo "$src_pkg $src_ver ($arch), recipe $recipe, $route source"
 	echo "configure ${conf[*]}"
 	echo "CFLAGS=$cflags"
 	echo "CPPFLAGS=$cppflags"
