@@ -321,4 +321,6 @@ def offloaded(a, want, mem_tps, nbytes):
 
 
 if __name__ == "__main__":
+    # each line as it is printed, into a pipe (| tee log) too
+    sys.stdout.reconfigure(line_buffering=True)
     raise SystemExit(main())

@@ -200,4 +200,6 @@ def run(a, work):
 
 
 if __name__ == "__main__":
+    # each line as it is printed, into a pipe (| tee log) too
+    sys.stdout.reconfigure(line_buffering=True)
     raise SystemExit(main())

@@ -57,4 +57,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # each line as it is printed, into a pipe (| tee log) too
+    sys.stdout.reconfigure(line_buffering=True)
     main()

@@ -33,6 +33,7 @@ import copy
 import errno
 import glob
 import os
+import sys
 import time
 
 import torch
@@ -282,4 +283,6 @@ def train(args, persist):
 
 
 if __name__ == "__main__":
+    # each line as it is printed, into a pipe (| tee log) too
+    sys.stdout.reconfigure(line_buffering=True)
     raise SystemExit(main())

@@ -60,6 +60,30 @@ def test_train_offloaded_example_is_bit_identical(diskdir, mode):
                   if p.is_file()) == []
 
 
+def test_train_offloaded_into_a_pipe_shows_each_step_as_it_ends(diskdir):
+    # | tee log: stdout is a pipe, and each line comes as it is printed,
+    # not in blocks of 8 KiB (about 90 steps' lines) or at exit
+    pytest.importorskip("torch")
+    p = subprocess.Popen([sys.executable, str(EXAMPLES / "train_offloaded.py"),
+                          "--dir", diskdir, "--steps", "300", "--width", "64",
+                          "--layers", "2", "--context", "16"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         env={k: v for k, v in os.environ.items()
+                              if k != "PYTHONUNBUFFERED"})
+    try:
+        got = b""
+        while not any(ln.split()[:1] == [b"1"] for ln in got.splitlines()):
+            chunk = os.read(p.stdout.fileno(), 65536)
+            assert chunk, f"exit {p.wait()} before step 1 was shown: {got}"
+            got += chunk
+        assert len(got) < 2048 and p.poll() is None, \
+            f"step 1 came in a block of {len(got)} bytes"
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+
+
 @pytest.mark.parametrize("mode", [[], ["--step-in-backward"]])
 def test_train_offloaded_stops_and_resumes_bit_identical(diskdir, mode):
     pytest.importorskip("torch")
