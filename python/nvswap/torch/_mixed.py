@@ -8,14 +8,13 @@ than an optimizer pool buffer. The optimizer steps the fp32 master with
 the gradient taken to fp32, then writes the rounded copy back into the
 layer: what torch.optim.AdamW over fp32 master copies of a bf16 model
 gives, bit for bit."""
-import errno
 
 import torch
 
 import nvswap
 
 from . import _parts
-from ._common import error, itemsize, read_packed
+from ._common import itemsize, read_packed
 
 MASTER_BASE = 4 << 40  # id_base of the master groups in the optimizer set
 
@@ -122,27 +121,10 @@ class Masters:
                                  "saved in other sizes)")
             need = max(sum(_parts.up((b - a) * 4) for _, a, b in part)
                        for part in parts)
-            if need > bs:
-                raise error(errno.EFBIG,
-                            f"nvswap.torch.offload: {what} were saved "
-                            f"with a part of {need} bytes, larger than an "
-                            f"optimizer pool buffer ({bs} bytes): resume "
-                            "with optimizer_buffer_size= of at least "
-                            f"{need}")
+            _parts.refuse_saved("nvswap.torch.offload", what, need, bs)
             return parts
         got = _parts.plan([(i, "master", n, 4) for i, n in sizes], bs)
-        if got is None or (len(got) > 1 and (len(got) > _parts.MAX_PARTS or
-                                             layer >= _parts.STRIDE)):
-            raise error(errno.EFBIG,
-                        f"nvswap.torch.offload: {what} need "
-                        + (f"{len(got)} optimizer pool buffers of {bs} "
-                           f"bytes; at most {_parts.MAX_PARTS} (and a "
-                           f"layer number below {_parts.STRIDE}) can be"
-                           if got else f"a part of {_parts.GRAIN} "
-                           f"elements, more than an optimizer pool buffer "
-                           f"({bs} bytes)")
-                        + ": raise offload_optimizer.buffer_size "
-                        "(optimizer_buffer_size=)")
+        _parts.refuse("nvswap.torch.offload", what, got, bs, layer)
         return [[(i, a, b) for i, _, a, b in part] for part in got]
 
     def runs(self, layer):

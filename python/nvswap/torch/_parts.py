@@ -106,28 +106,44 @@ def _fill(runs, bs):
     return parts
 
 
+def refuse(who, what, parts, bs, layer):
+    """nvswap.Error(EFBIG) from who (a call's name) when plan()'s parts
+    for what (the state, or the fp32 masters, of layer, named) cannot be
+    used: none (a GRAIN of elements does not fit a buffer of bs bytes)
+    or more than the group numbering allows."""
+    if parts is None:
+        raise error(errno.EFBIG,
+                    f"{who}: an optimizer pool buffer ({bs} bytes) cannot "
+                    f"hold {GRAIN} elements of {what}: raise "
+                    "offload_optimizer.buffer_size (optimizer_buffer_size=)")
+    if len(parts) > 1 and (len(parts) > MAX_PARTS or layer >= STRIDE):
+        raise error(errno.EFBIG,
+                    f"{who}: {what} would take {len(parts)} optimizer pool "
+                    f"buffers of {bs} bytes; at most {MAX_PARTS} (and a "
+                    f"layer number below {STRIDE}) can be: raise "
+                    "offload_optimizer.buffer_size (optimizer_buffer_size=)")
+
+
+def refuse_saved(who, what, need, bs):
+    """nvswap.Error(EFBIG) when a saved part of what (need bytes) is
+    larger than a buffer of bs bytes, naming the size to give."""
+    if need > bs:
+        raise error(errno.EFBIG,
+                    f"{who}: a part of {what} was saved with {need} "
+                    f"bytes, larger than an optimizer pool buffer ({bs} "
+                    "bytes): resume with optimizer_buffer_size= of at "
+                    f"least {need}")
+
+
 def check(opt, eng, layer, slots, bs):
     """plan(), or nvswap.Error(EFBIG) naming the layer (of eng, the
     model's engine) and what to raise. With fp32 masters in parts the
     state's parts are planned within theirs."""
     runs = eng.masters.runs(layer) if eng.masters is not None else None
     parts = plan(slots, bs, runs)
-    cls = type(opt).__name__
-    if parts is None:
-        raise error(errno.EFBIG,
-                    f"nvswap.torch.{cls}: an optimizer pool buffer "
-                    f"({bs} bytes) cannot hold {GRAIN} elements of the "
-                    f"state of layer {layer} "
-                    f"({', '.join(eng.names[layer])}): raise "
-                    "offload_optimizer.buffer_size (optimizer_buffer_size=)")
-    if len(parts) > 1 and (len(parts) > MAX_PARTS or layer >= STRIDE):
-        raise error(errno.EFBIG,
-                    f"nvswap.torch.{cls}: the state of layer {layer} "
-                    f"({', '.join(eng.names[layer])}) needs "
-                    f"{len(parts)} optimizer pool buffers of {bs} bytes; "
-                    f"at most {MAX_PARTS} (and a layer number below "
-                    f"{STRIDE}) can be: raise offload_optimizer."
-                    "buffer_size (optimizer_buffer_size=)")
+    refuse(f"nvswap.torch.{type(opt).__name__}", f"the state of "
+           f"layer {layer} ({', '.join(eng.names[layer])})", parts, bs,
+           layer)
     return parts
 
 
@@ -137,13 +153,9 @@ def check_saved(opt, layer, bs):
     sizes = {i: itemsize(opt._state_dtype(p))
              for i, p in enumerate(opt._eng.layers[layer])}
     need = max(part_bytes(part, sizes) for part in layout(opt, layer))
-    if need > bs:
-        raise error(errno.EFBIG,
-                    f"nvswap.torch.{type(opt).__name__}: the saved state "
-                    f"of layer {layer} ({', '.join(opt._eng.names[layer])})"
-                    f" has a part of {need} bytes, larger than an "
-                    f"optimizer pool buffer ({bs} bytes): resume with "
-                    f"optimizer_buffer_size= of at least {need}")
+    refuse_saved(f"nvswap.torch.{type(opt).__name__}", f"the state "
+                 f"of layer {layer} ({', '.join(opt._eng.names[layer])})",
+                 need, bs)
 
 
 def layout(opt, layer):
