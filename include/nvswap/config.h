@@ -89,10 +89,16 @@ struct nvs_nvswap_config {
 				      a node together, split evenly (each
 				      rank's aio queue_depth becomes
 				      max(1, this / local_size)); default 0:
-				      aio.queue_depth for every rank */
+				      aio.queue_depth, split as below */
 	bool page_cache;	   /* "page_cache": swap files through the
 				      page cache (nvs_swapper_opts); default
 				      false */
+	bool split_queue_depth;	   /* "split_queue_depth": without
+				      node_queue_depth, the ranks of a node
+				      share aio.queue_depth evenly
+				      (nvs_launch_share_queue()); default
+				      true; false: each rank the whole depth,
+				      as DeepSpeed's per-handle depth */
 };
 
 /* ------------------------------------------------------------ launchers */
@@ -139,6 +145,23 @@ struct nvs_launch {
  * Threading: reads the environment; any thread.
  */
 NVS_API int nvs_launch_detect(struct nvs_launch *out);
+
+/**
+ * nvs_launch_share_queue() - one process's share of a node's queue depth.
+ * @queue_depth: the depth one process alone would use.
+ *
+ * Several processes on one node swapping to the same disks at the full
+ * depth each share it unevenly (bench/RESULTS.md: a rank can get half
+ * what another gets); their shares of one depth do not. The launcher
+ * says how many share the node (nvs_launch_detect()'s local_size).
+ *
+ * Return: @queue_depth / local_size, at least 1; @queue_depth itself for
+ * one process on the node, and where the launcher's variables are absent
+ * or refused (nvs_launch_detect() fails; nvs_last_error() then says why,
+ * nothing else is changed).
+ * Threading: reads the environment; any thread.
+ */
+NVS_API uint32_t nvs_launch_share_queue(uint32_t queue_depth);
 
 struct nvs_config;
 

@@ -210,7 +210,11 @@ struct nvs_swap_stats {
 	bool checksum;	     /* every read is checked against a CRC32C
 				(opts.checksum, always for a persistent set) */
 	uint8_t reserved8[7];
-	uint64_t reserved[5];
+	uint32_t queue_depth; /* the aio handle's requests in flight per
+				 worker (opts.aio.queue_depth: a config's,
+				 shared by a node's ranks) */
+	uint32_t reserved32;
+	uint64_t reserved[4];
 };
 
 /** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */

@@ -257,7 +257,9 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 			 nv.rank == NVS_RANK_AUTO ? Py_NewRef(Py_None)
 						  : PyLong_FromLong(nv.rank)) ||
 	    ext_dict_put(&d, "node_queue_depth",
-			 PyLong_FromUnsignedLong(nv.node_queue_depth)))
+			 PyLong_FromUnsignedLong(nv.node_queue_depth)) ||
+	    ext_dict_put(&d, "split_queue_depth",
+			 PyBool_FromLong(nv.split_queue_depth)))
 		return NULL;
 	return d;
 }
@@ -346,7 +348,9 @@ static PyMethodDef config_methods[] = {
 	 "absent), wait_ms, lookahead (ParamSwapper's), persist\n"
 	 "('scratch', 'persistent' or 'resume'), keep_generations, rank\n"
 	 "(None: the launcher's, see nvswap.launch()), node_queue_depth\n"
-	 "(0: none; else split over the node's ranks)."},
+	 "(0: none; else split over the node's ranks), split_queue_depth\n"
+	 "(True: without node_queue_depth, the node's ranks share\n"
+	 "aio.queue_depth)."},
 	{"aio_handle", config_aio_handle, METH_NOARGS,
 	 "aio_handle() -> aio_handle\n\n"
 	 "A new nvswap.aio_handle with aio_options(). Raises nvswap.Error\n"

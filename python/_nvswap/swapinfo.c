@@ -41,6 +41,7 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	    ext_dict_put(&d, "acquire_hits", U64(st->acquire_hits)) ||
 	    ext_dict_put(&d, "acquire_wait_ns", U64(st->acquire_wait_ns)) ||
 	    ext_dict_put(&d, "io_busy_ns", U64(st->io_busy_ns)) ||
+	    ext_dict_put(&d, "queue_depth", U64(st->queue_depth)) ||
 	    ext_dict_put(&d, "clean_evictions", U64(st->clean_evictions)) ||
 	    ext_dict_put(&d, "auto_evictions", U64(st->auto_evictions)) ||
 	    ext_dict_put(&d, "zero_fills", U64(st->zero_fills)) ||

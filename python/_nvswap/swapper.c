@@ -582,6 +582,7 @@ static PyMethodDef swapper_methods[] = {
 	  "bytes_written, reads, writes, io_ops, io_errors,\n"
 	  "checksum_errors, prefetches, acquires, acquire_hits,\n"
 	  "acquire_wait_ns, io_busy_ns (time with I/O in flight),\n"
+	  "queue_depth (the aio handle's, a node's share),\n"
 	  "clean_evictions, auto_evictions, zero_fills,\n"
 	  "revived, write_hits, buffer_waits, buffer_wait_ns, buffer_count,\n"
 	  "buffers_in_use, pool_high_water, tensors, buffer_size, pinned,\n"

@@ -221,6 +221,11 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	} else {
 		opts.rank = rk;
 	}
+	/* Without a config, a node's ranks share the default depth, as a
+	 * config's do unless nvswap.split_queue_depth is false. */
+	if (config == Py_None)
+		opts.aio.queue_depth =
+			nvs_launch_share_queue(opts.aio.queue_depth);
 	count = opts.buffer_count;
 	wms = opts.wait_ms;
 	if (paths && paths != Py_None && paths_arg(paths, &opts, bpaths))

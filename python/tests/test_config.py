@@ -53,6 +53,7 @@ def test_an_empty_config_has_deepspeeds_defaults():
         "keep_generations": 2,
         "rank": None,
         "node_queue_depth": 0,
+        "split_queue_depth": True,
     }
     assert c.use_gds is False
     assert c.warnings == []
@@ -92,6 +93,7 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "keep_generations": 3,
         "rank": 2,
         "node_queue_depth": 64,
+        "split_queue_depth": True,
     }
     c = nvswap.Config.from_str(json.dumps(cfg), name="all.json")
     assert c.source == "all.json"
@@ -129,6 +131,7 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
         "keep_generations": 3,
         "rank": 2,
         "node_queue_depth": 64,
+        "split_queue_depth": True,
     }
     assert nvswap.Config.from_str(
         '{"nvswap": {"persist": "resume", "keep_generations": 5}}'
@@ -354,3 +357,41 @@ def test_a_swapper_without_a_rank_takes_the_launchers(swapdir):
     lines = out.split("\n")
     assert lines[0].endswith("/nvswap/rank3"), lines[0]
     assert lines[1] == "1 0"
+
+
+# Issue 49, item 4: a node's ranks share the disk's queue by default.
+QD = textwrap.dedent("""
+    import sys, nvswap
+    d = sys.argv[1]
+    s = nvswap.Swapper(nvme_path=d, buffer_size="64K", buffer_count=2)
+    print(s.stats()["queue_depth"])
+    s.close()
+    for nv in ("", '"split_queue_depth": false', '"node_queue_depth": 96'):
+        c = nvswap.Config.from_str(
+            '{"zero_optimization": {"offload_param": {"device": "nvme", '
+            '"nvme_path": "%s"}}, "aio": {"queue_depth": 64}, '
+            '"nvswap": {%s}}' % (d, nv))
+        with nvswap.Swapper(c, kind="param", buffer_size="64K") as s:
+            print(s.stats()["queue_depth"])
+""")
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, ["128", "64", "64", "96"]),
+    ({"RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+      "WORLD_SIZE": "8"}, ["32", "16", "64", "24"]),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ["64", "32", "64", "48"]),
+])
+def test_a_nodes_ranks_share_the_queue_depth_by_default(swapdir, env,
+                                                         want):
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("OMPI_", "PMI_", "SLURM_", "MPI_"))
+             and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                           "LOCAL_WORLD_SIZE")}
+    r = subprocess.run([sys.executable, "-c", QD, swapdir],
+                       env={**clean, **env}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # no config: the default 128, shared; a config: aio.queue_depth 64
+    # shared, or whole (split_queue_depth false), or the node's 96 split
+    assert r.stdout.split() == want

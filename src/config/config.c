@@ -45,6 +45,7 @@ static void defaults(struct nvs_config *c)
 	c->aio.overlap_events = true;
 	c->nv.stripe_size = 1u << 20;
 	c->nv.auto_evict = true; /* no default that can hang */
+	c->nv.split_queue_depth = true; /* a node's ranks share the disk */
 	c->nv.wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
 	c->nv.lookahead = 1; /* as nvs_param_swapper_opts_init() */
 	c->nv.keep_generations = 2;
@@ -290,6 +291,11 @@ int nvs_config_swapper_opts(const struct nvs_config *cfg,
 		uint32_t qd =
 			cfg->nv.node_queue_depth / (uint32_t)launch.local_size;
 		opts->aio.queue_depth = qd ? qd : 1;
+	} else if (cfg->nv.split_queue_depth) {
+		/* The node's ranks share the depth by default (issue 49):
+		 * a launcher that cannot be read leaves it whole. */
+		opts->aio.queue_depth =
+			nvs_launch_share_queue(opts->aio.queue_depth);
 	}
 	return 0;
 }

@@ -106,6 +106,17 @@ static const char *said(const struct val *x, const char *name, const char *alt,
 	return buf;
 }
 
+uint32_t nvs_launch_share_queue(uint32_t queue_depth)
+{
+	struct nvs_launch l;
+	uint32_t share;
+
+	if (nvs_launch_detect(&l) < 0 || l.local_size <= 1)
+		return queue_depth;
+	share = queue_depth / (uint32_t)l.local_size;
+	return share ? share : 1;
+}
+
 int nvs_launch_detect(struct nvs_launch *out)
 {
 	const struct family *f = NULL;

@@ -101,6 +101,7 @@ static const struct keydef nvswap_keys[] = {
 	/* an int read as a uint32 up to INT_MAX: the same object */
 	{"rank", V_U32_0, OFF(rank), 0x7fffffffu, 0, NULL},
 	{"node_queue_depth", V_U32, OFF(node_queue_depth), 1u << 20, 0, NULL},
+	{"split_queue_depth", V_BOOL, OFF(split_queue_depth), 0, 0, NULL},
 	{NULL, 0, 0, 0, 0, NULL},
 };
 #undef OFF

@@ -472,6 +472,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 		st->backend = as.backend;
 		st->io_busy_ns = as.busy_ns;
 	}
+	st->queue_depth = nvs_aio_get_queue_depth(s->aio);
 	return 0;
 }
 

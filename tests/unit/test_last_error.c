@@ -296,6 +296,7 @@ static const char *const cannot_fail[] = {
 	"nvs_config_free",
 	"nvs_config_use_gds",
 	"nvs_config_warning",
+	"nvs_launch_share_queue",
 	"nvs_param_swapper_opts_init",
 	"nvs_param_swapper_destroy",
 	"nvs_param_layer_in_cpu",

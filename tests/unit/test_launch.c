@@ -190,6 +190,37 @@ Test(launch, node_queue_depth_is_split_over_the_nodes_ranks)
 		     1, "at least one request each");
 }
 
+/* Issue 49, item 4: several ranks of a node at the full depth each share
+ * the disk unevenly; by default each takes its share of the depth. */
+Test(launch, a_nodes_ranks_share_the_queue_depth_by_default)
+{
+	setenv("RANK", "5", 1);
+	setenv("WORLD_SIZE", "8", 1);
+	setenv("LOCAL_RANK", "1", 1);
+	setenv("LOCAL_WORLD_SIZE", "4", 1);
+	cr_assert_eq(opts_of("", 0, 0).aio.queue_depth, 16, "64 / 4");
+	cr_assert_eq(
+		opts_of("\"split_queue_depth\": true", 0, 0).aio.queue_depth,
+		16);
+	cr_assert_eq(
+		opts_of("\"split_queue_depth\": false", 0, 0).aio.queue_depth,
+		64, "each rank the whole depth, as DeepSpeed's");
+	cr_assert_eq(opts_of("\"node_queue_depth\": 256", 0, 0).aio.queue_depth,
+		     64, "an explicit node depth is split, not the aio one");
+	cr_assert_eq(nvs_launch_share_queue(128), 32);
+	cr_assert_eq(nvs_launch_share_queue(3), 1, "at least one each");
+	/* One process on the node, or no launcher: the whole depth. */
+	setenv("LOCAL_RANK", "0", 1);
+	setenv("LOCAL_WORLD_SIZE", "1", 1);
+	cr_assert_eq(nvs_launch_share_queue(128), 128);
+	cr_assert_eq(opts_of("", 0, 0).aio.queue_depth, 64);
+	/* A launcher variable that cannot be read leaves it whole, and fails
+	 * no config that does not need the launcher. */
+	setenv("LOCAL_WORLD_SIZE", "four", 1);
+	cr_assert_eq(nvs_launch_share_queue(128), 128);
+	cr_assert_eq(opts_of("", 0, 0).aio.queue_depth, 64);
+}
+
 Test(launch, a_bad_launcher_variable_fails_only_configs_that_need_it)
 {
 	setenv("RANK", "x", 1);
