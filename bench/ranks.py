@@ -14,6 +14,12 @@ nvswap.node_queue_depth), repeated and interleaved:
               starves)
   step spread max / min over ranks of each rank's median op latency (one
               op = one rank's swap of --size bytes, a training step's)
+  vs fio      aggregate / fio's with N jobs in the same repeat (each job
+              its own file of --size, --loops times over, O_DIRECT,
+              io_uring, 1 MiB blocks, iodepth --qd: what N processes
+              reading or writing at once get from the disk), target
+              >= 0.9 for the split, nvswap's default for a node's ranks
+              (issue 49)
 
 Usage: bench/ranks.py [--dir nvme_swap/ranks] [--size 512M] [--loops 4]
            [--repeats 3] [--ranks 1,2,4] [--qd 128] [--op read|write|both]
@@ -60,6 +66,27 @@ def run_ranks(args, n, op, qd):
     return out, time.perf_counter() - t0
 
 
+def run_fio(args, n, op):
+    """fio with n jobs at once, each as a rank above: aggregate GB/s (all
+    bytes over the longest job's run) and max/min per-job throughput."""
+    d = os.path.join(args.dir, "fio")
+    os.makedirs(d, exist_ok=True)
+    cmd = ["fio", "--name=ranks", f"--directory={d}",
+           "--filename_format=f.$jobnum", f"--numjobs={n}",
+           "--ioengine=io_uring", "--direct=1", "--bs=1M",
+           f"--iodepth={args.qd}", f"--size={args.size}",
+           f"--loops={args.loops}", "--rw=" + op, "--output-format=json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"fio failed ({r.returncode}): {r.stderr.strip()}")
+    jobs = json.loads(r.stdout[r.stdout.index("{"):])["jobs"]
+    done = [(j[op]["io_bytes"], j[op]["runtime"] / 1e3) for j in jobs]
+    shutil.rmtree(d, ignore_errors=True)
+    rates = [b / t for b, t in done]
+    return {"agg": sum(b for b, _ in done) / max(t for _, t in done) / 1e9,
+            "fair": max(rates) / min(rates)}
+
+
 def figures(res, size, loops):
     gbs = [r["task_gbs"] * (1 << 30) / 1e9 for r in res]  # GB/s (1e9)
     lat = [r["op_latency_ms"]["median"] for r in res]
@@ -89,6 +116,8 @@ def main():
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--qd", type=int, default=128)
     ap.add_argument("--op", default="both", choices=["read", "write", "both"])
+    ap.add_argument("--no-fio", dest="fio", action="store_false",
+                    help="leave out fio's N jobs (the reference)")
     args = ap.parse_args()
     size = parse_size(args.size)
     ns = [int(x) for x in args.ranks.split(",")]
@@ -108,23 +137,32 @@ def main():
                     res, _ = run_ranks(args, n, op, qd)
                     rows.setdefault((op, n, mode), []).append(
                         figures(res, size, args.loops))
+                if args.fio:
+                    rows.setdefault((op, n, "fio"), []).append(
+                        run_fio(args, n, op))
     shutil.rmtree(args.dir, ignore_errors=True)
     print("\n| op | ranks | queue depth each | aggregate GB/s | vs 1 rank "
-          "| fairness max/min | step spread max/min |")
-    print("|---|---|---|---|---|---|---|")
+          "| vs fio | fairness max/min | step spread max/min |")
+    print("|---|---|---|---|---|---|---|---|")
     for op in ops:
         one = [f["agg"] for f in rows[(op, 1, "full")]]
         for n in ns:
-            for mode in ("full", "split"):
+            fio = rows.get((op, n, "fio"))
+            for mode in ("full", "split", "fio"):
                 fs = rows.get((op, n, mode))
                 if not fs:
                     continue
-                qd = args.qd if mode == "full" else max(1, args.qd // n)
+                qd = max(1, args.qd // n) if mode == "split" else args.qd
                 ratio = [f["agg"] / o for f, o in zip(fs, one)]
-                print(f"| {op} | {n} | {qd} ({mode}) | "
+                vs = (spread([f["agg"] / g["agg"] for f, g in zip(fs, fio)])
+                      if fio and mode != "fio" else "-")
+                label = (f"{qd} x {n} fio jobs" if mode == "fio" else
+                         f"{qd} ({mode})")
+                print(f"| {op} | {n} | {label} | "
                       f"{spread([f['agg'] for f in fs])} | {spread(ratio)} "
-                      f"| {spread([f['fair'] for f in fs])} | "
-                      f"{spread([f['spread'] for f in fs])} |")
+                      f"| {vs} | {spread([f['fair'] for f in fs])} | "
+                      + (f"{spread([f['spread'] for f in fs])} |"
+                         if mode != "fio" else "- |"))
     print(f"\nload after: {loadavg()}")
 
 
