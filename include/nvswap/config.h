@@ -126,7 +126,8 @@ struct nvs_launch {
  *   Open MPI (mpirun):   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK,
  *                        _LOCAL_SIZE;
  *   torch.distributed (torchrun, deepspeed): RANK, WORLD_SIZE,
- *                        LOCAL_RANK, LOCAL_WORLD_SIZE;
+ *                        LOCAL_RANK, LOCAL_WORLD_SIZE (else
+ *                        LOCAL_SIZE, as DeepSpeed's launcher sets);
  *   MPICH/Hydra (PMI):   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
  *                        MPI_LOCALNRANKS;
  *   Slurm (srun):        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
@@ -155,13 +156,19 @@ NVS_API int nvs_launch_detect(struct nvs_launch *out);
  * what another gets); their shares of one depth do not. The launcher
  * says how many share the node (nvs_launch_detect()'s local_size).
  *
- * Return: @queue_depth / local_size, at least 1; @queue_depth itself for
- * one process on the node, and where the launcher's variables are absent
- * or refused (nvs_launch_detect() fails; nvs_last_error() then says why,
- * nothing else is changed).
+ * Return: @queue_depth / local_size, but never below
+ * NVS_LAUNCH_SHARE_MIN (nor above @queue_depth: a depth of 8, DeepSpeed's
+ * default, is not split at all); @queue_depth itself for one process on
+ * the node, where the launcher does not say the local size (a size taken
+ * as the local rank + 1 would differ from rank to rank), and where its
+ * variables are refused (nvs_launch_detect() fails; nvs_last_error() then
+ * says why, nothing else is changed).
  * Threading: reads the environment; any thread.
  */
 NVS_API uint32_t nvs_launch_share_queue(uint32_t queue_depth);
+/* The least depth nvs_launch_share_queue() leaves a process: requests of
+ * 1 MiB, 8 in flight, keep a disk's queue busy for one process. */
+#define NVS_LAUNCH_SHARE_MIN 8u
 
 struct nvs_config;
 
@@ -259,7 +266,9 @@ NVS_API const char *nvs_config_warning(const struct nvs_config *cfg,
  *         (nvs_launch_detect()).
  * With nvswap.node_queue_depth set, the aio queue_depth is that divided
  * by the launcher's local_size (at least 1): the ranks of a node share
- * the devices' queue evenly.
+ * the devices' queue evenly. Without it, and unless
+ * nvswap.split_queue_depth is false, the aio queue_depth is the
+ * process's share of itself (nvs_launch_share_queue()).
  * @opts:  from nvs_swapper_opts_init(); set elem_size first to override
  *         the element size (0: 2 bytes for parameters, fp16/bf16; 4 for
  *         optimizer state, fp32).

@@ -4,9 +4,11 @@ the directory as they found it (what they made of a missing one
 removed)."""
 import os
 import pathlib
+import select
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,18 +67,22 @@ def test_train_offloaded_into_a_pipe_shows_each_step_as_it_ends(diskdir):
     # not in blocks of 8 KiB (about 90 steps' lines) or at exit
     pytest.importorskip("torch")
     p = subprocess.Popen([sys.executable, str(EXAMPLES / "train_offloaded.py"),
-                          "--dir", diskdir, "--steps", "300", "--width", "64",
-                          "--layers", "2", "--context", "16"],
+                          "--dir", diskdir, "--steps", "3000", "--width",
+                          "64", "--layers", "2", "--context", "16"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          env={k: v for k, v in os.environ.items()
                               if k != "PYTHONUNBUFFERED"})
     try:
-        got = b""
+        got, deadline = b"", time.monotonic() + 120
         while not any(ln.split()[:1] == [b"1"] for ln in got.splitlines()):
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([p.stdout], [], [], left)[0], \
+                f"no step 1 in 120 s: {got}"
             chunk = os.read(p.stdout.fileno(), 65536)
             assert chunk, f"exit {p.wait()} before step 1 was shown: {got}"
             got += chunk
-        assert len(got) < 2048 and p.poll() is None, \
+        # a block-buffered pipe would hand over 8 KiB (about 90 steps)
+        assert len(got) < 8192 and p.poll() is None, \
             f"step 1 came in a block of {len(got)} bytes"
     finally:
         p.kill()

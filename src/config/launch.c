@@ -17,19 +17,23 @@ struct family {
 	const char *name;
 	const char *rank, *size, *local_rank, *local_size;
 	const char *local_size_alt; /* read when local_size is unset */
+	bool slurm;		    /* local sizes in Slurm's "4(x2),3" form */
 };
 
 static const struct family families[] = {
 	{"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-	 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
+	 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL,
+	 false},
+	/* torchrun sets LOCAL_WORLD_SIZE; DeepSpeed's own launcher
+	 * (deepspeed/launcher/launch.py) LOCAL_SIZE instead */
 	{"torch.distributed", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-	 "LOCAL_WORLD_SIZE", NULL},
+	 "LOCAL_WORLD_SIZE", "LOCAL_SIZE", false},
 	{"MPICH/PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-	 "MPI_LOCALNRANKS", NULL},
+	 "MPI_LOCALNRANKS", NULL, false},
 	/* srun sets SLURM_TASKS_PER_NODE always, SLURM_NTASKS_PER_NODE
 	 * only with --ntasks-per-node */
 	{"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-	 "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"},
+	 "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", true},
 };
 
 /* One value: the variable it was read from (NULL: unset) and the number. */
@@ -106,18 +110,34 @@ static const char *said(const struct val *x, const char *name, const char *alt,
 	return buf;
 }
 
+static int detect(struct nvs_launch *out, bool *size_read);
+
 uint32_t nvs_launch_share_queue(uint32_t queue_depth)
 {
 	struct nvs_launch l;
+	bool said = false;
 	uint32_t share;
 
-	if (nvs_launch_detect(&l) < 0 || l.local_size <= 1)
+	/* Only a local size the launcher gave: one taken as the local rank
+	 * + 1 differs from rank to rank, and so would the shares. */
+	if (detect(&l, &said) < 0 || !said || l.local_size <= 1)
 		return queue_depth;
 	share = queue_depth / (uint32_t)l.local_size;
-	return share ? share : 1;
+	if (share < NVS_LAUNCH_SHARE_MIN)
+		share = queue_depth < NVS_LAUNCH_SHARE_MIN
+				? queue_depth
+				: NVS_LAUNCH_SHARE_MIN;
+	return share;
 }
 
 int nvs_launch_detect(struct nvs_launch *out)
+{
+	return detect(out, NULL);
+}
+
+/* nvs_launch_detect(), and whether the local size was read from a
+ * variable (@size_read, when not NULL). */
+static int detect(struct nvs_launch *out, bool *size_read)
 {
 	const struct family *f = NULL;
 	struct nvs_launch l = {0, 1, 0, 1, "none"};
@@ -133,7 +153,7 @@ int nvs_launch_detect(struct nvs_launch *out)
 			break;
 		}
 	if (f) {
-		bool slurm = f->local_size_alt != NULL;
+		bool slurm = f->slurm;
 
 		snprintf(l.source, sizeof(l.source), "%s", f->name);
 		if ((ret = number(f->rank, 0, false, &rank)) < 0)
@@ -145,9 +165,11 @@ int nvs_launch_detect(struct nvs_launch *out)
 		lsize = (struct val){NULL, lrank.v + 1};
 		ret = number(f->local_size, 1, slurm, &lsize);
 		if (ret == 0 && f->local_size_alt)
-			ret = number(f->local_size_alt, 1, true, &lsize);
+			ret = number(f->local_size_alt, 1, slurm, &lsize);
 		if (ret < 0)
 			return ret;
+		if (size_read)
+			*size_read = ret == 1;
 		if (rank.v >= size.v)
 			return nvs__err(-EINVAL,
 					"nvs_launch_detect: %s %d is not "

@@ -208,7 +208,20 @@ Test(launch, a_nodes_ranks_share_the_queue_depth_by_default)
 	cr_assert_eq(opts_of("\"node_queue_depth\": 256", 0, 0).aio.queue_depth,
 		     64, "an explicit node depth is split, not the aio one");
 	cr_assert_eq(nvs_launch_share_queue(128), 32);
-	cr_assert_eq(nvs_launch_share_queue(3), 1, "at least one each");
+	cr_assert_eq(nvs_launch_share_queue(24), 8, "never below 8");
+	cr_assert_eq(nvs_launch_share_queue(8), 8, "DeepSpeed's 8: whole");
+	cr_assert_eq(nvs_launch_share_queue(3), 3);
+	/* DeepSpeed's launcher says LOCAL_SIZE, not LOCAL_WORLD_SIZE. */
+	unsetenv("LOCAL_WORLD_SIZE");
+	setenv("LOCAL_SIZE", "4", 1);
+	cr_assert_eq(nvs_launch_share_queue(128), 32);
+	struct nvs_launch l;
+	cr_assert_eq(nvs_launch_detect(&l), 0);
+	cr_assert_eq(l.local_size, 4);
+	/* No local size given: rank 1 would take 2, rank 3 4: nothing. */
+	unsetenv("LOCAL_SIZE");
+	cr_assert_eq(nvs_launch_share_queue(128), 128);
+	setenv("LOCAL_WORLD_SIZE", "4", 1);
 	/* One process on the node, or no launcher: the whole depth. */
 	setenv("LOCAL_RANK", "0", 1);
 	setenv("LOCAL_WORLD_SIZE", "1", 1);

@@ -198,8 +198,6 @@ class Passes:
         trace, self.trace = self.trace, []
         self.forwards += 1
         self.last_forward_read = self.param_bytes_read() - self.fwd_read0
-        if self.progress is not None and self.gswap is None:
-            self.progress.tick("forward")  # serving: a line per forward
         if trace:
             self.fwd_trace = trace
             if self.walk is None or self.walk[:len(trace)] != trace:
@@ -212,6 +210,9 @@ class Passes:
         if settle and opt is not None and opt._pending is not None and \
                 opt._failure is None and not opt._broken:
             self.settle()
+        if self.progress is not None and self.gswap is None:
+            # serving: a line per forward, last (what it calls may raise)
+            self.progress.tick("forward")
 
     def _set_walk(self, walk):
         if walk != self.walk:

@@ -2,6 +2,7 @@
 """What a person reads: summary(model), stats() on one screen, and
 progress(model), an opt-in line per optimizer step (per forward for a
 model offloaded with inference=True)."""
+import operator
 import sys
 import time
 
@@ -100,7 +101,10 @@ class _Progress:
               f"{wait:.3f} s for I/O{share}", file=self.out, flush=True)
 
 
-def progress(model, out=sys.stderr, every=1):
+_STDERR = object()  # sys.stderr as it is when progress() is called
+
+
+def progress(model, out=_STDERR, every=1):
     """Report after every `every`-th optimizer step (forward, for a model
     offloaded with inference=True) what it moved since the last report:
     a line to out (a file; default sys.stderr, flushed), or out(dict)
@@ -112,11 +116,17 @@ def progress(model, out=sys.stderr, every=1):
     if out is None:
         eng.progress = None
         return
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+    if out is _STDERR:
+        out = sys.stderr
+    try:
+        n = None if isinstance(every, bool) else operator.index(every)
+    except TypeError:
+        n = None
+    if n is None or n < 1:
         raise ValueError(f"nvswap.torch.progress: every={every!r}: a "
                          "count of steps, 1 or more")
+    every = n
     if not callable(out) and not hasattr(out, "write"):
         raise TypeError(f"nvswap.torch.progress: out={out!r}: a file, a "
                         "callable taking a dict, or None")
     eng.progress = _Progress(eng, out, every)
-
