@@ -332,17 +332,24 @@ def test_unknown_markings_are_refused(tmp_path):
         "```python fragmnet\n1\n```\n"
         "```sh needs=gpus\n:\n```\n```bash\n:\n```\n"
         "```text fragment\nout\n```\n```python setup=model\n1\n```\n")
-    got = docblocks.problems(docblocks.parse(tmp_path, "README.md"))
-    assert [g.split(":", 2)[1] for g in got] == [
-        "1", "1", "4", "7", "10", "13", "16"], got
-    assert "continue, but no runnable block" in got[0]
-    assert "first code block is a whole script" in got[1]
-    assert "unknown marking fragmnet" in got[2]
-    assert "unknown marking needs=gpus" in got[3]
-    assert "language 'bash'" in got[4]
-    assert "is not run: marking it means nothing" in got[5]
-    # a prerequisite run unseen before a block is gone: scripts are whole
-    assert "unknown marking setup=model" in got[6]
+    said(docblocks.problems(docblocks.parse(tmp_path, "README.md")), [
+        ("README.md:1", "continue, but no runnable block"),
+        ("README.md:1", "first code block is a whole script"),
+        ("README.md:4", "unknown marking fragmnet"),
+        ("README.md:7", "unknown marking needs=gpus"),
+        ("README.md:10", "language 'bash'"),
+        ("README.md:13", "is not run: marking it means nothing"),
+        # a prerequisite run unseen before a block is gone: scripts are
+        # whole
+        ("README.md:16", "unknown marking setup=model")])
+
+
+def said(got, want):
+    """got (problems()' sentences) is, in order, one per (file:line,
+    words) of want, each starting with its place and holding its words."""
+    assert len(got) == len(want), got
+    for g, (where, words) in zip(got, want):
+        assert g.startswith(where + ":") and words in g, (where, words, g)
 
 
 def test_a_piece_or_a_continuation_says_so_where_it_is_read(tmp_path):
@@ -355,17 +362,15 @@ def test_a_piece_or_a_continuation_says_so_where_it_is_read(tmp_path):
         "```python fragment\n# train here\nf()\n```\n")
     (tmp_path / "b.md").write_text(
         "```python fragment\n# a piece: m made before\nm()\n```\n")
-    got = docblocks.problems(docblocks.parse(tmp_path, "a.md") +
-                             docblocks.parse(tmp_path, "b.md"))
-    assert [g.split(":", 2)[:2] for g in got] == [
-        ["a.md", "4"], ["a.md", "11"], ["a.md", "18"], ["b.md", "1"]], got
-    assert "continue block's first line is a comment with the word " \
-        "'continue'" in got[0]
-    assert "fragment block's first line is a comment with the word " \
-        "'piece'" in got[1]
-    assert "'piece'" in got[2]
-    # each file starts over: b.md's first block must be whole too
-    assert "first code block is a whole script" in got[3]
+    said(docblocks.problems(docblocks.parse(tmp_path, "a.md") +
+                            docblocks.parse(tmp_path, "b.md")), [
+        ("a.md:4", "continue block's first line is a comment with the word "
+         "'continue'"),
+        ("a.md:11", "fragment block's first line is a comment with the word "
+         "'piece'"),
+        ("a.md:18", "'piece'"),
+        # each file starts over: b.md's first block must be whole too
+        ("b.md:1", "first code block is a whole script")])
 
 
 def test_code_without_a_language_is_refused(tmp_path):
