@@ -16,7 +16,8 @@ nvswap.node_queue_depth), repeated and interleaved:
               op = one rank's swap of --size bytes, a training step's)
   vs fio      aggregate / fio's with N jobs in the same repeat (each job
               its own file of --size, --loops times over, O_DIRECT,
-              io_uring, 1 MiB blocks, iodepth --qd: what N processes
+              io_uring, 1 MiB blocks, iodepth --qd, registered buffers
+              and batches as nvswap-io --compare-fio: what N processes
               reading or writing at once get from the disk), target
               >= 0.9 for the split, nvswap's default for a node's ranks
               (issue 49)
@@ -75,7 +76,14 @@ def run_fio(args, n, op):
            "--filename_format=f.$jobnum", f"--numjobs={n}",
            "--ioengine=io_uring", "--direct=1", "--bs=1M",
            f"--iodepth={args.qd}", f"--size={args.size}",
-           f"--loops={args.loops}", "--rw=" + op, "--output-format=json"]
+           f"--loops={args.loops}", "--rw=" + op, "--output-format=json",
+           # as nvswap-io --compare-fio runs it (tools/io_fio.c): buffers
+           # and files registered, batches of the queue depth, no
+           # per-write buffer scrambling
+           "--fixedbufs=1", "--registerfiles=1",
+           f"--iodepth_batch_submit={args.qd}",
+           f"--iodepth_batch_complete_min={args.qd}",
+           "--scramble_buffers=0", "--thread"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True)
     finally:
