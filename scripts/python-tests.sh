@@ -59,7 +59,10 @@ print("   python", sys.version.split()[0], "|", t, "| nvswap", nvswap.__version_
 xml=$venv.junit.xml
 # From the build directory, so that python/nvswap (sources without the
 # extension) is not on sys.path: the installed package is what is tested.
-(cd "$venv" && "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+# NVS_VENV_MODE: which venv this is (test_extras.py checks the clients
+# only where they are installed, the pypi one).
+(cd "$venv" && NVS_VENV_MODE=$mode "$venv/bin/python" -m pytest -q -rs \
+	-p no:cacheprovider \
 	--junitxml="$xml" ${PYTEST_ARGS:-} "$OLDPWD/python/tests")
 rc=$?
 read -r pass fail skip < <("$venv/bin/python" scripts/junit-totals.py "$xml")
