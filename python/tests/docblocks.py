@@ -29,7 +29,7 @@ LOOKS_LIKE_CODE = re.compile(
     r"^(\$ |# |import \w|from \S+ import |#include|(sudo|pip|pip3|python3?"
     r"|make|cc|gcc|meson|ninja|git|apt-get|mpirun|torchrun|nvswap-\w+) )")
 NEEDS = ("gpu", "mpi", "deepspeed", "transformers", "root", "sudo",
-         "install", "outer")
+         "install", "tools", "outer")
 
 # What a block that is not a whole script says in its first line, where
 # a reader sees it (the fence's info string is not shown once rendered):
@@ -199,8 +199,17 @@ def _python(b, ns, spec):
 _MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 
+def sh_path():
+    """PATH for an sh block: the interpreter's own bin directory first,
+    as in an activated venv (its python3 and the console scripts pip
+    installed beside it), then the caller's."""
+    return os.pathsep.join([os.path.dirname(sys.executable),
+                            os.environ.get("PATH", os.defpath)])
+
+
 def _sh(b, spec):
     env = {k: v for k, v in os.environ.items() if k not in _MAKE_ENV}
+    env["PATH"] = sh_path()
     r = subprocess.run(["bash", "-e", "-c", b["text"]], env=env)
     return f"exit status {r.returncode}" if r.returncode else None
 

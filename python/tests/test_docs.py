@@ -22,7 +22,10 @@ language word (GitHub shows only the first word):
                             why: gpu (torch sees a CUDA device), mpi
                             (mpirun), deepspeed, transformers (the
                             package), root, sudo, install (pkg-config
-                            finds nvswap), outer (make test itself: never
+                            finds nvswap), tools (nvswap-report on the
+                            block's PATH: the interpreter's bin directory,
+                            as in an activated venv, first), outer
+                            (make test itself: never
                             inside make test); in a chain, the blocks
                             before the first such one still run
   ```c file=handle.c        also writes the block as handle.c in its
@@ -104,6 +107,10 @@ NEEDS = {
     "sudo": (lambda: shutil.which("sudo"), "no sudo on this machine"),
     "install": (_pkgconfig, "no installed nvswap (pkg-config --exists "
                 "nvswap fails; make install PREFIX=... adds one)"),
+    "tools": (lambda: shutil.which("nvswap-report",
+                                   path=docblocks.sh_path()),
+              "the tools are not on PATH beside this interpreter (pip "
+              "install . puts them there as console scripts)"),
     "outer": (lambda: False, "it runs make test, which runs this test"),
 }
 
