@@ -44,7 +44,7 @@ static void defaults(struct nvs_config *c)
 	c->aio.queue_depth = 8; /* DeepSpeed's aio defaults */
 	c->aio.overlap_events = true;
 	c->nv.stripe_size = 1u << 20;
-	c->nv.auto_evict = true; /* no default that can hang */
+	c->nv.auto_evict = true;	/* no default that can hang */
 	c->nv.split_queue_depth = true; /* a node's ranks share the disk */
 	c->nv.wait_ms = NVS_SWAPPER_WAIT_MS_DEFAULT;
 	c->nv.lookahead = 1; /* as nvs_param_swapper_opts_init() */
