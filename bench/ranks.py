@@ -89,13 +89,26 @@ def run_fio(args, n, op):
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if r.returncode != 0:
-        shutil.rmtree(args.dir, ignore_errors=True)
+        clean(args)
         sys.exit(f"fio failed ({r.returncode}): {r.stderr.strip()}")
     jobs = json.loads(r.stdout[r.stdout.index("{"):])["jobs"]
     done = [(j[op]["io_bytes"], j[op]["runtime"] / 1e3) for j in jobs]
     rates = [b / t for b, t in done]
     return {"agg": sum(b for b, _ in done) / max(t for _, t in done) / 1e9,
             "fair": max(rates) / min(rates)}
+
+
+def clean(args):
+    """Remove what the run made: the ranks' and fio's directories under
+    --dir, then the levels of --dir it made (each only when empty)."""
+    for name in os.listdir(args.dir):
+        if name == "fio" or name.startswith("rank"):
+            shutil.rmtree(os.path.join(args.dir, name), ignore_errors=True)
+    for level in reversed(args.made):
+        try:
+            os.rmdir(level)
+        except OSError:
+            pass
 
 
 def figures(res, size, loops):
@@ -133,6 +146,12 @@ def main():
     size = parse_size(args.size)
     ns = [int(x) for x in args.ranks.split(",")]
     ops = ["read", "write"] if args.op == "both" else [args.op]
+    # the levels of --dir this run makes, outermost first: removed at the
+    # end (the default, nvme_swap/ranks, would leave nvme_swap/ behind)
+    args.made, level = [], os.path.abspath(args.dir)
+    while not os.path.exists(level):
+        args.made.insert(0, level)
+        level = os.path.dirname(level)
     os.makedirs(args.dir, exist_ok=True)
     print(f"ranks.py: {args.size} per rank x {args.loops} ops, queue depth "
           f"{args.qd}, {args.repeats} interleaved repeats; {args.dir} on "
@@ -151,7 +170,7 @@ def main():
                 if args.fio:
                     rows.setdefault((op, n, "fio"), []).append(
                         run_fio(args, n, op))
-    shutil.rmtree(args.dir, ignore_errors=True)
+    clean(args)
     print("\n| op | ranks | queue depth each | aggregate GB/s | vs 1 rank "
           "| vs fio | fairness max/min | step spread max/min |")
     print("|---|---|---|---|---|---|---|---|")
