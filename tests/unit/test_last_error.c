@@ -370,9 +370,9 @@ Test(last_error, every_public_failure_sets_a_sentence_naming_the_call,
  * listed as one that cannot fail. */
 Test(last_error, every_public_function_is_in_the_table)
 {
-	static const char *const hdrs[] = {"aio",     "buffers", "common",
-					   "config",  "offload", "swapper",
-					   "version", "ckpt",	 "gpu"};
+	static const char *const hdrs[] = {
+		"aio",	   "buffers", "common",	 "config", "offload",
+		"swapper", "swapset", "version", "ckpt",   "gpu"};
 	unsigned seen = 0;
 
 	for (size_t h = 0; h < sizeof(hdrs) / sizeof(hdrs[0]); h++) {
