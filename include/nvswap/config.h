@@ -75,9 +75,10 @@ struct nvs_nvswap_config {
 	uint32_t lookahead; /* "lookahead": layers the parameter swapper
 			       reads ahead (nvs_param_swapper_opts), 0 to
 			       1024; default 1 */
-	uint8_t persist;    /* "persist": "scratch" (default), "persistent"
-			       or "resume" (enum nvs_persist: a swap set
-			       that outlives the process, see swapper.h) */
+	uint8_t persist;    /* "persist": "scratch" (default), "persistent",
+			       "resume" or "readonly" (enum nvs_persist: a
+			       swap set that outlives the process, see
+			       swapper.h) */
 	uint32_t keep_generations; /* "keep_generations": checkpoints a
 				      persistent set keeps, 1 to 64;
 				      default 2 */

@@ -103,8 +103,9 @@ struct nvs_swapper_opts {
 				  training */
 	uint8_t persist;       /* enum nvs_persist: NVS_PERSIST_SCRATCH
 				  (default: files removed at destroy),
-				  NVS_PERSIST_PERSISTENT or NVS_PERSIST_RESUME
-				  (see "Persistent swap sets" below) */
+				  NVS_PERSIST_PERSISTENT, NVS_PERSIST_RESUME
+				  or NVS_PERSIST_READONLY (see "Persistent
+				  swap sets" below) */
 	bool page_cache;       /* default false: swap files are opened
 				  O_DIRECT (where the filesystem allows),
 				  so what the swapper holds is its pool.
@@ -144,12 +145,22 @@ struct nvs_swapper_opts {
  * @NVS_PERSIST_RESUME: as PERSISTENT, but the set must exist: -ENOENT
  *	when it does not (the message names the directory and the ranks
  *	that do hold a set there).
+ * @NVS_PERSIST_READONLY: an existing set opened to read (serve) it,
+ *	shared with other readers: see "Read-only sets" below.
  */
 enum nvs_persist {
 	NVS_PERSIST_SCRATCH = 0,
 	NVS_PERSIST_PERSISTENT = 1,
 	NVS_PERSIST_RESUME = 2,
+	NVS_PERSIST_READONLY = 3,
 };
+
+/**
+ * nvs_persist_name() - "scratch", "persistent", "resume" or "readonly"
+ * for an enum nvs_persist value (the config's and Python's spelling);
+ * NULL for any other value. Threading: any thread.
+ */
+NVS_API const char *nvs_persist_name(unsigned persist);
 
 /** Longest tag of a tensor (nvs_swapper_set_tag()), in bytes. */
 #define NVS_SWAPPER_TAG_MAX 1024u
@@ -209,7 +220,9 @@ struct nvs_swap_stats {
 				the disk was kept busy */
 	bool checksum;	     /* every read is checked against a CRC32C
 				(opts.checksum, always for a persistent set) */
-	uint8_t reserved8[7];
+	bool readonly;	     /* opened NVS_PERSIST_READONLY: nothing is
+				written */
+	uint8_t reserved8[6];
 	uint32_t queue_depth; /* the aio handle's requests in flight per
 				 worker (opts.aio.queue_depth: a config's,
 				 shared by a node's ranks) */
@@ -253,7 +266,8 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *            path or more than NVS_SWAPPER_MAX_PATHS, a zero buffer size
  *            or count, a stripe size not a multiple of 4096, a bad name;
  *   -EBUSY   a live process (or another swapper here) holds a rank
- *            directory; the message has its pid. A lock whose recorded
+ *            directory; the message has its pid (all of them, when
+ *            readers hold a set a writer wants). A lock whose recorded
  *            holder has died is waited for up to 1 s (the kernel may
  *            release it a little after the process is reaped);
  *   -ENOTDIR/-EACCES/-EROFS  an nvme_path, or a level of it to be made,
@@ -262,7 +276,8 @@ NVS_API void nvs_swapper_opts_init(struct nvs_swapper_opts *opts);
  *   -ENOMEM/-EPERM  the pool (memlock limit) or memory;
  *   persistent sets (opts.persist, see "Persistent swap sets" below):
  *   -EEXIST  scratch space asked where a persistent set lives;
- *   -ENOENT  RESUME and no set there, or opts.generation not kept;
+ *   -ENOENT  RESUME or READONLY and no set there, or opts.generation
+ *            not kept;
  *   -EINVAL  a set of another layout (paths, stripe, rank, name): the
  *            message names the difference; a bad persist value or
  *            keep_generations;
@@ -519,6 +534,31 @@ NVS_API const char *nvs_swapper_dir(const struct nvs_swapper *s, unsigned i);
  * (nvs_swapper_step_begin()), then keeps its files.
  * Remove a set with nvs_swapper_discard() (locked until its files are
  * gone), or by deleting its directories when no process has it open.
+ *
+ * Read-only sets (opts.persist NVS_PERSIST_READONLY): readers share, a
+ * writer excludes. A reader opens an existing set (-ENOENT otherwise,
+ * naming the directory) at its newest generation (or opts.generation)
+ * and writes nothing at all: no directory is made, the lock is taken
+ * shared and holds no pid, the data files are opened O_RDONLY, no
+ * temporary manifest or dead owner's file is cleaned up, and destroy
+ * commits nothing. Any number of processes (and swappers of one
+ * process) read one set at once, each through its own pool; a writer
+ * (PERSISTENT, RESUME, nvs_swapset_check() and _relocate(), nvswap-fsck)
+ * is then refused with -EBUSY naming the readers' pids, and a reader
+ * meeting a writer likewise names the writer. A set on a read-only
+ * filesystem (a read-only bind mount) opens too; one whose lock file
+ * is missing there is read unlocked, as no writer can come. Another
+ * user's set may be read (as their model file would be), never one in
+ * a directory others could write into (-EPERM).
+ * Every call that would change the set returns -EROFS with a sentence
+ * naming the call and the set, and changes nothing:
+ * nvs_swapper_register(), _unregister(), _set_tag(), _release() with
+ * dirty true (the tensor stays acquired: release it clean),
+ * _checkpoint(), _step_begin(), _step_open() and _discard() (the
+ * swapper stays usable: destroy it). Reads, prefetches, evictions and
+ * the list, tag, info and generation queries work as in any set; every
+ * read is checked against its CRC32C. nvs_swap_stats.readonly says which
+ * kind a swapper is.
  */
 
 /**

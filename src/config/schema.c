@@ -348,16 +348,15 @@ static int set_value(struct nvs_config *c, const char *path,
 			"must be \"auto\", \"io_uring\", \"libaio\" or "
 			"\"psync\"");
 	case V_PERSIST: {
-		static const char *const names[] = {"scratch", "persistent",
-						    "resume"};
-		for (uint8_t i = 0; i < 3; i++)
-			if (s && !strcmp(s, names[i])) {
+		const char *name;
+		for (uint8_t i = 0; (name = nvs_persist_name(i)); i++)
+			if (s && !strcmp(s, name)) {
 				*(uint8_t *)field = i;
 				return 0;
 			}
 		return nvs__config_bad(c, -EINVAL, path,
-				       "must be \"scratch\", \"persistent\" "
-				       "or \"resume\"");
+				       "must be \"scratch\", \"persistent\", "
+				       "\"resume\" or \"readonly\"");
 	}
 	case V_PATHS:
 		return set_paths(c, path, v, field);

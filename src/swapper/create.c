@@ -43,6 +43,18 @@ void nvs_swapper_opts_init(struct nvs_swapper_opts *opts)
 	nvs_aio_opts_init(&opts->aio);
 }
 
+const char *nvs_persist_name(unsigned persist)
+{
+	static const char *const names[] = {
+		[NVS_PERSIST_SCRATCH] = "scratch",
+		[NVS_PERSIST_PERSISTENT] = "persistent",
+		[NVS_PERSIST_RESUME] = "resume",
+		[NVS_PERSIST_READONLY] = "readonly",
+	};
+
+	return persist < NVS_ARRAY_SIZE(names) ? names[persist] : NULL;
+}
+
 static int open_path(struct nvs_swapper *s, unsigned i, const char *nvme_path,
 		     const struct nvs_swapper_opts *o)
 {
@@ -50,7 +62,11 @@ static int open_path(struct nvs_swapper *s, unsigned i, const char *nvme_path,
 	struct nvs_dio_align a;
 	int ret;
 
-	ret = nvs__swapdir_make(nvme_path, o->name, o->rank, &p->dir);
+	if (o->persist == NVS_PERSIST_READONLY)
+		ret = nvs__swapdir_open_ro(nvme_path, o->name, o->rank,
+					   &p->dir);
+	else
+		ret = nvs__swapdir_make(nvme_path, o->name, o->rank, &p->dir);
 	if (ret < 0)
 		return ret;
 	if (o->persist) {
@@ -84,6 +100,8 @@ static int make_paths(const struct nvs_swapper_opts *o)
 	char level[4096];
 	int ret;
 
+	if (o->persist == NVS_PERSIST_READONLY)
+		return 0; /* a reader makes nothing */
 	for (unsigned i = 0; i < o->npaths; i++) {
 		ret = nvs__swapdir_mkpath(o->nvme_paths[i], false, level,
 					  sizeof(level));
@@ -100,6 +118,8 @@ static int make_paths(const struct nvs_swapper_opts *o)
 /* A failed create takes back the levels it made (those still empty). */
 static void unmake_paths(const struct nvs_swapper_opts *o)
 {
+	if (o->persist == NVS_PERSIST_READONLY)
+		return;
 	for (unsigned i = o->npaths; i--;)
 		nvs__swapdir_rmpath(o->nvme_paths[i]);
 }
@@ -205,6 +225,7 @@ static int create(const struct nvs_swapper_opts *o,
 	s->auto_evict = o->auto_evict;
 	s->checksum = o->checksum;
 	s->page_cache = o->page_cache;
+	s->readonly = o->persist == NVS_PERSIST_READONLY;
 	s->wait_ms = o->wait_ms ? o->wait_ms : NVS_SWAPPER_WAIT_MS_DEFAULT;
 	for (unsigned i = 0; i < o->npaths; i++) {
 		ret = open_path(s, i, o->nvme_paths[i], o);
@@ -272,7 +293,8 @@ fail : {
 	nvs_aio_destroy(s->aio);
 	/* A set that holds no generation (a resume that found none, or a
 	 * new one) goes with its data file and lock: it saved nothing. */
-	if (s->pers && s->pers->empty && nvs__persist_unlink(s) == 0)
+	if (s->pers && s->pers->empty && !s->readonly &&
+	    nvs__persist_unlink(s) == 0)
 		s->discard = true;
 	nvs__swapper_free(s);
 	unmake_paths(o);

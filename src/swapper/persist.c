@@ -471,6 +471,8 @@ int nvs_swapper_checkpoint(struct nvs_swapper *s, const char *tag)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_checkpoint: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_checkpoint", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_checkpoint") < 0)
+		return -EROFS;
 	p = s->pers;
 	if (!p)
 		return nvs__err(-EINVAL,

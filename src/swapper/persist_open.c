@@ -169,10 +169,10 @@ int nvs__persist_open(struct nvs_swapper *s, const struct nvs_swapper_opts *o)
 	size_t n = 0;
 	int ret;
 
-	if (o->persist > NVS_PERSIST_RESUME)
+	if (o->persist > NVS_PERSIST_READONLY)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_create: persist %u (0 scratch, 1 "
-				"persistent, 2 resume)",
+				"persistent, 2 resume, 3 readonly)",
 				o->persist);
 	if (o->persist == NVS_PERSIST_SCRATCH)
 		return refuse_scratch(s);
@@ -224,9 +224,16 @@ int nvs__persist_open(struct nvs_swapper *s, const struct nvs_swapper_opts *o)
 	if (ret < 0)
 		return nvs__err(ret, "nvs_swapper_create: listing %s: %s",
 				s->path[0].dir.path, nvs_strerror(-ret));
-	unlinkat(s->path[0].dir.dirfd, NVS_MANIFEST_TMP, 0);
+	if (!s->readonly)
+		unlinkat(s->path[0].dir.dirfd, NVS_MANIFEST_TMP, 0);
 	if (n == 0) {
 		nvs__free(gens);
+		if (s->readonly)
+			return nvs__err(-ENOENT,
+					"nvs_swapper_create: no persistent "
+					"swap set to open read-only in %s "
+					"(no manifest there)",
+					s->path[0].dir.path);
 		p->empty = true;
 		if (o->persist == NVS_PERSIST_RESUME) {
 			char others[512] = "";
@@ -285,7 +292,8 @@ int nvs__persist_open(struct nvs_swapper *s, const struct nvs_swapper_opts *o)
 int nvs__persist_data_file(struct nvs_swapper *s, unsigned i)
 {
 	struct path *path = &s->path[i];
-	int flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
+	int flags = (s->readonly ? O_RDONLY : O_RDWR | O_CREAT) | O_NOFOLLOW |
+		    O_CLOEXEC;
 	uint64_t *gens = NULL;
 	size_t n, ngens = 0;
 	struct stat st;

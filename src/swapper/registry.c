@@ -34,6 +34,17 @@ int nvs__no_tensor(uint64_t id, const char *call)
 			call, id);
 }
 
+int nvs__refuse_readonly(const struct nvs_swapper *s, const char *call)
+{
+	if (!s->readonly)
+		return 0;
+	return nvs__err(-EROFS,
+			"%s: the set in %s was opened read-only (persist "
+			"readonly): nothing in it can change; open it "
+			"persistent to write",
+			call, s->path[0].dir.path);
+}
+
 int nvs__tensor_idle(struct nvs_swapper *s, uint64_t id, const char *call,
 		     struct tensor **out, bool *waited)
 {
@@ -216,6 +227,8 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_register: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_register", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_register") < 0)
+		return -EROFS;
 	if (!nbytes)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_register: tensor %" PRIu64
@@ -328,6 +341,8 @@ int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_unregister: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_unregister", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_unregister") < 0)
+		return -EROFS;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		int ret = nvs__tensor_idle(s, id, "nvs_swapper_unregister", &t,
@@ -377,6 +392,8 @@ int nvs_swapper_set_tag(struct nvs_swapper *s, uint64_t id, const void *tag,
 	if (!s || (!tag && len))
 		return nvs__err(-EINVAL, "nvs_swapper_set_tag: NULL argument");
 	NVS__PARENT_ONLY(s, "nvs_swapper_set_tag", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_set_tag") < 0)
+		return -EROFS;
 	if (len > NVS_SWAPPER_TAG_MAX)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_set_tag: a %zu-byte tag for "

@@ -84,6 +84,10 @@ void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
 /* -ENOENT with "<call>: no tensor <id> is registered". */
 int nvs__no_tensor(uint64_t id, const char *call);
 
+/* A set opened read-only (NVS_PERSIST_READONLY) changes nothing: -EROFS
+ * with a sentence naming @call and the set, else 0. Any lock. */
+int nvs__refuse_readonly(const struct nvs_swapper *s, const char *call);
+
 /* Tensor @id once no other thread works on it (see tensor.busy): 0 and
  * *@out, or -ENOENT. Lock held, dropped while waiting; @waited (or NULL)
  * is set when it waited. */

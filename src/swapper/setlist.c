@@ -10,6 +10,7 @@
 #include "internal/alloc.h"
 #include "internal/errors.h"
 #include "internal/util.h"
+#include "swapper/flocks.h"
 #include "swapper/manifest.h"
 #include "swapper/paths.h"
 
@@ -24,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "nvswap/swapper.h"
@@ -61,38 +61,24 @@ static long named_pid(int dirfd)
  */
 static long holder(int dirfd, bool *hint)
 {
-	char line[256] = "";
-	bool flocks = false;
+	struct nvs__flock f[8];
 	struct stat st;
-	long pid = 0, named;
-	FILE *f;
+	long named;
+	int n;
 
 	*hint = false;
 	if (fstatat(dirfd, "lock", &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
 	named = named_pid(dirfd);
-	f = fopen("/proc/locks", "re");
-	if (f) {
-		while (fgets(line, sizeof(line), f)) {
-			unsigned maj, min;
-			unsigned long ino;
-			char kind[16];
-			long p;
-
-			if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%lu",
-				   kind, &p, &maj, &min, &ino) != 5 ||
-			    strcmp(kind, "FLOCK"))
-				continue;
-			flocks |= named && p == named && ino == st.st_ino;
-			if (maj == major(st.st_dev) &&
-			    min == minor(st.st_dev) && ino == st.st_ino) {
-				pid = p;
-				break;
-			}
-		}
-		fclose(f);
-		if (pid || !flocks)
-			return pid;
+	n = nvs__flocks_on(st.st_dev, st.st_ino, f, 8);
+	if (n >= 0) {
+		bool flocks = false;
+		if (n > 0 && f[0].same_dev)
+			return f[0].pid;
+		for (int i = 0; i < n && i < 8; i++)
+			flocks |= named && f[i].pid == named;
+		if (!flocks)
+			return 0;
 	}
 	if (!named || (kill((pid_t)named, 0) < 0 && errno == ESRCH))
 		return 0;

@@ -189,6 +189,8 @@ int nvs_swapper_step_open(struct nvs_swapper *s, const char *name,
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_step_open: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_step_open", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_step_open") < 0)
+		return -EROFS;
 	if (flags & ~NVS_STEP_UNDOABLE)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_step_open: unknown flags %#x",
@@ -210,6 +212,8 @@ int nvs_swapper_step_begin(struct nvs_swapper *s, const char *name)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_step_begin: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_step_begin", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_step_begin") < 0)
+		return -EROFS;
 	pthread_mutex_lock(&s->lock);
 	open_locked(s, name, 0, 0, 0);
 	pthread_mutex_unlock(&s->lock);

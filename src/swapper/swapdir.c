@@ -7,6 +7,7 @@
  */
 #include "swapper/swapdir.h"
 #include "internal/errors.h"
+#include "swapper/flocks.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,15 +32,19 @@
  * writable by group or others without the sticky bit, whoever could
  * write there could plant or swap files under us. @shown names the
  * directory in the message; *@made says whether this call created it.
+ * A reader (@ro) makes nothing and accepts another owner's directory
+ * (it reads that user's set, as it would read their model file), not
+ * one that others could write into.
  * Returns the descriptor or -errno with nvs_last_error() set.
  */
-static int subdir(int at, const char *name, const char *shown, bool *made)
+static int subdir(int at, const char *name, const char *shown, bool *made,
+		  bool ro)
 {
 	struct stat st;
 	int fd, ret;
 
-	*made = mkdirat(at, name, 0700) == 0;
-	if (!*made && errno != EEXIST)
+	*made = !ro && mkdirat(at, name, 0700) == 0;
+	if (!ro && !*made && errno != EEXIST)
 		return nvs__err(-errno, "nvswap: %s: %s", shown,
 				nvs_strerror(errno));
 	fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -51,7 +57,7 @@ static int subdir(int at, const char *name, const char *shown, bool *made)
 		return nvs__err(ret, "nvswap: %s: %s", shown,
 				nvs_strerror(-ret));
 	}
-	if (st.st_uid != geteuid()) {
+	if (!ro && st.st_uid != geteuid()) {
 		close(fd);
 		return nvs__err(-EPERM,
 				"nvswap: %s is owned by uid %u (mode %04o), "
@@ -97,13 +103,14 @@ static unsigned remove_swap_files(int dirfd)
 	return n;
 }
 
-/* A regular file of this user's with one link: what we create. */
-static bool plain_file(int fd)
+/* A regular file of this user's with one link: what we create. A
+ * reader (@ro) accepts another user's. */
+static bool plain_file(int fd, bool ro)
 {
 	struct stat st;
 
 	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	       st.st_uid == geteuid() && st.st_nlink == 1;
+	       (ro || st.st_uid == geteuid()) && st.st_nlink == 1;
 }
 
 /*
@@ -371,28 +378,121 @@ static long holder_pid(int lockfd)
 	return n > 0 ? strtol(buf, NULL, 10) : 0;
 }
 
+static bool alive(long pid)
+{
+	return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
+}
+
 /*
  * The lock is held, but by a process that no longer exists: the kernel
  * may drop a dead process's lock a little after it is reaped (an
  * io_uring's workers let go of its files last). Wait up to a second for
- * that, and take the lock; false when it stays held.
+ * that, and take the lock (@op); false when it stays held.
  */
-static bool holder_gone(int lockfd)
+static bool holder_gone(int lockfd, int op)
 {
-	long pid = holder_pid(lockfd);
-
-	if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
-		errno = EWOULDBLOCK;
-		return false;
-	}
 	for (int i = 0; i < 100; i++) {
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		nanosleep(&ts, NULL);
-		if (flock(lockfd, LOCK_EX | LOCK_NB) == 0)
+		if (flock(lockfd, op | LOCK_NB) == 0)
 			return true;
 	}
 	errno = EWOULDBLOCK;
 	return false;
+}
+
+/*
+ * Take @d's lock, shared for a reader (@ro), else exclusive. Held by
+ * others: the live holders /proc/locks lists are named (readers, or the
+ * writer; without /proc, the pid the lock file holds) in -EBUSY, and a
+ * lock only dead processes hold is waited for (holder_gone()).
+ */
+static int take_lock(struct nvs_swapdir *d, bool ro)
+{
+	int op = ro ? LOCK_SH : LOCK_EX, n, nlive = 0;
+	struct nvs__flock f[8], live[8];
+	bool writer = false;
+	char who[160];
+	struct stat st;
+
+	if (flock(d->lockfd, op | LOCK_NB) == 0)
+		return 0;
+	if (errno != EWOULDBLOCK)
+		return nvs__err(-errno, "nvswap: %s/lock: %s", d->path,
+				nvs_strerror(errno));
+	n = fstat(d->lockfd, &st) == 0
+		    ? nvs__flocks_on(st.st_dev, st.st_ino, f, 8)
+		    : -1;
+	for (int i = 0; i < n && i < 8; i++) {
+		bool seen = false;
+		if (f[i].same_dev != f[0].same_dev || !alive(f[i].pid))
+			continue;
+		writer |= f[i].write;
+		/* One process may hold several (two readers of its own). */
+		for (int j = 0; j < nlive; j++)
+			seen |= live[j].pid == f[i].pid;
+		if (!seen)
+			live[nlive++] = f[i];
+	}
+	if (nlive == 0) {
+		/* None listed alive; without /proc the lock file says who. */
+		long pid = holder_pid(d->lockfd);
+		if (n < 0 && alive(pid)) {
+			live[nlive++] = (struct nvs__flock){.pid = pid};
+			writer = true;
+		} else if (holder_gone(d->lockfd, op)) {
+			return 0;
+		} else {
+			live[nlive++] = (struct nvs__flock){.pid = pid};
+			writer = true;
+		}
+	}
+	nvs__flocks_name(live, (unsigned)nlive, (unsigned)nlive, who,
+			 sizeof(who));
+	if (ro)
+		return nvs__err(-EBUSY,
+				"nvswap: %s is held for writing by %s: a "
+				"read-only open shares a set only with other "
+				"readers (open it when the writer has closed "
+				"it)",
+				d->path, who);
+	if (!writer)
+		return nvs__err(-EBUSY,
+				"nvswap: %s is open read-only by %s: a writer "
+				"needs the set alone (close the readers "
+				"first)",
+				d->path, who);
+	return nvs__err(-EBUSY,
+			"nvswap: %s is in use by %s (one swap directory per "
+			"rank and process)",
+			d->path, who);
+}
+
+/*
+ * A reader's lock file: open read-only. Missing (a copy that left it
+ * out): on a read-only filesystem no writer can come, so the set is
+ * read unlocked (-1); in a directory of ours it is made, as the first
+ * writer would; else -ENOENT.
+ */
+static int open_lock_ro(struct nvs_swapdir *d, int *fd)
+{
+	struct statvfs vfs;
+	struct stat st;
+
+	*fd = openat(d->dirfd, "lock",
+		     O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (*fd >= 0 || errno != ENOENT)
+		return *fd >= 0 ? 0 : -errno;
+	if (fstatvfs(d->dirfd, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
+		return 0;
+	if (fstat(d->dirfd, &st) == 0 && st.st_uid == geteuid()) {
+		*fd = openat(d->dirfd, "lock",
+			     O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+				     O_CLOEXEC,
+			     0600);
+		return *fd >= 0 ? 0 : -errno;
+	}
+	return -ENOENT;
 }
 
 /* A subdirectory name: one component, not "." or "..", printable. */
@@ -409,7 +509,7 @@ static bool good_name(const char *name)
 }
 
 static int open_once(const char *nvme_path, const char *name, int rank,
-		     struct nvs_swapdir *d)
+		     struct nvs_swapdir *d, bool ro)
 {
 	char rname[32], pid[32], lvl[sizeof(d->path)];
 	int base, top, ret, n;
@@ -434,56 +534,80 @@ static int open_once(const char *nvme_path, const char *name, int rank,
 		return nvs__err(-ENAMETOOLONG, "nvswap: nvme_path %s: too long",
 				nvme_path);
 	d->named = name != NULL;
+	d->readonly = ro;
 	d->top_len = strlen(nvme_path) + strlen("/nvswap");
 	base = open(nvme_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (base < 0)
 		return nvs__err(-errno, "nvswap: nvme_path %s: %s", nvme_path,
 				nvs_strerror(errno));
 	snprintf(lvl, sizeof(lvl), "%s/nvswap", nvme_path);
-	top = subdir(base, "nvswap", lvl, &made_top);
+	top = subdir(base, "nvswap", lvl, &made_top, ro);
 	close(base);
-	if (top >= 0)
+	if (top >= 0 && !ro)
 		note_top(d, top, made_top);
 	if (top >= 0 && name) {
 		snprintf(lvl, sizeof(lvl), "%s/nvswap/%s", nvme_path, name);
-		int sub = subdir(top, name, lvl, &mk);
+		int sub = subdir(top, name, lvl, &mk, ro);
 		close(top);
 		top = sub;
 	}
-	if (top < 0) {
-		drop_top(d, true);
-		return top;
+	if (top >= 0) {
+		snprintf(rname, sizeof(rname), "rank%d", rank);
+		snprintf(lvl, sizeof(lvl), "%s", d->path);
+		d->dirfd = subdir(top, rname, d->path, &mk, ro);
+		close(top);
+		top = d->dirfd;
 	}
-	snprintf(rname, sizeof(rname), "rank%d", rank);
-	d->dirfd = subdir(top, rname, d->path, &mk);
-	close(top);
-	if (d->dirfd < 0) {
-		ret = d->dirfd;
+	if (top < 0) {
 		d->dirfd = -1;
-		drop_top(d, true);
-		return ret;
+		if (!ro)
+			drop_top(d, true);
+		else if (top == -ENOENT)
+			nvs__err(top,
+				 "nvswap: no persistent swap set to open "
+				 "read-only in %s: %s does not exist",
+				 d->path, lvl);
+		return top;
 	}
 	/* O_NONBLOCK: a FIFO or device planted at "lock" must not block
 	 * the open; it is refused below. */
-	d->lockfd = openat(
-		d->dirfd, "lock",
-		O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-	if (d->lockfd < 0 || !plain_file(d->lockfd)) {
-		ret = d->lockfd < 0 ? -errno : -EINVAL;
+	if (ro)
+		ret = open_lock_ro(d, &d->lockfd);
+	else
+		ret = (d->lockfd = openat(d->dirfd, "lock",
+					  O_RDWR | O_CREAT | O_NOFOLLOW |
+						  O_NONBLOCK | O_CLOEXEC,
+					  0600)) < 0
+			      ? -errno
+			      : 0;
+	if (ret == 0 && d->lockfd >= 0 && !plain_file(d->lockfd, ro))
+		ret = -EINVAL;
+	if (ret < 0) {
 		nvs__swapdir_close(d, false);
 		return nvs__err(ret, "nvswap: %s/lock: %s", d->path,
 				ret == -EINVAL ? "not a regular file of ours"
-					       : nvs_strerror(-ret));
+				: ret == -ENOENT
+					? "missing, and this user cannot "
+					  "make it (the set's owner opens "
+					  "it once to)"
+					: nvs_strerror(-ret));
 	}
-	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0 &&
-	    (errno != EWOULDBLOCK || !holder_gone(d->lockfd))) {
-		long holder = holder_pid(d->lockfd);
-		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	if (d->lockfd < 0) {
+		/* A read-only filesystem: nobody can write the set. */
+		track(d, true);
+		return 0;
+	}
+	if ((ret = take_lock(d, ro)) < 0) {
+		char msg[NVS_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
 		nvs__swapdir_close(d, false);
-		return nvs__err(ret,
-				"nvswap: %s is in use by process %ld (one "
-				"swap directory per rank and process)",
-				d->path, holder);
+		return nvs__err_set(ret, msg);
+	}
+	if (ro) {
+		/* A reader writes nothing: no pid, no adoption, no clean
+		 * up of what a dead owner left. */
+		track(d, true);
+		return 0;
 	}
 	/* A pid in the lock: a dead owner's (we hold it now). Its
 	 * <nvme_path>/nvswap is adopted as if made here, so the last
@@ -520,11 +644,17 @@ int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 	 * between our opening it and making our directory inside, a step
 	 * meets ENOENT, and the whole walk starts again. */
 	for (int tries = 0; tries < 8; tries++) {
-		ret = open_once(nvme_path, name, rank, d);
+		ret = open_once(nvme_path, name, rank, d, false);
 		if (ret != -ENOENT)
 			break;
 	}
 	return ret;
+}
+
+int nvs__swapdir_open_ro(const char *nvme_path, const char *name, int rank,
+			 struct nvs_swapdir *d)
+{
+	return open_once(nvme_path, name, rank, d, true);
 }
 
 int nvs__swapdir_make(const char *nvme_path, const char *name, int rank,
@@ -543,7 +673,7 @@ int nvs__swapdir_make(const char *nvme_path, const char *name, int rank,
 			d->dirfd = d->lockfd = -1;
 			return nvs__swapdir_mkpath_err(ret, nvme_path, level);
 		}
-		ret = open_once(nvme_path, name, rank, d);
+		ret = open_once(nvme_path, name, rank, d, false);
 		if (ret != -ENOENT)
 			break;
 	}
@@ -585,8 +715,14 @@ int nvs__swapdir_create(struct nvs_swapdir *d, const char *name, int flags)
 
 void nvs__swapdir_close(struct nvs_swapdir *d, bool remove)
 {
-	bool owned = d->dirfd >= 0 && d->lockfd >= 0;
+	bool owned = d->dirfd >= 0 && d->lockfd >= 0 && !d->readonly;
 
+	if (d->readonly) {
+		/* Nothing made, nothing to remove or forget. */
+		if (d->dirfd >= 0)
+			track(d, false);
+		remove = false;
+	}
 	if (owned)
 		track(d, false);
 

@@ -31,6 +31,9 @@ struct nvs_swapdir {
 	int lockfd;	       /* its lock file, flocked */
 	unsigned stale;	       /* swap files of a dead owner removed at open */
 	bool named;	       /* path has a <name> level */
+	bool readonly;	       /* nvs__swapdir_open_ro(): lock shared (or
+				* none on a read-only filesystem), nothing
+				* made, written or removed */
 	bool discard;	       /* closing removes <nvme_path>/nvswap when
 				* empty, made by this process or not */
 	size_t top_len;	       /* of "<nvme_path>/nvswap" in path */
@@ -56,6 +59,18 @@ struct nvs_swapdir {
  */
 int nvs__swapdir_open(const char *nvme_path, const char *name, int rank,
 		      struct nvs_swapdir *d);
+/*
+ * A reader's nvs__swapdir_open(): the directories must exist (nothing is
+ * made: -ENOENT naming the rank directory), the lock is taken shared
+ * (-EBUSY naming a writer that holds it; readers share it), and nothing
+ * is written: no pid, no clean up. Another user's directory is
+ * accepted; one writable by others without the sticky bit is not
+ * (-EPERM). A missing lock file on a read-only filesystem: opened
+ * unlocked (lockfd -1; no writer can come). Errors otherwise as
+ * nvs__swapdir_open().
+ */
+int nvs__swapdir_open_ro(const char *nvme_path, const char *name, int rank,
+			 struct nvs_swapdir *d);
 /*
  * mkdir -p @nvme_path: each missing level made 0700 (an existing one is
  * left as it is) and noted as made by this process, so that

@@ -82,7 +82,8 @@ int nvs_swapper_destroy(struct nvs_swapper *s)
 	if (!s)
 		return 0;
 	NVS__PARENT_ONLY(s, "nvs_swapper_destroy", "swapper");
-	ret = s->pers ? nvs__persist_close(s) : 0;
+	/* A reader has nothing to save. */
+	ret = s->pers && !s->readonly ? nvs__persist_close(s) : 0;
 	r = nvs_swapper_wait_all(s);
 	if (!ret)
 		ret = r;
@@ -100,6 +101,8 @@ int nvs_swapper_discard(struct nvs_swapper *s)
 	if (!s)
 		return 0;
 	NVS__PARENT_ONLY(s, "nvs_swapper_discard", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_discard") < 0)
+		return -EROFS;
 	/* The I/O in flight ends first (buffers are in it); its failures
 	 * are moot, like a checkpoint's: nothing of the set stays. */
 	if (s->pers)
@@ -358,6 +361,8 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_release: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_release", "swapper");
+	if (dirty && nvs__refuse_readonly(s, "nvs_swapper_release") < 0)
+		return -EROFS;
 	pthread_mutex_lock(&s->lock);
 	t = nvs__tensor_find(s, id);
 	if (!t) {
@@ -463,6 +468,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	st->buffer_size = s->buf_size;
 	st->buffers_in_use = s->in_use;
 	st->npaths = s->npaths;
+	st->readonly = s->readonly;
 	for (unsigned i = 0; i < s->npaths; i++) {
 		st->path_space_used[i] = s->space[i].used;
 		st->path_file_size[i] = s->path[i].file_size;

@@ -123,6 +123,7 @@ struct nvs_swapper {
 	struct nvs_swap_stats st;
 	struct nvs_pset *pers; /* NULL for scratch space */
 	bool discard;	       /* nvs_swapper_discard(): remove the set */
+	bool readonly;	       /* NVS_PERSIST_READONLY: nothing is written */
 	/* nvs_swapper_step_begin(): the open step's name, "" when none;
 	 * undoable: opened with NVS_STEP_UNDOABLE (see step.h). */
 	char step[NVS_STEP_NAME_MAX + 1];

@@ -428,6 +428,17 @@ void tu_out_free(struct tu_out *o)
 	o->out = o->err = NULL;
 }
 
+bool tu_bind_ro(const char *src, const char *where)
+{
+	if (mkdir(where, 0755) < 0 && errno != EEXIST)
+		return false;
+	return unshare(CLONE_NEWNS) == 0 &&
+	       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+	       mount(src, where, NULL, MS_BIND, NULL) == 0 &&
+	       mount(NULL, where, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY,
+		     NULL) == 0;
+}
+
 bool tu_mount_private(const char *where, const char *type, unsigned long flags,
 		      const char *opts)
 {

@@ -39,6 +39,11 @@ void *tu_read_file(const char *path, size_t *n);
 bool tu_mount_private(const char *dir, const char *type, unsigned long flags,
 		      const char *opts);
 
+/* Bind @src read-only at @dir (created if missing) in a private mount
+ * namespace, as tu_mount_private(): false (errno set) when this machine
+ * will not let us. */
+bool tu_bind_ro(const char *src, const char *dir);
+
 /* What a command printed and how it ended. */
 struct tu_out {
 	int status; /* exit status, or -1 */

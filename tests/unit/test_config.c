@@ -549,9 +549,13 @@ Test(config, persist_and_keep_generations_reach_the_swapper)
 	nvs_config_nvswap(c, &n);
 	cr_assert_eq(n.persist, NVS_PERSIST_PERSISTENT);
 	nvs_config_free(c);
+	c = load("{\"nvswap\": {\"persist\": \"readonly\"}}");
+	nvs_config_nvswap(c, &n);
+	cr_assert_eq(n.persist, NVS_PERSIST_READONLY);
+	nvs_config_free(c);
 	fails("{\"nvswap\": {\"persist\": \"durable\"}}", -EINVAL,
 	      "t.json:1:13: nvswap.persist: must be \"scratch\", "
-	      "\"persistent\" or \"resume\"");
+	      "\"persistent\", \"resume\" or \"readonly\"");
 	fails("{\"nvswap\": {\"persist\": true}}", -EINVAL, "nvswap.persist");
 	fails("{\"nvswap\": {\"keep_generations\": 0}}", -EINVAL,
 	      "nvswap.keep_generations");

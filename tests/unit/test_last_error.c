@@ -305,6 +305,7 @@ static const char *const cannot_fail[] = {
 	"nvs_grad_swapper_opts_init",
 	"nvs_grad_swapper_destroy",
 	"nvs_swapper_opts_init",
+	"nvs_persist_name",
 	"nvs_swapper_destroy",
 	"nvs_swapper_discard",
 	"nvs_swapper_dir",
