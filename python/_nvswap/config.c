@@ -246,11 +246,7 @@ static PyObject *config_nvswap_options(PyObject *o, PyObject *Py_UNUSED(a))
 	    ext_dict_put(&d, "lookahead",
 			 PyLong_FromUnsignedLong(nv.lookahead)) ||
 	    ext_dict_put(&d, "persist",
-			 PyUnicode_FromString(
-				 nv.persist == NVS_PERSIST_RESUME ? "resume"
-				 : nv.persist == NVS_PERSIST_PERSISTENT
-					 ? "persistent"
-					 : "scratch")) ||
+			 PyUnicode_FromString(nvs_persist_name(nv.persist))) ||
 	    ext_dict_put(&d, "keep_generations",
 			 PyLong_FromUnsignedLong(nv.keep_generations)) ||
 	    ext_dict_put(&d, "rank",

@@ -56,6 +56,7 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	    ext_dict_put(&d, "buffer_size", U64(st->buffer_size)) ||
 	    ext_dict_put(&d, "pinned", PyBool_FromLong(st->pinned)) ||
 	    ext_dict_put(&d, "checksum", PyBool_FromLong(st->checksum)) ||
+	    ext_dict_put(&d, "readonly", PyBool_FromLong(st->readonly)) ||
 	    ext_dict_put(&d, "backend",
 			 PyUnicode_FromString(nvs_backend_name(st->backend))) ||
 	    ext_dict_put(&d, "tensor_bytes", U64(st->tensor_bytes)) ||

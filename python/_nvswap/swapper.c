@@ -90,8 +90,29 @@ static PyObject *swapper_close(PyObject *o, PyObject *Py_UNUSED(a))
 	return end(o, false);
 }
 
+/* A set opened read-only: nvs_swapper_discard()'s -EROFS, which leaves it
+ * as it was; else 0. */
+static int refuse_readonly(struct nvs_swapper *s)
+{
+	struct nvs_swap_stats st;
+	int rc = nvs_swapper_stats(s, &st);
+
+	return rc < 0 ? rc : st.readonly ? nvs_swapper_discard(s) : 0;
+}
+
 static PyObject *swapper_discard(PyObject *o, PyObject *Py_UNUSED(a))
 {
+	struct ext_swapper *self = SW(o);
+	int rc;
+
+	/* Refused before anything is torn down: the Swapper stays open. */
+	if (self->s) {
+		if (ext_swapper_enter(self))
+			return NULL;
+		EXT_SWAPPER_CALL(self, rc, refuse_readonly(self->s));
+		if (rc < 0)
+			return NULL;
+	}
 	return end(o, true);
 }
 
@@ -674,7 +695,10 @@ PyTypeObject ext_SwapperType = {
 		"kind is ignored without a config.\n\n"
 		"persist ('scratch', the default: files removed at close;\n"
 		"'persistent': a swap set kept across runs, reopened when\n"
-		"its directory holds one; 'resume': it must exist) makes the\n"
+		"its directory holds one; 'resume': it must exist;\n"
+		"'readonly': an existing set read, shared with other readers,\n"
+		"nothing written, every call that would change it raising\n"
+		"nvswap.Error(EROFS)) makes the\n"
 		"tensors outlive the process: checkpoint() saves generations,\n"
 		"keep_generations (1 to 64, default 2: the config's rule;\n"
 		"0 is refused) of them are kept, generation\n"
@@ -685,11 +709,12 @@ PyTypeObject ext_SwapperType = {
 		"make a swapper (device not 'nvme', no nvme_path), and\n"
 		"nvswap.Error for nvs_swapper_create's errors (EINVAL for\n"
 		"missing or bad options, EBUSY when another live swapper holds\n"
-		"the directory, ENOTDIR/EACCES/EROFS naming a level of a\n"
+		"the directory (the message names its pid: the readers' ones\n"
+		"when readers hold a set a writer wants), ENOTDIR/EACCES/EROFS naming a level of a\n"
 		"path that is not a directory or cannot be made (a missing\n"
 		"path is made, 0700, and a scratch swapper removes what it\n"
-		"made at close), ENOENT for a set to resume that is not\n"
-		"there, EBADMSG/ENOTSUP for a damaged\n"
+		"made at close), ENOENT for a set to resume or read that is\n"
+		"not there, EBADMSG/ENOTSUP for a damaged\n"
 		"or newer set, ENOMEM/EPERM for the pinned pool).\n\n"
 		"Thread-safe: several Python threads may call it at once; the\n"
 		"blocking calls release the GIL. An acquire belongs to the\n"

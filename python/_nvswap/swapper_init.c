@@ -78,24 +78,24 @@ static int opt_uint(PyObject *v, const char *what, uint64_t max, uint64_t *out)
 	return v && v != Py_None ? ext_arg_u64(v, what, max, out) : 0;
 }
 
-/* persist: "scratch", "persistent" or "resume" (None: as configured). */
+/* persist: "scratch", "persistent", "resume" or "readonly" (None: as
+ * configured). */
 static int persist_arg(PyObject *v, uint8_t *out)
 {
-	static const char *const names[] = {"scratch", "persistent", "resume"};
-	const char *s;
+	const char *s, *name;
 
 	if (!v || v == Py_None)
 		return 0;
 	s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
-	for (unsigned i = 0; s && i < 3; i++)
-		if (!strcmp(s, names[i])) {
+	for (unsigned i = 0; s && (name = nvs_persist_name(i)); i++)
+		if (!strcmp(s, name)) {
 			*out = (uint8_t)i;
 			return 0;
 		}
 	if (!PyErr_Occurred())
 		PyErr_Format(PyExc_ValueError,
 			     "Swapper: persist must be 'scratch', "
-			     "'persistent' or 'resume', not %R",
+			     "'persistent', 'resume' or 'readonly', not %R",
 			     v);
 	return -1;
 }

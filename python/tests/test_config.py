@@ -136,6 +136,9 @@ def test_every_key_of_the_sections_reaches_the_dicts(swapdir):
     assert nvswap.Config.from_str(
         '{"nvswap": {"persist": "resume", "keep_generations": 5}}'
     ).nvswap_options()["persist"] == "resume"
+    assert nvswap.Config.from_str(
+        '{"nvswap": {"persist": "readonly"}}'
+    ).nvswap_options()["persist"] == "readonly"
 
 
 def test_load_reads_a_file_and_names_it(swapdir):

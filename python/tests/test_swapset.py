@@ -327,3 +327,62 @@ def test_an_undoable_step_covers_the_ids_it_is_given(swapdir):
         assert [read(s, i) for i in range(4)] == [
             pattern(5000, 10), pattern(5000, 1), pattern(5000, 2),
             pattern(5000, 13)]
+
+
+def tree(root):
+    """Every entry under root: (size, mtime_ns, ctime_ns) by path."""
+    out = {}
+    for d, dirs, names in os.walk(root):
+        for n in dirs + names:
+            st = os.lstat(os.path.join(d, n))
+            out[os.path.join(d, n)] = (st.st_size, st.st_mtime_ns,
+                                       st.st_ctime_ns)
+    return out
+
+
+def test_a_readonly_set_reads_shares_and_refuses_every_change(swapdir):
+    with open_set(swapdir) as s:
+        for i in range(3):
+            s.register(10 + i, bytearray(pattern(5000, i)))
+        s.set_tag(11, b"t")
+        assert s.checkpoint("made") == 1
+    before = tree(swapdir)
+    with open_set(swapdir, persist="readonly") as r, \
+            open_set(swapdir, persist="readonly") as r2:
+        assert r.stats()["readonly"] is True
+        assert r.stats()["checksum"] is True
+        assert r.ids() == [10, 11, 12] and r.get_tag(11) == b"t"
+        assert [read(r, 10 + i) for i in range(3)] == \
+            [pattern(5000, i) for i in range(3)]
+        assert read(r2, 12) == pattern(5000, 2)
+        assert r.generations()[0]["tag"] == "made"
+        for call, args, c in [("register", (20, bytearray(8)), "register"),
+                              ("unregister", (10,), "unregister"),
+                              ("set_tag", (10, b"x"), "set_tag"),
+                              ("checkpoint", ("no",), "checkpoint"),
+                              ("step_begin", ("no",), "step_open"),
+                              ("discard", (), "discard")]:
+            e = raises_errno(errno.EROFS, getattr(r, call), *args)
+            assert f"nvs_swapper_{c}: the set in" in str(e), e
+            assert "read-only" in str(e)
+        mv = r.acquire(11, memoryview=True)
+        mv[:4] = b"zzzz"  # in memory only
+        raises_errno(errno.EROFS, r.release, 11, True)
+        r.release(11, False)
+        r.evict(11)
+        assert read(r, 11) == pattern(5000, 1)
+        e = raises_errno(errno.EBUSY, open_set, swapdir, persist="resume")
+        assert f"is open read-only by process {os.getpid()}:" in str(e)
+    assert tree(swapdir) == before
+    with open_set(swapdir, persist="resume") as w:
+        e = raises_errno(errno.EBUSY, open_set, swapdir, persist="readonly")
+        assert f"held for writing by process {os.getpid()}" in str(e)
+        assert w.stats()["readonly"] is False
+    e = raises_errno(errno.ENOENT, nvswap.Swapper, nvme_path=swapdir,
+                     name="none", buffer_size=MiB, buffer_count=1,
+                     persist="readonly")
+    assert "no persistent swap set to open read-only" in str(e)
+    assert not os.path.exists(os.path.join(swapdir, "nvswap", "none"))
+    with pytest.raises(ValueError, match="'resume' or 'readonly', not "
+                       "'durable'"):
+        open_set(swapdir, persist="durable")

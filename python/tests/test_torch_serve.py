@@ -283,7 +283,7 @@ def test_what_serving_a_set_refuses(swapdir, monkeypatch):
         nvt.offload(make(0), nvme_path=swapdir, inference=True,
                     persist="resume")
     assert ei.value.errno == errno.ENOENT
-    assert "no persistent swap set to resume" in str(ei.value)
+    assert "no persistent swap set to open read-only" in str(ei.value)
     assert os.listdir(swapdir) == []
     trained(swapdir)
     before = files(swapdir)

@@ -188,6 +188,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     over the model, its state and step counts) are the saved ones, read
     from NVMe only when used; the model given only says the layout, which
     must match. 'resume' requires a checkpoint (ENOENT otherwise).
+    'readonly' (inference=True only; ValueError otherwise) serves a set
+    as 'resume' does: inference=True opens it read-only either way.
 
     device: where the model computes. By default the device its
     parameters are on: a model on a CUDA device keeps computing there
@@ -235,9 +237,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     stats()["read_ahead"] says what was measured and chosen); a backward
     reaching its parameters, an nvswap.torch optimizer over it,
     grad_hook= and the optimizer pool keywords are refused. With
-    persist='resume' (or 'persistent'), the newest checkpoint of the
-    persistent parameter set a model was trained in is served from it,
-    read-only (its own layers, whatever the buffer size; the optimizer
+    persist='resume' (or 'persistent', 'readonly'), the newest
+    checkpoint of the persistent parameter set a model was trained in is
+    served from it, read-only (the set opened shared, so any number of
+    processes serve it at once and a writer, a training run resuming, is
+    refused with EBUSY naming them while they do; nothing is written to
+    it; its own layers, whatever the buffer size; the optimizer
     set is not opened; load_state_dict(), gathered(modify=True) and
     checkpoint() raise EROFS; the layers memory= keeps resident, and an
     embedding's table read by rows, are read out of the set at offload
@@ -335,8 +340,9 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                                        optimizer_buffer_count, False)
     cfg, raw = _pools.load_config(config)
     served = fixed = None  # served from a training set: its checkpoint
-    if inference and _pools.persist_mode(cfg, {"persist": persist})[0] \
-            != "scratch":
+    if _pools.persist_mode(cfg, {"persist": persist,
+                                 "inference": inference})[0] != "scratch" \
+            and inference:
         served = _pools.served_record(cfg, raw, rank, dict(
             nvme_path=nvme_path, backend=backend))
         _durable.check_dtype(served[1], dtype)

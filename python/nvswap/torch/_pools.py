@@ -43,12 +43,18 @@ def raw_key(raw, *path):
 
 
 def persist_mode(cfg, kw):
-    """(persist, keep_generations) from the keywords, else the config."""
+    """(persist, keep_generations) from the keywords, else the config.
+    'readonly' serves a set (inference=True) and nothing else."""
     nv = cfg.nvswap_options() if cfg is not None else {}
     persist = kw.get("persist") or nv.get("persist", "scratch")
-    if persist not in ("scratch", "persistent", "resume"):
+    if persist not in ("scratch", "persistent", "resume", "readonly"):
         raise ValueError("nvswap.torch.offload: persist must be 'scratch', "
-                         f"'persistent' or 'resume', not {persist!r}")
+                         "'persistent', 'resume' or 'readonly', not "
+                         f"{persist!r}")
+    if persist == "readonly" and not kw.get("inference"):
+        raise ValueError("nvswap.torch.offload: persist='readonly' serves "
+                         "a set (inference=True); training writes its "
+                         "sets: give persist='persistent' or 'resume'")
     return persist, nv.get("keep_generations", 2)
 
 
@@ -116,9 +122,10 @@ def served_record(cfg, raw, rank, kw):
     the parameter set holds, read through one buffer of a record chunk;
     the set is closed again, nothing written. The optimizer set is not
     opened: its pool would be sized for its own tensors, and serving
-    reads no optimizer state."""
+    reads no optimizer state. Opened read-only: any number of processes
+    serve one set at once, and a writer is refused while they do."""
     pkw = dict(kw, buffer_size=_durable.RECORD_CHUNK, buffer_count=1,
-               persist="resume", inference=True)
+               persist="readonly", inference=True)
     pswap = swappers(cfg, raw, rank, pkw)[0]
     try:
         ours = _durable.ours(pswap)
@@ -189,7 +196,7 @@ def open_pools(cfg, raw, rank, kw, served=None):
     model's (generation, record) from served_record(): the parameter
     set alone, at that generation."""
     if served is not None:
-        return (swappers(cfg, raw, rank, dict(kw, persist="resume"),
+        return (swappers(cfg, raw, rank, dict(kw, persist="readonly"),
                          (served[0], None))[0], None, served[1])
     pswap, gswap = swappers(cfg, raw, rank, kw)
     persist = persist_mode(cfg, kw)[0]
