@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * CRC32C: the standard check values (RFC 3720's iSCSI vectors), the CPU
- * instruction against the table on every length and alignment, and
- * chaining.
+ * instruction and the carry-less folds against the table on every length
+ * and alignment, and chaining.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,4 +85,63 @@ Test(crc32c, chaining_equals_one_pass)
 		cr_assert_eq(
 			nvs__crc32c(nvs__crc32c(0, s, cut), s + cut, n - cut),
 			nvs__crc32c(0, s, n));
+}
+
+/* The folds on every length up to a few rounds of 256 bytes and at every
+ * alignment to 64, from a non-zero CRC: equal to the table's, and the
+ * 2-MiB buffer a swapped tensor might be (thousands of rounds). */
+Test(crc32c, the_folds_agree_with_the_table_everywhere)
+{
+	enum { N = 4 * 256 + 3 * 64, BIG = 2 << 20 };
+	unsigned char *buf;
+	unsigned seed = 13;
+	uint32_t got;
+
+	if (nvs__crc32c_by(NVS__CRC_FOLD, 0, "", 0, &got) == -ENOTSUP)
+		cr_skip_test("no AVX-512 with VPCLMULQDQ here: the folds are "
+			     "not used on this CPU");
+	buf = malloc(BIG + 64);
+	for (int i = 0; i < BIG + 64; i++)
+		buf[i] = (unsigned char)rand_r(&seed);
+	for (size_t off = 0; off < 64; off++)
+		for (size_t n = 0; n + off <= N; n++) {
+			cr_assert_eq(nvs__crc32c_by(NVS__CRC_FOLD, 0x89abcdefu,
+						    buf + off, n, &got),
+				     0);
+			cr_assert_eq(got,
+				     nvs__crc32c_sw(0x89abcdefu, buf + off, n),
+				     "offset %zu length %zu", off, n);
+		}
+	for (size_t off = 0; off < 3; off++) {
+		cr_assert_eq(nvs__crc32c_by(NVS__CRC_FOLD, 0, buf + off,
+					    BIG + off, &got),
+			     0);
+		cr_assert_eq(got, nvs__crc32c_sw(0, buf + off, BIG + off),
+			     "offset %zu", off);
+	}
+	/* All zeros and all ones (no lane may cancel another). */
+	memset(buf, 0, 4096);
+	cr_assert_eq(nvs__crc32c_by(NVS__CRC_FOLD, 0, buf, 4096, &got), 0);
+	cr_assert_eq(got, nvs__crc32c_sw(0, buf, 4096));
+	memset(buf, 0xff, 4096);
+	cr_assert_eq(nvs__crc32c_by(NVS__CRC_FOLD, 0, buf, 4096, &got), 0);
+	cr_assert_eq(got, nvs__crc32c_sw(0, buf, 4096));
+	cr_assert_eq(nvs__crc32c_path(), NVS__CRC_FOLD, "chosen where it runs");
+	free(buf);
+}
+
+Test(crc32c, every_path_agrees_or_says_it_is_missing)
+{
+	static const char msg[] = "123456789";
+	uint32_t got;
+
+	for (int p = NVS__CRC_TABLE; p <= NVS__CRC_FOLD; p++) {
+		int r = nvs__crc32c_by((enum nvs__crc_path)p, 0, msg, 9, &got);
+		if (r == -ENOTSUP)
+			continue;
+		cr_assert_eq(r, 0);
+		cr_assert_eq(got, 0xE3069283u, "path %d", p);
+	}
+	cr_assert_eq(nvs__crc32c_by((enum nvs__crc_path)7, 0, msg, 9, &got),
+		     -ENOTSUP);
 }
