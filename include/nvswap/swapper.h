@@ -223,11 +223,17 @@ struct nvs_swap_stats {
 	bool readonly;	     /* opened NVS_PERSIST_READONLY: nothing is
 				written */
 	uint8_t reserved8[6];
-	uint32_t queue_depth; /* the aio handle's requests in flight per
-				 worker (opts.aio.queue_depth: a config's,
-				 shared by a node's ranks) */
-	uint32_t reserved32;
-	uint64_t reserved[4];
+	uint32_t queue_depth;	  /* the aio handle's requests in flight
+				     per worker (opts.aio.queue_depth: a
+				     config's, shared by a node's ranks) */
+	uint32_t files_buffered;  /* added files (nvs_swapper_add_file())
+				     read through the page cache: their
+				     filesystem refuses O_DIRECT */
+	uint64_t file_reads;	  /* reads of file-backed tensors from
+				     their files (nvswap/backing.h) */
+	uint64_t file_bytes_read; /* their bytes (apart from bytes_read,
+				     the swap files') */
+	uint64_t reserved[2];
 };
 
 /** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */
@@ -239,6 +245,8 @@ struct nvs_tensor_info {
 	bool on_disk;	   /* has been written at least once (false: reads
 			      as zeros without I/O) */
 	unsigned extents;  /* pieces on the paths */
+	bool backed;	   /* reads from an added file (nvswap/backing.h):
+			      not written since it was registered */
 	uint64_t reserved[4];
 };
 
@@ -738,5 +746,7 @@ NVS_API int nvs_swapper_list(const struct nvs_swapper *s, uint64_t *ids,
 
 /* The sets on disk, without a live swapper: check, list, relocate. */
 #include "nvswap/swapset.h"
+/* Tensors whose clean contents live in the caller's files. */
+#include "nvswap/backing.h"
 
 #endif /* NVSWAP_SWAPPER_H */

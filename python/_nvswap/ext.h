@@ -370,6 +370,8 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds);
 /* A persistent swap set's methods: checkpoint, generations, tags, ids
  * (swapset.c); ext_swapper_init() adds them to the type's. */
 extern PyMethodDef ext_swapset_methods[];
+/* Swapper.add_file() and register_file() (backing.c). */
+extern PyMethodDef ext_backing_methods[];
 /* Count a call in; ValueError when the swapper is closed or closing. */
 int ext_swapper_enter(struct ext_swapper *self);
 /* An int-valued call on the swapper with the GIL released, the call

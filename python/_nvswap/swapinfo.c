@@ -57,6 +57,9 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	    ext_dict_put(&d, "pinned", PyBool_FromLong(st->pinned)) ||
 	    ext_dict_put(&d, "checksum", PyBool_FromLong(st->checksum)) ||
 	    ext_dict_put(&d, "readonly", PyBool_FromLong(st->readonly)) ||
+	    ext_dict_put(&d, "files_buffered", U64(st->files_buffered)) ||
+	    ext_dict_put(&d, "file_reads", U64(st->file_reads)) ||
+	    ext_dict_put(&d, "file_bytes_read", U64(st->file_bytes_read)) ||
 	    ext_dict_put(&d, "backend",
 			 PyUnicode_FromString(nvs_backend_name(st->backend))) ||
 	    ext_dict_put(&d, "tensor_bytes", U64(st->tensor_bytes)) ||
@@ -87,6 +90,7 @@ PyObject *ext_tensor_info_dict(const struct nvs_tensor_info *ti)
 	    ext_dict_put(&d, "acquired", U64(ti->acquired)) ||
 	    ext_dict_put(&d, "dirty", PyBool_FromLong(ti->dirty)) ||
 	    ext_dict_put(&d, "on_disk", PyBool_FromLong(ti->on_disk)) ||
+	    ext_dict_put(&d, "backed", PyBool_FromLong(ti->backed)) ||
 	    ext_dict_put(&d, "extents", U64(ti->extents)))
 		return NULL;
 	return d;

@@ -728,9 +728,11 @@ PyTypeObject ext_SwapperType = {
 
 int ext_swapper_init(PyObject *module)
 {
-	/* The type's methods: the calls here, then a swap set's (swapset.c). */
+	/* The type's methods: the calls here, then a swap set's (swapset.c)
+	 * and the file-backed tensors' (backing.c). */
 	static PyMethodDef all[64]; /* the last entry stays the sentinel */
-	const PyMethodDef *parts[] = {swapper_methods, ext_swapset_methods};
+	const PyMethodDef *parts[] = {swapper_methods, ext_swapset_methods,
+				      ext_backing_methods};
 	size_t n = 0;
 
 	for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]); k++)

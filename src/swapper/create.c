@@ -12,6 +12,7 @@
 #include "internal/fork.h"
 #include "internal/hash.h"
 #include "internal/util.h"
+#include "swapper/backing.h"
 #include "swapper/paths.h"
 #include "swapper/persist.h"
 #include "swapper/registry.h"
@@ -139,6 +140,7 @@ void nvs__swapper_free(struct nvs_swapper *s)
 		nvs__tensor_free(t);
 	}
 	nvs_pool_destroy(s->pool);
+	nvs__files_close(s);
 	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++) {
 		struct path *p = &s->path[i];
 		if (p->fd >= 0)

@@ -8,6 +8,7 @@
  */
 #include "swapper/io.h"
 #include "internal/alloc.h"
+#include "swapper/backing.h"
 #include "internal/errors.h"
 #include "internal/fork.h"
 #include "internal/util.h"
@@ -60,6 +61,8 @@ static int io_failed(const struct nvs_swapper *s, const struct tensor *t,
 {
 	const struct nvs_extent *e = &t->ext[i];
 
+	if (t->from_file)
+		return nvs__backing_failed(s, t, i, err);
 	return nvs__err(err,
 			"nvswap: tensor %" PRIu64 ": %s %" PRIu64
 			" bytes %s %s at offset %" PRIu64 " failed: %s",
@@ -121,6 +124,11 @@ static void finish(struct nvs_swapper *s, struct tensor *t, int err)
 	nvs__tlist_remove(t);
 	t->next_ticket = t->ntickets = 0;
 	if (t->state == NVS_TENSOR_READING) {
+		if (!err && t->from_file) {
+			s->st.file_reads++;
+			s->st.file_bytes_read += t->nbytes;
+		}
+		nvs__backing_done(t);
 		if (err) {
 			nvs__buffer_put(s, t);
 			t->state = NVS_TENSOR_ON_NVME;
@@ -187,7 +195,9 @@ void nvs__collect(struct nvs_swapper *s, struct tensor *t)
 	t->busy = true;
 	pthread_mutex_unlock(&s->lock);
 	err = nvs__wait_tickets(s, t, t->next_ticket, t->ntickets, !reading);
-	if (!err && reading && !t->on_disk) {
+	if (reading && t->from_file) {
+		err = nvs__backing_check(s, t, err);
+	} else if (!err && reading && !t->on_disk) {
 		memset(t->buf, 0, t->nbytes);
 	} else if (!err && reading && s->checksum) {
 		uint32_t crc = nvs__crc32c(0, t->buf, t->nbytes);
@@ -324,16 +334,22 @@ int nvs__start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
 	t->buf = buf;
 	t->state = NVS_TENSOR_READING;
 	nvs__tlist_push(&s->flight, t);
-	if (!t->on_disk) {
+	if (!t->on_disk && !t->backed) {
 		s->st.zero_fills++;
 		return 0;
 	}
-	ret = nvs__submit_extents(s, t, NVS_AIO_READ, buf, true, &n);
+	if (!t->on_disk)
+		ret = nvs__backing_submit(s, t, buf, &n);
+	else
+		ret = nvs__submit_extents(s, t, NVS_AIO_READ, buf, true, &n);
 	t->ntickets = n;
 	if (ret < 0) {
 		t->busy = true;
 		ret = nvs__drain_failed_submit(s, t, n, false, ret);
+		if (t->from_file) /* a truncated file fails the submit */
+			ret = nvs__backing_check(s, t, ret);
 		t->busy = false;
+		nvs__backing_done(t);
 		nvs__tlist_remove(t);
 		t->ntickets = 0;
 		t->state = NVS_TENSOR_ON_NVME;
@@ -354,15 +370,23 @@ static int read_out(struct nvs_swapper *s, struct tensor *t, void *dst)
 	int err;
 
 	t->busy = true;
-	err = nvs__submit_extents(s, t, NVS_AIO_READ, dst, false, &n);
+	if (!t->on_disk)
+		err = nvs__backing_submit(s, t, dst, &n);
+	else
+		err = nvs__submit_extents(s, t, NVS_AIO_READ, dst, false, &n);
 	if (err < 0) {
 		err = nvs__drain_failed_submit(s, t, n, false, err);
+		if (t->from_file)
+			err = nvs__backing_check(s, t, err);
+		nvs__backing_done(t);
 		s->st.io_errors++;
 		goto out;
 	}
 	pthread_mutex_unlock(&s->lock);
 	err = nvs__wait_tickets(s, t, 0, n, false);
-	if (!err && s->checksum) {
+	if (t->from_file) {
+		err = nvs__backing_check(s, t, err);
+	} else if (!err && s->checksum) {
 		uint32_t crc = nvs__crc32c(0, dst, t->nbytes);
 		if (crc != t->crc)
 			err = nvs__err(-EBADMSG,
@@ -377,11 +401,15 @@ static int read_out(struct nvs_swapper *s, struct tensor *t, void *dst)
 		s->st.io_errors++;
 		if (err == -EBADMSG)
 			s->st.checksum_errors++;
+	} else if (t->from_file) {
+		s->st.file_reads++;
+		s->st.file_bytes_read += t->nbytes;
 	} else {
 		s->st.reads++;
 		s->st.bytes_read += t->nbytes;
 		nvs__count_path_bytes(s, t, false);
 	}
+	nvs__backing_done(t);
 out:
 	t->busy = false;
 	pthread_cond_broadcast(&s->cond);
@@ -415,7 +443,7 @@ int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
 		if (t->state == NVS_TENSOR_RESIDENT ||
 		    t->state == NVS_TENSOR_WRITING)
 			memcpy(dst, t->buf, t->nbytes);
-		else if (!t->on_disk)
+		else if (!t->on_disk && !t->backed)
 			memset(dst, 0, t->nbytes);
 		else
 			ret = read_out(s, t, dst);

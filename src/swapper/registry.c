@@ -10,6 +10,7 @@
 #include "internal/fork.h"
 #include "internal/hash.h"
 #include "internal/util.h"
+#include "swapper/backing.h"
 #include "swapper/crc32c.h"
 #include "swapper/io.h"
 #include "swapper/persist.h"
@@ -130,6 +131,7 @@ void nvs__tensor_free(struct tensor *t)
 	nvs__free(t->io_msg);
 	nvs__free(t->tag);
 	nvs__free(t->kept);
+	nvs__backing_free(t->bk);
 	nvs__free(t);
 }
 
@@ -208,6 +210,7 @@ int nvs__swapper_clear(struct nvs_swapper *s, uint64_t id, const char *call)
 	if (t->on_disk)
 		t->stale = true; /* punched at unregister all the same */
 	t->on_disk = false;	 /* reads as zeros; its blocks stay its own */
+	t->backed = false;	 /* (not its file's bytes either) */
 	t->err = 0;
 	nvs__free(t->errmsg);
 	t->errmsg = NULL;
@@ -217,50 +220,37 @@ out:
 	return ret;
 }
 
-int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
-			 const void *init)
+int nvs__tensor_add(struct nvs_swapper *s, uint64_t id, size_t nbytes,
+		    const char *call, struct tensor **out)
 {
 	struct tensor *t;
-	size_t n, placed, queued;
+	size_t placed;
 	int ret;
 
-	if (!s)
-		return nvs__err(-EINVAL, "nvs_swapper_register: NULL swapper");
-	NVS__PARENT_ONLY(s, "nvs_swapper_register", "swapper");
-	if (nvs__refuse_readonly(s, "nvs_swapper_register") < 0)
-		return -EROFS;
 	if (!nbytes)
-		return nvs__err(-EINVAL,
-				"nvs_swapper_register: tensor %" PRIu64
-				" has 0 bytes",
-				id);
+		return nvs__err(-EINVAL, "%s: tensor %" PRIu64 " has 0 bytes",
+				call, id);
 	if (nbytes > s->max_bytes)
 		return nvs__err(-EFBIG,
-				"nvs_swapper_register: tensor %" PRIu64
+				"%s: tensor %" PRIu64
 				" is %zu bytes, larger than the pool's "
 				"buffer_size of %zu bytes",
-				id, nbytes, s->max_bytes);
+				call, id, nbytes, s->max_bytes);
+	if (nvs__tensor_find(s, id))
+		return nvs__err(-EEXIST,
+				"%s: tensor %" PRIu64 " is already registered",
+				call, id);
 	t = nvs__tensor_alloc(s, id, nbytes);
 	if (!t)
-		return nvs__err(-ENOMEM, "nvs_swapper_register: out of memory");
-	n = t->nexts;
-
-	pthread_mutex_lock(&s->lock);
-	if (nvs__tensor_find(s, id)) {
-		ret = nvs__err(-EEXIST,
-			       "nvs_swapper_register: tensor %" PRIu64
-			       " is already registered",
-			       id);
-		goto out_free;
-	}
+		return nvs__err(-ENOMEM, "%s: out of memory", call);
 	ret = nvs__space_place(s->space, s->npaths, s->stripe, nbytes, t->ext,
-			       n, &placed);
+			       t->nexts, &placed);
 	if (ret < 0) {
-		ret = nvs__err(ret,
-			       "nvs_swapper_register: no room for tensor "
-			       "%" PRIu64 " (%zu bytes): %s",
-			       id, nbytes, nvs_strerror(-ret));
-		goto out_free;
+		nvs__free(t);
+		return nvs__err(ret,
+				"%s: no room for tensor %" PRIu64
+				" (%zu bytes): %s",
+				call, id, nbytes, nvs_strerror(-ret));
 	}
 	t->nexts = placed;
 	ret = nvs__grow_files(s);
@@ -274,14 +264,51 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	nvs__hash_oom = 0;
 	HASH_ADD(hh, s->table, id, sizeof(t->id), t);
 	if (nvs__hash_oom) {
-		ret = nvs__err(-ENOMEM, "nvs_swapper_register: out of memory");
+		ret = nvs__err(-ENOMEM, "%s: out of memory", call);
 		goto out_unplace;
 	}
 	s->st.tensors++;
 	s->st.tensor_bytes += nbytes;
-	if (!init) {
+	*out = t;
+	return 0;
+out_unplace:
+	if (s->pers)
+		nvs__xref_forget(s->pers, t);
+	unplace(s, t);
+	nvs__free(t);
+	return ret;
+}
+
+void nvs__tensor_unadd(struct nvs_swapper *s, struct tensor *t)
+{
+	HASH_DEL(s->table, t);
+	s->st.tensors--;
+	s->st.tensor_bytes -= t->nbytes;
+	pthread_cond_broadcast(&s->cond);
+	if (s->pers)
+		nvs__persist_unplace(s, t); /* gives the space back */
+	else
+		unplace(s, t);
+	nvs__tensor_free(t);
+}
+
+int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
+			 const void *init)
+{
+	struct tensor *t;
+	size_t queued;
+	int ret;
+
+	if (!s)
+		return nvs__err(-EINVAL, "nvs_swapper_register: NULL swapper");
+	NVS__PARENT_ONLY(s, "nvs_swapper_register", "swapper");
+	if (nvs__refuse_readonly(s, "nvs_swapper_register") < 0)
+		return -EROFS;
+	pthread_mutex_lock(&s->lock);
+	ret = nvs__tensor_add(s, id, nbytes, "nvs_swapper_register", &t);
+	if (ret < 0 || !init) {
 		pthread_mutex_unlock(&s->lock);
-		return 0;
+		return ret;
 	}
 	/* Write the initial data straight from the caller's memory (the
 	 * handle stages what is unaligned); others wait while busy. */
@@ -299,16 +326,14 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	if (ret < 0) {
 		char msg[NVS_ERRMSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
-		HASH_DEL(s->table, t);
-		s->st.tensors--;
-		s->st.tensor_bytes -= nbytes;
 		s->st.io_errors++;
-		pthread_cond_broadcast(&s->cond);
+		nvs__tensor_unadd(s, t);
 		nvs__err(ret,
 			 "nvs_swapper_register: writing tensor %" PRIu64
 			 " failed, it is not registered: %s",
 			 id, msg);
-		goto out_unplace_registered;
+		pthread_mutex_unlock(&s->lock);
+		return ret;
 	}
 	t->on_disk = true;
 	s->st.writes++;
@@ -317,20 +342,6 @@ int nvs_swapper_register(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
-
-out_unplace_registered:
-	if (s->pers) {
-		nvs__persist_unplace(s, t); /* gives the space back */
-		goto out_free;
-	}
-out_unplace:
-	if (s->pers)
-		nvs__xref_forget(s->pers, t);
-	unplace(s, t);
-out_free:
-	pthread_mutex_unlock(&s->lock);
-	nvs__free(t);
-	return ret;
 }
 
 int nvs_swapper_unregister(struct nvs_swapper *s, uint64_t id)

@@ -71,6 +71,16 @@ struct tensor *nvs__tensor_alloc(const struct nvs_swapper *s, uint64_t id,
 /* Free @t and what it holds (not its buffer or space). */
 void nvs__tensor_free(struct tensor *t);
 
+/* Tensor @id of @nbytes checked (size, not registered yet), allocated,
+ * placed, its files grown and added to the registry: ON_NVME, reading as
+ * zeros. @call names the caller in the errors. 0 and *@out, or -errno
+ * (nothing added). Lock held. */
+int nvs__tensor_add(struct nvs_swapper *s, uint64_t id, size_t nbytes,
+		    const char *call, struct tensor **out);
+/* Undo nvs__tensor_add() of @t (idle, never written): out of the
+ * registry, its space given back, freed. Lock held. */
+void nvs__tensor_unadd(struct nvs_swapper *s, struct tensor *t);
+
 /* Grow the swap files to cover their spaces, so padded reads of a
  * file's last tensor stay inside it. Lock held. */
 int nvs__grow_files(struct nvs_swapper *s);

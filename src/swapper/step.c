@@ -27,6 +27,7 @@ void nvs__step_touch(struct nvs_swapper *s, struct tensor *t)
 		return;
 	t->touched = true;
 	t->kept_on_disk = t->on_disk;
+	t->kept_backed = t->backed;
 	t->kept_crc = t->crc;
 }
 
@@ -294,6 +295,7 @@ static void put_back(struct nvs_swapper *s, struct tensor *t)
 		t->stale = true; /* the step's write, in place: punch later */
 	}
 	t->on_disk = t->kept_on_disk;
+	t->backed = t->kept_backed;
 	t->crc = t->kept_crc;
 	clear_step(t);
 }

@@ -10,6 +10,7 @@
 #include "internal/fork.h"
 #include "internal/hash.h"
 #include "internal/util.h"
+#include "swapper/backing.h"
 #include "swapper/create.h"
 #include "swapper/io.h"
 #include "swapper/persist.h"
@@ -468,6 +469,8 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	st->buffer_size = s->buf_size;
 	st->buffers_in_use = s->in_use;
 	st->npaths = s->npaths;
+	for (unsigned i = 0; i < s->nfiles; i++)
+		st->files_buffered += !s->files[i]->direct;
 	st->readonly = s->readonly;
 	for (unsigned i = 0; i < s->npaths; i++) {
 		st->path_space_used[i] = s->space[i].used;
@@ -500,6 +503,7 @@ int nvs_swapper_info(const struct nvs_swapper *cs, uint64_t id,
 		info->acquired = t->pins;
 		info->dirty = t->dirty;
 		info->on_disk = t->on_disk;
+		info->backed = t->backed && !t->on_disk;
 		info->extents = (unsigned)t->nexts;
 	}
 	pthread_mutex_unlock(&s->lock);

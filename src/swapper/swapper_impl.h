@@ -21,6 +21,8 @@
 
 struct tensor;
 struct nvs_pset;
+struct nvs_wfile;
+struct nvs_backing;
 
 /* A list of tensors through their prev/next links. */
 struct tlist {
@@ -86,6 +88,14 @@ struct tensor {
 	bool kept_on_disk;
 	uint32_t kept_crc;
 	struct nvs_extent *kept;
+	/* A file-backed tensor (backing.h): its pieces of the caller's
+	 * files; whether they hold its value while it is not on_disk (a
+	 * clear drops them; an undo restores kept_backed); and whether the
+	 * read in flight is theirs (then tickets are the backing's). */
+	struct nvs_backing *bk;
+	bool backed;
+	bool kept_backed;
+	bool from_file;
 };
 
 struct path {
@@ -124,6 +134,10 @@ struct nvs_swapper {
 	struct nvs_pset *pers; /* NULL for scratch space */
 	bool discard;	       /* nvs_swapper_discard(): remove the set */
 	bool readonly;	       /* NVS_PERSIST_READONLY: nothing is written */
+	/* Files tensors read from (nvs_swapper_add_file()); grown under the
+	 * lock, each entry fixed once added. */
+	struct nvs_wfile **files; /* NVS_SWAPPER_MAX_FILES slots */
+	unsigned nfiles;
 	/* nvs_swapper_step_begin(): the open step's name, "" when none;
 	 * undoable: opened with NVS_STEP_UNDOABLE (see step.h). */
 	char step[NVS_STEP_NAME_MAX + 1];

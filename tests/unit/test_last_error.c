@@ -116,6 +116,8 @@ ROW(nvs_swapper_list, nvs_swapper_list(NULL, NULL, 0))
 ROW(nvs_swapset_check, nvs_swapset_check(NULL, 0, NULL, NULL))
 ROW(nvs_swapset_list, nvs_swapset_list(NULL, NULL, NULL))
 ROW(nvs_swapset_relocate, nvs_swapset_relocate(NULL, "/a", "/b"))
+ROW(nvs_swapper_add_file, nvs_swapper_add_file(NULL, "/a", 0))
+ROW(nvs_swapper_register_file, nvs_swapper_register_file(NULL, 1, 1, NULL, 0))
 ROW(nvs_ckpt_writer_open, nvs_ckpt_writer_open(NULL, NULL, NULL))
 ROW(nvs_ckpt_write, nvs_ckpt_write(NULL, NULL, 1))
 ROW(nvs_ckpt_close, nvs_ckpt_close(NULL))
@@ -244,6 +246,8 @@ static const struct row rows[] = {
 	R(nvs_swapset_check),
 	R(nvs_swapset_list),
 	R(nvs_swapset_relocate),
+	R(nvs_swapper_add_file),
+	R(nvs_swapper_register_file),
 	R(nvs_ckpt_writer_open),
 	R(nvs_ckpt_write),
 	R(nvs_ckpt_close),
@@ -372,8 +376,8 @@ Test(last_error, every_public_failure_sets_a_sentence_naming_the_call,
 Test(last_error, every_public_function_is_in_the_table)
 {
 	static const char *const hdrs[] = {
-		"aio",	   "buffers", "common",	 "config", "offload",
-		"swapper", "swapset", "version", "ckpt",   "gpu"};
+		"aio",	   "buffers", "common", "config", "offload", "swapper",
+		"swapset", "version", "ckpt",	"gpu",	  "backing"};
 	unsigned seen = 0;
 
 	for (size_t h = 0; h < sizeof(hdrs) / sizeof(hdrs[0]); h++) {
