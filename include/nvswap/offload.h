@@ -107,6 +107,37 @@ NVS_API int nvs_param_add_layer_where(struct nvs_param_swapper *p,
 				      const size_t *nbytes,
 				      const void *const *init, bool in_cpu);
 
+/** nvs_layer_source.file of a tensor that reads as zeros. */
+#define NVS_LAYER_ZEROS UINT32_MAX
+
+/** struct nvs_layer_source - where a layer tensor's clean contents are. */
+struct nvs_layer_source {
+	uint32_t file;	   /* nvs_swapper_add_file()'s index on the core
+			      swapper, or NVS_LAYER_ZEROS */
+	uint32_t reserved; /* 0 */
+	uint64_t offset;   /* of its nbytes[i] bytes in the file */
+};
+
+/**
+ * nvs_param_add_layer_file() - layer @layer: @n tensors of @nbytes[i]
+ * bytes whose clean contents are in files of the caller's (@src[i]):
+ * weights served in place. The layer is streamed (max_in_cpu does not
+ * keep it), packed as nvs_param_add_layer() packs, and its packed tensor
+ * registered with nvs_swapper_register_file(): nothing is read or written
+ * now, each read of the layer reads its tensors from their files (and
+ * checks the files: -ESTALE for one changed since it was added), and once
+ * released dirty and written back it lives in the swap file.
+ * @src: borrowed for the call; @n entries.
+ * Return: 0, nvs_param_add_layer()'s errors, or
+ *   nvs_swapper_register_file()'s (-EINVAL naming a source with an
+ *   unknown file or beyond its file, -EOPNOTSUPP for a persistent set).
+ *   Nothing is added on failure.
+ */
+NVS_API int nvs_param_add_layer_file(struct nvs_param_swapper *p,
+				     unsigned layer, unsigned n,
+				     const size_t *nbytes,
+				     const struct nvs_layer_source *src);
+
 /**
  * nvs_param_prefetch_layer() - start reading @layer without waiting for
  * buffers (as far as free buffers go). Return: 0, -ENOENT, or a submit

@@ -115,6 +115,48 @@ static PyObject *backing_register_file(PyObject *o, PyObject *const *args,
 	Py_RETURN_NONE;
 }
 
+int ext_layer_sources(PyObject *v, unsigned n, struct nvs_layer_source *out)
+{
+	PyObject *seq = PySequence_Fast(v, "ParamSwapper.add_layer: sources "
+					   "must be a sequence");
+	int rc = 0;
+
+	if (!seq)
+		return -1;
+	if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n) {
+		PyErr_Format(PyExc_ValueError,
+			     "ParamSwapper.add_layer: %zd sources for %u "
+			     "tensors",
+			     PySequence_Fast_GET_SIZE(seq), n);
+		rc = -1;
+	}
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+		uint64_t f, off;
+
+		out[i] = (struct nvs_layer_source){.file = NVS_LAYER_ZEROS};
+		if (it == Py_None)
+			continue;
+		if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2) {
+			PyErr_Format(PyExc_TypeError,
+				     "ParamSwapper.add_layer: source %u must "
+				     "be a (file, offset) tuple or None",
+				     i);
+			rc = -1;
+		} else if (ext_arg_u64(PyTuple_GET_ITEM(it, 0), "file",
+				       UINT32_MAX - 1, &f) ||
+			   ext_arg_u64(PyTuple_GET_ITEM(it, 1), "offset",
+				       UINT64_MAX, &off)) {
+			rc = -1;
+		} else {
+			out[i].file = (uint32_t)f;
+			out[i].offset = off;
+		}
+	}
+	Py_DECREF(seq);
+	return rc;
+}
+
 #define FAST (METH_FASTCALL | METH_KEYWORDS)
 #define M(name, flags, doc)                                                    \
 	{                                                                      \

@@ -372,6 +372,9 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds);
 extern PyMethodDef ext_swapset_methods[];
 /* Swapper.add_file() and register_file() (backing.c). */
 extern PyMethodDef ext_backing_methods[];
+/* ParamSwapper.add_layer(sources=): @n (file, offset) tuples or None
+ * (zeros) into @out; -1 with TypeError/ValueError set (backing.c). */
+int ext_layer_sources(PyObject *v, unsigned n, struct nvs_layer_source *out);
 /* Count a call in; ValueError when the swapper is closed or closing. */
 int ext_swapper_enter(struct ext_swapper *self);
 /* An int-valued call on the swapper with the GIL released, the call

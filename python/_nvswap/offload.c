@@ -131,20 +131,21 @@ static PyObject *add(PyObject *o, const char *fname, add_cb fn,
 		     PyObject *const *args, Py_ssize_t nargs, PyObject *kw)
 {
 	static const char *const pnames[] = {"group|layer", "tensors", "in_cpu",
-					     NULL};
+					     "sources", NULL};
 	static const char *const onames[] = {"group|layer", "tensors", NULL};
 	struct ext_role *r = ROLE(o);
 	struct ext_buf bufs[NVS_OFFLOAD_MAX_TENSORS];
 	size_t nbytes[NVS_OFFLOAD_MAX_TENSORS];
 	const void *init[NVS_OFFLOAD_MAX_TENSORS];
+	struct nvs_layer_source src[NVS_OFFLOAD_MAX_TENSORS];
 	char msg[NVS_ERRMSG_MAX] = "";
-	PyObject *a[3] = {NULL, NULL, NULL}, *spec;
+	PyObject *a[4] = {NULL, NULL, NULL, NULL}, *spec;
 	bool param = fn == param_add;
 	unsigned group, n;
 	int in_cpu = 1, rc;
 
 	if (ext_bind(fname, args, nargs, kw, param ? pnames : onames,
-		     param ? 3 : 2, 2, a) ||
+		     param ? 4 : 2, 2, a) ||
 	    role_group_arg(a[0], &group))
 		return NULL;
 	if (a[2] && (in_cpu = PyObject_IsTrue(a[2])) < 0)
@@ -152,12 +153,21 @@ static PyObject *add(PyObject *o, const char *fname, add_cb fn,
 	spec = role_tensors(a[1], &n, nbytes, init, bufs);
 	if (!spec)
 		return NULL;
+	if (a[3] && a[3] != Py_None && ext_layer_sources(a[3], n, src) < 0) {
+		role_tensors_free(bufs, n);
+		Py_DECREF(spec);
+		return NULL;
+	}
 	if (role_enter(r)) {
 		role_tensors_free(bufs, n);
 		Py_DECREF(spec);
 		return NULL;
 	}
-	ROLE_RUN(r, rc, msg, fn(r->p, group, n, nbytes, init, in_cpu));
+	if (a[3] && a[3] != Py_None) /* streamed from files (backing.c) */
+		ROLE_RUN(r, rc, msg,
+			 nvs_param_add_layer_file(r->p, group, n, nbytes, src));
+	else
+		ROLE_RUN(r, rc, msg, fn(r->p, group, n, nbytes, init, in_cpu));
 	role_tensors_free(bufs, n);
 	if (rc == 0)
 		rc = role_set_spec(r, group, spec) < 0 ? 1 : 0;
@@ -406,7 +416,7 @@ static PyObject *param_layer_in_cpu(PyObject *o, PyObject *arg)
 
 static PyMethodDef param_methods[] = {
 	M(param, add_layer, FAST,
-	  "add_layer(layer, tensors, in_cpu=True) -> None\n\n"
+	  "add_layer(layer, tensors, in_cpu=True, sources=None) -> None\n\n"
 	  "Add layer number layer (0 to 2**20-1) holding tensors: a list\n"
 	  "of up to 64 items, each an int (a byte count; reads as zeros),\n"
 	  "a torch tensor on the meta device (its dtype and shape; reads\n"
@@ -421,7 +431,11 @@ static PyMethodDef param_methods[] = {
 	  "zero size, layer too large), EFBIG (the packed layer is larger\n"
 	  "than the Swapper's buffer_size), ENOSPC/EIO. Nothing is added\n"
 	  "on failure. in_cpu=False: streamed from NVMe whatever\n"
-	  "max_in_cpu has left (choose which layers stay: the largest)."),
+	  "max_in_cpu has left (choose which layers stay: the largest).\n"
+	  "sources: a (file, offset) per tensor (file a Swapper.add_file()\n"
+	  "index; None: zeros): the layer streams from those files in\n"
+	  "place (weights served without a copy), nothing read or written\n"
+	  "now, in_cpu ignored; ESTALE at a read when a file changed."),
 	M(param, prefetch_layer, METH_O,
 	  "prefetch_layer(layer) -> None\n\n"
 	  "Start reading layer into free pool buffers and return; never\n"

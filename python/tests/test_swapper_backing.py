@@ -86,3 +86,27 @@ def test_bad_pieces_and_files_are_refused(swapdir, weights):
                         buffer_count=1, persist="persistent") as s:
         raises_errno(errno.EOPNOTSUPP, s.add_file, path)
         s.discard()
+
+
+def test_a_parameter_layer_streams_from_its_file(swapdir, weights):
+    torch = pytest.importorskip("torch", reason="typed layers need torch")
+    path, data = weights
+    with swapper(swapdir) as s:
+        f = s.add_file(path)
+        with nvswap.ParamSwapper(s, max_in_cpu=1 << 30) as p:
+            like = [torch.empty(10, 4, dtype=torch.float32, device="meta"),
+                    torch.empty(3, dtype=torch.int64, device="meta")]
+            p.add_layer(0, like, sources=[(f, 1000), None])
+            w, z = p.acquire_layer(0)
+            assert w.dtype == torch.float32 and w.shape == (10, 4)
+            want = torch.frombuffer(bytearray(data[1000:1160]),
+                                    dtype=torch.float32).reshape(10, 4)
+            assert torch.equal(w, want)
+            assert torch.equal(z, torch.zeros(3, dtype=torch.int64))
+            del w, z
+            p.release_layer(0, False)
+            assert s.stats()["bytes_written"] == 0
+            with pytest.raises(ValueError, match="1 sources for 2"):
+                p.add_layer(1, like, sources=[(f, 0)])
+            with pytest.raises(TypeError, match="source 0 must be"):
+                p.add_layer(1, like, sources=[f, None])

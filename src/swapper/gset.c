@@ -134,16 +134,12 @@ static int adopt(struct gset *gs, const char *call, unsigned group,
 	return 1;
 }
 
-/* Add @group; @cpu_budget (NULL: none) is what may still stay in CPU
- * memory, reduced when this group does. */
-int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
-		  const size_t *nbytes, const void *const *init,
-		  uint64_t *cpu_budget)
+/* A new group of @n tensors of @nbytes, packed (its layout only), into
+ * *@out; -EINVAL/-EEXIST/-ENOMEM named after @call. Not added yet. */
+static int layout(struct gset *gs, const char *call, unsigned group, unsigned n,
+		  const size_t *nbytes, struct group **out)
 {
 	struct group *g;
-	unsigned char *pack = NULL;
-	bool any_init = false;
-	int ret = 0;
 
 	if (!nbytes || n == 0 || n > NVS_OFFLOAD_MAX_TENSORS ||
 	    group >= NVS_OFFLOAD_MAX_GROUPS)
@@ -159,10 +155,6 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 	if (gset_grow(gs, group) < 0 || !(g = nvs__calloc(1, sizeof(*g))))
 		return nvs__err(-ENOMEM, "%s: out of memory", call);
 	g->n = n;
-	/* A persistent set keeps what is on NVMe: nothing stays in CPU
-	 * memory, where a checkpoint would not see it. */
-	if (nvs__swapper_persistent(gs->core))
-		cpu_budget = NULL;
 	for (unsigned i = 0; i < n; i++) {
 		if (!nbytes[i] || nbytes[i] > SIZE_MAX / 2 - g->total) {
 			nvs__free(g);
@@ -177,8 +169,37 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 		g->total += i + 1 < n ? (nbytes[i] + PACK_ALIGN - 1) &
 						~(size_t)(PACK_ALIGN - 1)
 				      : nbytes[i];
-		any_init |= init && init[i];
 	}
+	*out = g;
+	return 0;
+}
+
+static void add_last(struct gset *gs, unsigned group, struct group *g)
+{
+	g->order = gs->count;
+	gs->order[gs->count++] = group;
+	gs->tab[group] = g;
+}
+
+/* Add @group; @cpu_budget (NULL: none) is what may still stay in CPU
+ * memory, reduced when this group does. */
+int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
+		  const size_t *nbytes, const void *const *init,
+		  uint64_t *cpu_budget)
+{
+	struct group *g;
+	unsigned char *pack = NULL;
+	bool any_init = false;
+	int ret = layout(gs, call, group, n, nbytes, &g);
+
+	if (ret < 0)
+		return ret;
+	/* A persistent set keeps what is on NVMe: nothing stays in CPU
+	 * memory, where a checkpoint would not see it. */
+	if (nvs__swapper_persistent(gs->core))
+		cpu_budget = NULL;
+	for (unsigned i = 0; i < n; i++)
+		any_init |= init && init[i];
 	ret = adopt(gs, call, group, g);
 	if (ret < 0) {
 		nvs__free(g);
@@ -186,9 +207,7 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 	}
 	if (ret == 1) {
 		/* Resumed: the saved contents win over @init. */
-		g->order = gs->count;
-		gs->order[gs->count++] = group;
-		gs->tab[group] = g;
+		add_last(gs, group, g);
 		return 0;
 	}
 	if (cpu_budget && g->total <= *cpu_budget) {
@@ -220,9 +239,51 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 					call, gs->what, group, total, msg);
 		}
 	}
-	g->order = gs->count;
-	gs->order[gs->count++] = group;
-	gs->tab[group] = g;
+	add_last(gs, group, g);
+	return 0;
+}
+
+int nvs__gset_add_file(struct gset *gs, const char *call, unsigned group,
+		       unsigned n, const size_t *nbytes,
+		       const struct nvs_layer_source *src)
+{
+	struct nvs_file_piece pieces[NVS_OFFLOAD_MAX_TENSORS];
+	uint64_t id = nvs__gset_id(gs, group);
+	struct group *g;
+	size_t k = 0;
+	int ret;
+
+	if (!src)
+		return nvs__err(-EINVAL, "%s: NULL sources", call);
+	if ((ret = layout(gs, call, group, n, nbytes, &g)) < 0)
+		return ret;
+	for (unsigned i = 0; i < n; i++) {
+		if (src[i].reserved) {
+			nvs__free(g);
+			return nvs__err(-EINVAL,
+					"%s: %s %u: tensor %u's source has a "
+					"non-zero reserved field",
+					call, gs->what, group, i);
+		}
+		if (src[i].file != NVS_LAYER_ZEROS)
+			pieces[k++] = (struct nvs_file_piece){
+				.file = src[i].file,
+				.offset = src[i].offset,
+				.length = nbytes[i],
+				.at = g->off[i],
+			};
+	}
+	ret = k ? nvs_swapper_register_file(gs->core, id, g->total, pieces, k)
+		: nvs_swapper_register(gs->core, id, g->total, NULL);
+	if (ret < 0) {
+		char msg[NVS_ERRMSG_MAX];
+		size_t total = g->total;
+		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+		nvs__free(g);
+		return nvs__err(ret, "%s: %s %u (%zu bytes packed): %s", call,
+				gs->what, group, total, msg);
+	}
+	add_last(gs, group, g);
 	return 0;
 }
 

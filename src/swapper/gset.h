@@ -60,6 +60,13 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 		  const size_t *nbytes, const void *const *init,
 		  uint64_t *cpu_budget);
 
+/* Add @group streamed from files: @n tensors of @nbytes, tensor i's
+ * clean contents @src[i] (see nvs_param_add_layer_file()); its packed
+ * tensor registered with nvs_swapper_register_file(), nothing read. */
+int nvs__gset_add_file(struct gset *gs, const char *call, unsigned group,
+		       unsigned n, const size_t *nbytes,
+		       const struct nvs_layer_source *src);
+
 /* Unregister and free every group; the first unregister error. */
 int nvs__gset_fini(struct gset *gs);
 

@@ -98,6 +98,17 @@ int nvs_param_add_layer_where(struct nvs_param_swapper *p, unsigned layer,
 			 in_cpu);
 }
 
+int nvs_param_add_layer_file(struct nvs_param_swapper *p, unsigned layer,
+			     unsigned n, const size_t *nbytes,
+			     const struct nvs_layer_source *src)
+{
+	if (!p)
+		return nvs__err(-EINVAL,
+				"nvs_param_add_layer_file: NULL swapper");
+	return nvs__gset_add_file(&p->gs, "nvs_param_add_layer_file", layer, n,
+				  nbytes, src);
+}
+
 int nvs_param_prefetch_layer(struct nvs_param_swapper *p, unsigned layer)
 {
 	struct group *g;

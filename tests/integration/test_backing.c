@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nvswap/offload.h"
 #include "nvswap/swapper.h"
 #include "testutil.h"
 #include "tu_swapper.h"
@@ -311,5 +312,56 @@ Test(backing, a_file_on_tmpfs_reads_back_direct_or_through_the_page_cache)
 	cr_assert_eq(st.files_buffered, fd < 0 ? 1u : 0u);
 	if (fd >= 0)
 		close(fd);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
+/* The parameter swapper's layers from a file: each tensor where the
+ * layer packs it, one of zeros, the max_in_cpu budget untouched (the
+ * layer streams), read-ahead by the walk reading from the file too. */
+Test(backing, parameter_layers_stream_from_the_file)
+{
+	struct nvs_param_swapper_opts po;
+	struct nvs_param_swapper *p = NULL;
+	struct nvs_swap_stats st;
+	struct nvs_swapper *s;
+	const char *path = weights(11);
+	void *ptr[3];
+
+	s = swapper();
+	cr_assert_eq(nvs_swapper_add_file(s, path, 0), 0);
+	nvs_param_swapper_opts_init(&po);
+	po.max_in_cpu = 1 << 30;
+	cr_assert_eq(nvs_param_swapper_create(s, &po, &p), 0);
+	for (unsigned l = 0; l < 3; l++) {
+		const size_t nb[3] = {1000 + l, 5000, 777};
+		const struct nvs_layer_source src[3] = {
+			{.file = 0, .offset = 3 + 10000 * l},
+			{.file = NVS_LAYER_ZEROS},
+			{.file = 0, .offset = 2 << 20},
+		};
+		cr_assert_eq(nvs_param_add_layer_file(p, l, 3, nb, src), 0,
+			     "%s", nvs_last_error());
+		cr_assert(!nvs_param_layer_in_cpu(p, l), "streamed");
+	}
+	for (unsigned l = 0; l < 3; l++) {
+		static const unsigned char zero[5000];
+		cr_assert_eq(nvs_param_acquire_layer(p, l, ptr), 0, "%s",
+			     nvs_last_error());
+		cr_assert_eq(memcmp(ptr[0], data + 3 + 10000 * l, 1000 + l), 0);
+		cr_assert_eq(memcmp(ptr[1], zero, 5000), 0);
+		cr_assert_eq(memcmp(ptr[2], data + (2 << 20), 777), 0);
+		cr_assert_eq(nvs_param_release_layer(p, l, false), 0);
+	}
+	cr_assert_eq(nvs_swapper_stats(s, &st), 0);
+	cr_assert_eq(st.bytes_written, 0);
+	cr_assert_geq(st.file_reads, 3);
+	const size_t bad_nb[1] = {10};
+	const struct nvs_layer_source bad[1] = {{.file = 4}};
+	cr_assert_eq(nvs_param_add_layer_file(p, 9, 1, bad_nb, bad), -EINVAL);
+	cr_assert(strstr(nvs_last_error(), "names no added file"), "%s",
+		  nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "nvs_param_add_layer_file: layer 9"),
+		  "%s", nvs_last_error());
+	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }

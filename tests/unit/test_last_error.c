@@ -118,6 +118,7 @@ ROW(nvs_swapset_list, nvs_swapset_list(NULL, NULL, NULL))
 ROW(nvs_swapset_relocate, nvs_swapset_relocate(NULL, "/a", "/b"))
 ROW(nvs_swapper_add_file, nvs_swapper_add_file(NULL, "/a", 0))
 ROW(nvs_swapper_register_file, nvs_swapper_register_file(NULL, 1, 1, NULL, 0))
+ROW(nvs_param_add_layer_file, nvs_param_add_layer_file(NULL, 0, 1, NULL, NULL))
 ROW(nvs_ckpt_writer_open, nvs_ckpt_writer_open(NULL, NULL, NULL))
 ROW(nvs_ckpt_write, nvs_ckpt_write(NULL, NULL, 1))
 ROW(nvs_ckpt_close, nvs_ckpt_close(NULL))
@@ -248,6 +249,7 @@ static const struct row rows[] = {
 	R(nvs_swapset_relocate),
 	R(nvs_swapper_add_file),
 	R(nvs_swapper_register_file),
+	R(nvs_param_add_layer_file),
 	R(nvs_ckpt_writer_open),
 	R(nvs_ckpt_write),
 	R(nvs_ckpt_close),
