@@ -162,7 +162,8 @@ class Tuner:
             self.state = "measuring"
             self.report["state"] = "measuring"
             ps = self.eng.pswap.stats()
-            self.io0 = (ps["bytes_read"], ps["io_busy_ns"])
+            self.io0 = (ps["bytes_read"] + ps["file_bytes_read"],
+                        ps["io_busy_ns"])
         if self.state in ("measuring", "checking"):
             self.cur = []
             self.began = time.perf_counter_ns()
@@ -219,7 +220,8 @@ class Tuner:
                              if len(walks) != 1 else
                              "no layer streamed")
         ps = eng.pswap.stats()
-        nbytes = ps["bytes_read"] - self.io0[0]
+        # (a layer read in place from its weights file counts too)
+        nbytes = ps["bytes_read"] + ps["file_bytes_read"] - self.io0[0]
         busy = ps["io_busy_ns"] - self.io0[1]
         if nbytes <= 0 or busy <= 0:
             return self._off("nothing was read in the forwards timed")

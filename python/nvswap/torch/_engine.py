@@ -117,6 +117,9 @@ class Engine(Passes, Grads):
         self.kept_streamed = []
         self.tuner = None  # _depth.Tuner of an inference model, or None
         self.in_cpu = None  # memory=: the layers kept resident (_infer)
+        self.max_in_cpu = 0  # offload()'s: what C keeps when in_cpu is None
+        # layers streamed from the weights file in place (_load.py)
+        self.in_place = set()
         # served from a persistent training set: nothing may be written,
         # and the layers kept resident are copies (_infer._copy_layer)
         self.read_only = False
@@ -174,9 +177,11 @@ class Engine(Passes, Grads):
         self.resumed = None  # {tag, steps, generations} when resumed
 
     # ---------------------------------------------------------- layers
-    def add_layer(self, items, data=None):
+    def add_layer(self, items, data=None, sources=None):
         """items: [(name, param)] whose data is materialized; or data:
-        what the layer is registered from instead (add_layer_from)."""
+        what the layer is registered from instead (add_layer_from);
+        sources: each tensor's (file, offset) in a file added to the
+        parameter pool, the layer streamed from there in place."""
         layer = len(self.layers)
         if data is None:
             data = [p.data if p.data.is_contiguous() else
@@ -195,6 +200,9 @@ class Engine(Passes, Grads):
             self.rows[layer] = _rows.Table(
                 self.row_handle, self.pswap.dirs[0], items[0][0], data[0],
                 direct=not self.page_cache)
+        elif sources is not None:
+            self.params.add_layer(layer, data, in_cpu=False, sources=sources)
+            self.in_place.add(layer)
         else:
             self.params.add_layer(layer, data, in_cpu=self.in_cpu is None
                                   or layer in self.in_cpu)
@@ -240,16 +248,18 @@ class Engine(Passes, Grads):
                         f"{size}, or leave it unset")
         self.grads.add_group(layer, size)
 
-    def add_layer_from(self, items):
+    def add_layer_from(self, items, sources=None):
         """items: [(name, param)] of which only the shapes and dtypes
         count (the parameters may be on the meta device, they are not
         read): the layer is registered as typed zeros, without I/O (a
         resumed persistent set adopts its saved contents instead). Fill
         it by acquire(layer, host=True), writing the parameters' pool
-        tensors (p.data), and release(layer, True)."""
+        tensors (p.data), and release(layer, True). With sources (see
+        add_layer) it reads from files in place instead: nothing to
+        fill."""
         return self.add_layer(items, [
             torch.empty(p.shape, dtype=p.dtype, device="meta")
-            for _, p in items])
+            for _, p in items], sources)
 
     def refresh_masters(self, layer, given=None):
         """The fp32 masters of an acquired layer from given ({index:
@@ -483,11 +493,13 @@ class Engine(Passes, Grads):
             self.release(layer)
 
     def param_bytes_read(self):
-        """Bytes read for the parameters: the pool's, and the rows of the
+        """Bytes read for the parameters: the pool's (from its swap files
+        and, in place, from the weights files), and the rows of the
         embeddings read by rows."""
         rows = (self.row_handle.stats()["bytes_read"]
                 if self.row_handle is not None else 0)
-        return self.pswap.stats()["bytes_read"] + rows
+        ps = self.pswap.stats()
+        return ps["bytes_read"] + ps["file_bytes_read"] + rows
 
     def stats(self):
         ps = self.pswap.stats()

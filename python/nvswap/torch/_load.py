@@ -16,6 +16,8 @@ import re
 
 import torch
 
+from ._common import nbytes
+
 from ._plan import (_check_filled, _fill_buffers, _meta_buffers, _resetter,
                     materialize)
 from ._weights import open_weights
@@ -180,6 +182,8 @@ class Loader:
             self.cap = max(1, min(self.cap,
                                   eng.gswap.stats()["buffer_count"] - 1))
         self.inflight = []  # [(layer, [op], {index: fp32 master})]
+        self.files = {}  # weights file -> its index in the parameter pool
+        self.checksum = eng.pswap.stats()["checksum"]
         self.undo = []  # (module._buffers, name, buffer as given)
         self.model = None
         self.renamed = renamed  # id(parameter as given) -> its successor
@@ -254,8 +258,9 @@ class Loader:
             elif id(p) not in self.b.params:  # ignored as missing: kept
                 keep[id(p)] = p.data
             out.append((name, p))
-        layer = self.eng.add_layer_from(out)
-        if not self.read:
+        sources = self._sources(out, chunk, keep)
+        layer = self.eng.add_layer_from(out, sources)
+        if not self.read or sources is not None:
             return layer, out
         table = self.eng.rows.get(layer)
         if table is not None:  # an embedding read by rows: piece by piece
@@ -290,6 +295,45 @@ class Loader:
         while len(self.inflight) >= self.cap:
             self._finish(self.inflight[0])
         return layer, out
+
+    def _sources(self, out, chunk, keep):
+        """Weights in place: for a layer an inference model streams, on
+        the CPU, unconverted and unchecked (no dtype=, no masters, no
+        checksum), whose every tensor lies whole in a weights file in the
+        model's dtype, each tensor's (file, offset) in the parameter
+        pool's files (added on first use; nothing is read or written:
+        the layer is read from there at each use). Else None: the layer
+        is read into a pool buffer and written to the swap file."""
+        eng, w = self.eng, self.w
+        layer = len(eng.layers)
+        if (not self.read or keep or eng.gswap is not None or
+                eng.dtype is not None or eng.masters is not None or
+                eng.read_only or eng.device is not None or
+                self.checksum or not hasattr(w, "in_place") or
+                (eng.in_cpu is not None and layer in eng.in_cpu) or
+                (eng.in_cpu is None and eng.max_in_cpu) or
+                (len(out) == 1 and out[0][0] in eng.by_rows)):
+            return None
+        src = []
+        for (_, p), (_, orig) in zip(out, chunk):
+            key = self.b.params.get(id(orig))
+            where = w.in_place(key) if key is not None else None
+            if where is None or where[2] != nbytes(p) or where[3] != p.dtype:
+                return None
+            src.append(where)
+        return [(self._file(path), off) for path, off, _, _ in src]
+
+    def _file(self, path):
+        """path's index among the parameter pool's files, added once with
+        its header's bytes as the head the C library checks it by, and
+        checked to be the file the weights' headers came from."""
+        f = self.files.get(path)
+        if f is None:
+            head = getattr(self.w, "heads", {}).get(path, 0)
+            f = self.eng.pswap.add_file(path, head)
+            self.w.same_file(path)
+            self.files[path] = f
+        return f
 
     def _add_cut(self, layer, out, chunk, keep):
         """A layer whose fp32 masters are in parts (_mixed.Masters): the

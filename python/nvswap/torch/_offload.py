@@ -450,6 +450,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.grad_hook = grad_hook
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu
+        eng.max_in_cpu = max_in_cpu
         if served is not None:
             # a persistent set keeps nothing in C's CPU memory (a
             # checkpoint would not see it): the layers to keep resident

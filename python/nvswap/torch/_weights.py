@@ -181,6 +181,7 @@ class Safetensors(FileWeights):
     def __init__(self, path, index=False, wf=None):
         super().__init__(path)
         self.metadata = None
+        self.heads = {}  # path -> the bytes before its data (8 + header)
         try:
             if index:
                 self._shards(path)
@@ -191,6 +192,7 @@ class Safetensors(FileWeights):
                 self.files = [path]
                 self.metadata = h.metadata
                 self._entries = h.tensors
+                self.heads[path] = h.data_start
             for f in self._files.values():
                 f.check()  # not changed while its header was read
         except BaseException:
@@ -215,6 +217,7 @@ class Safetensors(FileWeights):
                                    f"missing: {path} names it for tensor "
                                    f"'{k}'") from None
             h = _stformat.read_header(wf)
+            self.heads[shard] = h.data_start
             self.files.append(shard)
             for t, e in h.tensors.items():
                 if t in self._entries:

@@ -7,6 +7,9 @@ O_DIRECT aio op straight into a destination of the file's dtype, else
 through two pinned staging buffers and cast; the file is checked for
 changes before each tensor is read and after its bytes are in.
 """
+import errno
+import os
+
 import torch
 
 import nvswap
@@ -200,6 +203,26 @@ class FileWeights(Weights):
         if e.stride is None:
             return e.nbytes
         return e.numel() * itemsize(self._ft(e))
+
+    def in_place(self, key):
+        """(path, offset, nbytes, dtype) of key when its bytes lie whole
+        in its file in row-major order (so they can be read there as they
+        are, weights in place), else None."""
+        e = self._entries[key]
+        if e.stride is not None or e.nbytes == 0:
+            return None
+        return e.path, e.offset, e.nbytes, self._ft(e)
+
+    def same_file(self, path):
+        """nvswap.Error(EINVAL) unless path still names the file opened
+        and checked (unchanged): what another open of the path reads."""
+        wf = self._files[path]
+        st, now = os.fstat(wf.fd), os.stat(path)
+        if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
+            raise nvswap.Error(errno.EINVAL, f"nvswap.torch: {path}: "
+                               "replaced by another file since it was "
+                               "opened and checked (load it again)")
+        wf.check()
 
     def handle(self):
         """The aio handle reads go through (made on first use)."""

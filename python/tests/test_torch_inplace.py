@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: MIT
+"""Weights in place (issue 49, item 1): offload(weights=, inference=True)
+streams each layer from the weights file as it lies, nothing copied:
+Llama, GPT-2 and an MLP generate (forward) what the model in memory
+does, no byte of the swap file is written or even allocated, the
+weights tree keeps every size, mtime and ctime; a file truncated,
+rewritten or removed under the served model raises nvswap.Error(ESTALE)
+naming the layer and the file at its next read; what cannot be read in
+place (training, dtype=, checksum=True) is copied as before."""
+import errno
+import hashlib
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
+import nvswap.torch as nvt  # noqa: E402
+from nvswap.torch._engine import engine_of  # noqa: E402
+from torchhelp import GPT  # noqa: E402
+from weighthelp import hf_models, meta_gpt, on_meta  # noqa: E402
+
+
+def tree(root):
+    """Every entry under root: size, mtime, ctime, a file's digest."""
+    out = {}
+    for d, dirs, names in os.walk(root):
+        for n in dirs + names:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            digest = None
+            if n in names:
+                with open(p, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out[p] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
+    return out
+
+
+def swap_blocks(swapdir):
+    """Disk blocks the files under swapdir use, but for the locks (which
+    hold the pid)."""
+    return sum(os.lstat(os.path.join(d, n)).st_blocks
+               for d, _, names in os.walk(swapdir) for n in names
+               if n != "lock")
+
+
+def served(model, w, swapdir, **kw):
+    m = nvt.offload(model, nvme_path=swapdir, weights=w, inference=True,
+                    **kw)
+    return m, engine_of(m)
+
+
+def test_an_mlp_is_served_from_its_file_in_place(diskdir):
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    ref = GPT()  # train mode (dropout 0): no fast path in either
+    nvt.save_pretrained(ref, w, max_shard_size=20000)
+    before = tree(w)
+    x = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = ref(x)
+    m, eng = served(meta_gpt(), w, s)
+    try:
+        assert eng.in_place, "no layer read in place"
+        with torch.no_grad():
+            assert torch.equal(m(x), want)
+            assert torch.equal(m(x), want)  # read again: the same
+        st = eng.pswap.stats()
+        assert st["bytes_written"] == 0 and st["bytes_read"] == 0
+        assert st["file_reads"] >= len(eng.in_place)
+        assert swap_blocks(s) == 0
+    finally:
+        nvt.restore(m)
+    assert tree(w) == before
+
+
+@pytest.mark.parametrize("name,kw", [("llama", {}), ("gpt2", {}),
+                                     ("llama", {"memory": "40K"})])
+def test_hugging_face_models_generate_from_their_files(diskdir, name, kw):
+    """memory=: the layers it keeps resident are read into memory once,
+    the others stream in place."""
+    cls, cfg = hf_models()[name]
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    ref = cls(cfg).eval()
+    ref.save_pretrained(w, max_shard_size="40KB")
+    before = tree(w)
+    ids = torch.arange(14).reshape(2, 7) * 7 % 96
+
+    def gen(model):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids),
+                                  max_new_tokens=6, do_sample=False,
+                                  pad_token_id=0)
+    want = gen(ref)
+    m, eng = served(on_meta(cls, cfg).eval(), w, s, **kw)
+    try:
+        streamed = set(range(len(eng.layers))) - set(eng.in_cpu or ()) - \
+            set(eng.rows)
+        assert eng.in_place == streamed and streamed
+        assert torch.equal(gen(m), want)
+        assert eng.pswap.stats()["bytes_written"] == 0
+        assert swap_blocks(s) == 0
+    finally:
+        nvt.restore(m)
+    assert tree(w) == before
+
+
+@pytest.mark.parametrize("change", ["truncate", "rewrite", "remove"])
+def test_a_file_changed_under_a_served_model_is_estale(diskdir, change):
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    nvt.save_pretrained(GPT(), w)
+    path = os.path.join(w, "model.safetensors")
+    m, eng = served(meta_gpt(), w, s)
+    x = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        m(x)
+    if change == "truncate":
+        os.truncate(path, 1000)
+    elif change == "rewrite":
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) - 4)
+            f.write(b"\0\0\0\0")
+    else:
+        os.unlink(path)
+    with pytest.raises(nvswap.Error) as ei, torch.no_grad():
+        m(x)
+    assert ei.value.errno == errno.ESTALE, ei.value
+    assert "nvswap.torch: reading layer" in str(ei.value)
+    assert f"{path} changed" in str(ei.value)
+    with pytest.raises(nvswap.Error):
+        nvt.restore(m)  # its file held the only copy of a layer
+    eng.close()
+
+
+def test_what_cannot_be_read_in_place_is_copied(diskdir):
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    ref = GPT()  # train mode (dropout 0): no fast path in either
+    nvt.save_pretrained(ref, w)
+    x = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        want = ref(x)
+    for kw in ({"inference": False}, {"inference": True, "checksum": True},
+               {"inference": True, "dtype": torch.bfloat16}):
+        m = nvt.offload(meta_gpt(), nvme_path=s, weights=w, **kw)
+        eng = engine_of(m)
+        try:
+            assert not eng.in_place, kw
+            assert eng.pswap.stats()["bytes_written"] > 0, kw
+            if "dtype" not in kw:
+                with torch.no_grad():
+                    assert torch.equal(m(x), want)
+        finally:
+            nvt.restore(m)
