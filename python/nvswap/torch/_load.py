@@ -18,6 +18,11 @@ import torch
 
 from ._common import nbytes
 
+# Weights in place for the layers a served model streams (see Loader.
+# _sources). False: every layer copied into the swap file, as before
+# (bench/serve_inplace.py compares the two in one run).
+IN_PLACE = True
+
 from ._plan import (_check_filled, _fill_buffers, _meta_buffers, _resetter,
                     materialize)
 from ._weights import open_weights
@@ -306,7 +311,8 @@ class Loader:
         is read into a pool buffer and written to the swap file."""
         eng, w = self.eng, self.w
         layer = len(eng.layers)
-        if (not self.read or keep or eng.gswap is not None or
+        if (not IN_PLACE or not self.read or keep or
+                eng.gswap is not None or
                 eng.dtype is not None or eng.masters is not None or
                 eng.read_only or eng.device is not None or
                 self.checksum or not hasattr(w, "in_place") or
