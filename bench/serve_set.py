@@ -58,6 +58,9 @@ def child(a):
           dict(nvme_path=os.path.join(a.dir, "set"), persist="resume"))
     if a.child.startswith("weights"):  # weights-crc: the copy checked
         kw["checksum"] = a.child == "weights-crc"
+    if a.child == "weights-copy":  # the copy into the swap file
+        from nvswap.torch import _load
+        _load.IN_PLACE = False
     m = meta_model(a)
     nvt.offload(m, inference=True, memory=a.memory, page_cache=False, **kw)
     out, _, clock = demo.generate(m, demo.prompt(a), a.new_tokens)
@@ -78,7 +81,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kinds", default="weights,set",
                     help="what to serve from, in turn: weights (the "
-                    "safetensors' scratch copy), weights-crc (the same, "
+                    "safetensors, their streamed layers read in place), "
+                    "weights-copy (copied into a scratch swap file first, "
+                    "as before weights in place), weights-crc (the copy, "
                     "checksum=True), set (default: weights,set)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     demo.model_args(ap)

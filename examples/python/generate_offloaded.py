@@ -10,12 +10,15 @@ memory=)).
    compute-bound limit).
 3. In a child process inside a memory cgroup of --cgroup bytes, smaller
    than the model (where none can be made, the child runs without one and
-   says why): the model is built on the meta device, its weights read
-   from the safetensors straight to NVMe, with --memory bytes for the
-   parameter pool and the layers kept resident; generate() again. Its
-   tokens must equal the in-memory run's; its tokens/s are printed beside
-   the disk-bound limit (the disk's O_DIRECT read speed, measured on the
-   swap file before generate() and twice after, the median, over the
+   says why): the model is built on the meta device, the layers it
+   streams read from the safetensors in place at each use (nothing
+   copied: the disk nvswap's files take is printed), with --memory bytes
+   for the parameter pool and the layers kept resident; generate()
+   again. Its tokens must equal the in-memory run's; its tokens/s are
+   printed beside the disk-bound limit (the disk's O_DIRECT read speed,
+   measured on the largest safetensors file, or the swap file when the
+   layers were copied there, before generate() and twice after, the
+   median, over the
    bytes each step reads), for the whole run and for the decoding steps
    after the first token (the prompt's forward computes every prompt
    token: serving figures give the two apart); and the share of the
@@ -158,17 +161,28 @@ def child(a):
                 nvme_path=a.dir, inference=True, memory=a.memory)
     load_s = time.perf_counter() - t0
     # the disk read before generate() and twice after: its median (a
-    # virtual disk's speed drifts within a minute)
+    # virtual disk's speed drifts within a minute), of the file the
+    # layers stream from: the swap file, or (weights in place) the
+    # largest weights file
     swap = os.path.join(a.dir, "nvswap", "param", "rank0", "swap.0")
+    if not os.path.exists(swap) or os.stat(swap).st_blocks == 0:
+        wdir = os.path.join(a.dir, "weights")
+        swap = max((os.path.join(wdir, f) for f in os.listdir(wdir)
+                    if f.endswith(".safetensors")), key=os.path.getsize)
     there = os.path.exists(swap)
     gbps = [disk_read_gbps(swap)] if there else []
     def io():
         ps = nvt.stats(model)["param"]
-        return ps["bytes_read"], ps["io_busy_ns"]
+        return ps["bytes_read"] + ps["file_bytes_read"], ps["io_busy_ns"]
     out, secs, clock = generate(model, prompt(a), a.new_tokens, io)
     s = nvt.stats(model)
     gbps += [disk_read_gbps(swap) for _ in range(2 if there else 0)]
     gbps = sorted(g for g in gbps if g)
+    # what nvswap's files take on the disk (blocks, not sizes: a swap
+    # file's place for a layer read in place stays a hole)
+    used = sum(os.lstat(os.path.join(d, f)).st_blocks * 512
+               for d, _, fs in os.walk(os.path.join(a.dir, "nvswap"))
+               for f in fs)
     # No restore(): it would read the whole model into memory, which the
     # cgroup does not have. The offload is closed at exit, its swap
     # files and directories removed.
@@ -183,6 +197,8 @@ def child(a):
         "pool_bytes": s["pool_bytes"], "page_cache": s["page_cache"],
         "read_ahead": s["read_ahead"],
         "disk_gbps": gbps[len(gbps) // 2] if gbps else None,
+        "disk_file": os.path.basename(swap), "nvswap_disk_bytes": used,
+        "in_place_layers": len(nvt.engine_of(model).in_place),
         "disk_all": gbps}), flush=True)
     return 0
 
@@ -278,6 +294,10 @@ def offloaded(a, want, mem_tps, nbytes):
           + (" through the page cache (page_cache='auto': the memory "
              "left beside the budget holds the stream; no disk bound)"
              if res.get("page_cache") else ""))
+    print(f"  weights in place: {res['in_place_layers']} streamed layers "
+          f"read from the safetensors as they lie, nothing copied; "
+          f"nvswap's files take {res['nvswap_disk_bytes'] / 2**20:.1f} MiB "
+          f"of disk")
     ra = res.get("read_ahead")
     if ra and ra.get("predicted_s"):
         print(f"  read-ahead from forwards 2-{1 + ra['forwards_timed']}: "
@@ -298,8 +318,8 @@ def offloaded(a, want, mem_tps, nbytes):
     if res["disk_gbps"] and res["step_bytes"] and not res.get("page_cache"):
         bound = a.batch * res["disk_gbps"] * GB / res["step_bytes"]
         spread = "-".join(f"{g:.2f}" for g in res["disk_all"])
-        print(f"  disk: {res['disk_gbps']:.2f} GB/s O_DIRECT read of the "
-              f"swap file (median of {spread}, before and after): "
+        print(f"  disk: {res['disk_gbps']:.2f} GB/s O_DIRECT read of "
+              f"{res['disk_file']} (median of {spread}, before and after): "
               f"disk-bound limit {bound:.2f} tokens/s; "
               + (f"decoding at {dec / bound:.2f} of it, " if dec else "")
               + f"the whole run at {tps / bound:.2f}")

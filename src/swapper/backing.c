@@ -41,9 +41,9 @@ static int head_crc(struct nvs_swapper *s, const struct nvs_wfile *f,
 	io.buf = nvs__malloc(f->head);
 	if (!io.buf)
 		return -ENOMEM;
-	ret = nvs_aio_submit(s->aio, &io, &op);
+	ret = nvs_aio_submit(s->faio, &io, &op);
 	if (ret == 0)
-		ret = nvs_aio_wait_op(s->aio, op);
+		ret = nvs_aio_wait_op(s->faio, op);
 	if (ret >= 0) {
 		*crc = nvs__crc32c(0, io.buf, f->head);
 		ret = 0;
@@ -105,6 +105,22 @@ int nvs_swapper_add_file(struct nvs_swapper *s, const char *path, uint64_t head)
 				call, path, nvs__file_type(st.st_mode));
 	}
 	f->direct = (fcntl(f->fd, F_GETFL) & O_DIRECT) != 0;
+	pthread_mutex_lock(&s->lock);
+	if (!s->faio) {
+		struct nvs_aio_opts ao = s->aio_opts;
+		ao.bounce_bytes = 0; /* the handle's default */
+		ret = nvs_aio_create(&ao, &s->faio);
+	} else {
+		ret = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (ret < 0) {
+		char msg[NVS_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", nvs_last_error());
+		wfile_free(f);
+		return nvs__err(ret, "%s: %s: its reads' aio handle: %s", call,
+				path, msg);
+	}
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
 	f->size = (uint64_t)st.st_size;
@@ -264,7 +280,7 @@ int nvs__backing_submit(struct nvs_swapper *s, struct tensor *t, void *buf,
 			.fd = f->fd,
 			.offset = (int64_t)p->offset,
 		};
-		ret = nvs_aio_submit(s->aio, &io, &bk->tickets[i]);
+		ret = nvs_aio_submit(s->faio, &io, &bk->tickets[i]);
 		if (ret < 0) {
 			nvs__backing_failed(s, t, i, ret);
 			break;

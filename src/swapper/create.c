@@ -141,6 +141,7 @@ void nvs__swapper_free(struct nvs_swapper *s)
 	}
 	nvs_pool_destroy(s->pool);
 	nvs__files_close(s);
+	nvs_aio_destroy(s->faio); /* drained: every read was collected */
 	for (unsigned i = 0; i < NVS_SWAPPER_MAX_PATHS; i++) {
 		struct path *p = &s->path[i];
 		if (p->fd >= 0)
@@ -274,6 +275,7 @@ static int create(const struct nvs_swapper_opts *o,
 		 * bounce memory only stages register's data from unaligned
 		 * memory. Keep the pinned total near the pool's. */
 		ao.bounce_bytes = 256u << 10;
+	s->aio_opts = ao;
 	ret = plan ? nvs__aio_create_fault(&ao, plan, &s->aio)
 		   : nvs_aio_create(&ao, &s->aio);
 	if (ret < 0)

@@ -71,6 +71,14 @@ static int io_failed(const struct nvs_swapper *s, const struct tensor *t,
 			nvs_strerror(-err));
 }
 
+/* The handle @t's I/O in flight went to: an added file's, or the swap
+ * files'. */
+static struct nvs_aio *aio_of(const struct nvs_swapper *s,
+			      const struct tensor *t)
+{
+	return t->from_file ? s->faio : s->aio;
+}
+
 int nvs__wait_tickets(struct nvs_swapper *s, struct tensor *t, size_t from,
 		      size_t to, bool write)
 {
@@ -78,7 +86,7 @@ int nvs__wait_tickets(struct nvs_swapper *s, struct tensor *t, size_t from,
 	int err = 0;
 
 	for (size_t i = from; i < to; i++) {
-		int r = nvs_aio_wait_op(s->aio, t->tickets[i]);
+		int r = nvs_aio_wait_op(aio_of(s, t), t->tickets[i]);
 		if (r < 0 && !err) {
 			err = io_failed(s, t, i, r, write);
 			snprintf(msg, sizeof(msg), "%s", nvs_last_error());
@@ -221,7 +229,8 @@ void nvs__collect(struct nvs_swapper *s, struct tensor *t)
 static bool poll_tickets(struct nvs_swapper *s, struct tensor *t, bool write)
 {
 	while (t->next_ticket < t->ntickets) {
-		int r = nvs_aio_poll_op(s->aio, t->tickets[t->next_ticket]);
+		int r = nvs_aio_poll_op(aio_of(s, t),
+					t->tickets[t->next_ticket]);
 		if (r == -EINPROGRESS)
 			return false;
 		if (r < 0 && !t->io_err) {

@@ -481,6 +481,10 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 		st->backend = as.backend;
 		st->io_busy_ns = as.busy_ns;
 	}
+	/* The added files' reads keep the disk busy too (the time both had
+	 * I/O out is counted twice: an upper bound). */
+	if (s->faio && nvs_aio_get_stats(s->faio, &as) == 0)
+		st->io_busy_ns += as.busy_ns;
 	st->queue_depth = nvs_aio_get_queue_depth(s->aio);
 	return 0;
 }

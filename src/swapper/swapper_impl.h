@@ -115,6 +115,12 @@ struct nvs_swapper {
 	 * released, evicted or removed, and when a buffer goes back. */
 	pthread_cond_t cond;
 	struct nvs_aio *aio;
+	/* The reads of added files (backing.c), made at the first
+	 * nvs_swapper_add_file() from aio_opts with the handle's default
+	 * bounce memory: their offsets are the files' (safetensors' are
+	 * unaligned), so most of their bytes pass through it. */
+	struct nvs_aio *faio;
+	struct nvs_aio_opts aio_opts;
 	struct nvs_pool *pool;
 	unsigned npaths;
 	struct path path[NVS_SWAPPER_MAX_PATHS];
