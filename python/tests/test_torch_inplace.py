@@ -5,7 +5,7 @@ Llama, GPT-2 and an MLP generate (forward) what the model in memory
 does, no byte of the swap file is written or even allocated, the
 weights tree keeps every size, mtime and ctime; a file truncated,
 rewritten or removed under the served model raises nvswap.Error(ESTALE)
-naming the layer and the file at its next read; what cannot be read in
+naming the layer and the file at its next read; what is not served in
 place (training, dtype=, checksum=True) is copied as before."""
 import errno
 import hashlib
@@ -154,3 +154,4 @@ def test_what_cannot_be_read_in_place_is_copied(diskdir):
                     assert torch.equal(m(x), want)
         finally:
             nvt.restore(m)
+

@@ -189,6 +189,8 @@ class Loader:
         self.inflight = []  # [(layer, [op], {index: fp32 master})]
         self.files = {}  # weights file -> its index in the parameter pool
         self.checksum = eng.pswap.stats()["checksum"]
+        # a persistent set's manifests name no outside file: copied
+        self.scratch = not eng.persistent
         self.undo = []  # (module._buffers, name, buffer as given)
         self.model = None
         self.renamed = renamed  # id(parameter as given) -> its successor
@@ -302,16 +304,19 @@ class Loader:
         return layer, out
 
     def _sources(self, out, chunk, keep):
-        """Weights in place: for a layer an inference model streams, on
-        the CPU, unconverted and unchecked (no dtype=, no masters, no
-        checksum), whose every tensor lies whole in a weights file in the
-        model's dtype, each tensor's (file, offset) in the parameter
-        pool's files (added on first use; nothing is read or written:
-        the layer is read from there at each use). Else None: the layer
-        is read into a pool buffer and written to the swap file."""
+        """Weights in place: for a layer a served model (inference=True)
+        streams, on the CPU, unconverted and unchecked (no dtype=, no
+        checksum), in a scratch pool, whose every tensor lies whole in a
+        weights file in the model's dtype, each tensor's (file, offset)
+        in the parameter pool's files (added on first use; nothing is
+        read or written: the layer is read from there at each use). Else
+        None: the layer is read into a pool buffer and written to the
+        swap file. (A training model's layers could be read in place
+        until the first step writes them, as the C library allows; not
+        yet: a trainer may remove its download once offload() returns.)"""
         eng, w = self.eng, self.w
         layer = len(eng.layers)
-        if (not IN_PLACE or not self.read or keep or
+        if (not IN_PLACE or not self.read or keep or not self.scratch or
                 eng.gswap is not None or
                 eng.dtype is not None or eng.masters is not None or
                 eng.read_only or eng.device is not None or

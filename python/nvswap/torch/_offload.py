@@ -448,6 +448,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             # parts: every layer's whole)
             eng.masters.saved = rec.get("master_parts", {})
         eng.grad_hook = grad_hook
+        eng.persistent = _pools.persist_mode(cfg, kw)[0] != "scratch"
         eng.lookahead = lookahead
         eng.in_cpu = in_cpu
         eng.max_in_cpu = max_in_cpu
@@ -507,7 +508,6 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         if loader is not None:
             loader.finish()
         _mixed.cast_buffers(model, dtype)
-        eng.persistent = _pools.persist_mode(cfg, kw)[0] != "scratch"
         if rec is not None:
             _durable.check_layers(eng, rec)
             _durable.restore_engine(eng, rec)
