@@ -108,7 +108,12 @@ int nvs_swapper_add_file(struct nvs_swapper *s, const char *path, uint64_t head)
 	pthread_mutex_lock(&s->lock);
 	if (!s->faio) {
 		struct nvs_aio_opts ao = s->aio_opts;
-		ao.bounce_bytes = 0; /* the handle's default */
+		/* Half the pool, 8 to 32 MiB: what the files' unaligned
+		 * tensors keep in flight. */
+		uint64_t half = (uint64_t)s->buf_size *
+				nvs_pool_buffer_count(s->pool) / 2;
+		ao.bounce_bytes = (uint32_t)NVS_MIN(
+			NVS_MAX(half, (uint64_t)8 << 20), (uint64_t)32 << 20);
 		ret = nvs_aio_create(&ao, &s->faio);
 	} else {
 		ret = 0;

@@ -243,21 +243,63 @@ int nvs__gset_add(struct gset *gs, const char *call, unsigned group, unsigned n,
 	return 0;
 }
 
+/* Lay @g out again with each file tensor whose file offset is a multiple
+ * of PACK_ALIGN where its offset in the buffer matches the file's modulo
+ * FILE_ALIGN: the aio handle then reads its body straight into the pool
+ * buffer (O_DIRECT), staging only its unaligned head and tail, where the
+ * packed layout would stage all of it. Others stay PACK_ALIGN-aligned
+ * (staged): torch's CPU kernels round differently on data that is not
+ * (a forward from a tensor 8 bytes off a cache line is not bit for bit
+ * the one from memory), and bit for bit is the rule. The layer grows by
+ * less than FILE_ALIGN a tensor. */
+#define FILE_ALIGN 4096u
+static void file_layout(struct group *g, const struct nvs_layer_source *src)
+{
+	size_t at = 0;
+
+	for (unsigned i = 0; i < g->n; i++) {
+		at = (at + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1);
+		if (src[i].file != NVS_LAYER_ZEROS &&
+		    src[i].offset % PACK_ALIGN == 0)
+			at += (src[i].offset - at) % FILE_ALIGN;
+		g->off[i] = at;
+		at += g->nbytes[i];
+	}
+	g->total = at;
+}
+
+static int register_file(struct gset *gs, unsigned group, const struct group *g,
+			 const struct nvs_layer_source *src)
+{
+	struct nvs_file_piece pieces[NVS_OFFLOAD_MAX_TENSORS];
+	size_t k = 0;
+
+	for (unsigned i = 0; i < g->n; i++)
+		if (src[i].file != NVS_LAYER_ZEROS)
+			pieces[k++] = (struct nvs_file_piece){
+				.file = src[i].file,
+				.offset = src[i].offset,
+				.length = g->nbytes[i],
+				.at = g->off[i],
+			};
+	return k ? nvs_swapper_register_file(gs->core, nvs__gset_id(gs, group),
+					     g->total, pieces, k)
+		 : nvs_swapper_register(gs->core, nvs__gset_id(gs, group),
+					g->total, NULL);
+}
+
 int nvs__gset_add_file(struct gset *gs, const char *call, unsigned group,
 		       unsigned n, const size_t *nbytes,
 		       const struct nvs_layer_source *src)
 {
-	struct nvs_file_piece pieces[NVS_OFFLOAD_MAX_TENSORS];
-	uint64_t id = nvs__gset_id(gs, group);
-	struct group *g;
-	size_t k = 0;
+	struct group *g, packed;
 	int ret;
 
 	if (!src)
 		return nvs__err(-EINVAL, "%s: NULL sources", call);
 	if ((ret = layout(gs, call, group, n, nbytes, &g)) < 0)
 		return ret;
-	for (unsigned i = 0; i < n; i++) {
+	for (unsigned i = 0; i < n; i++)
 		if (src[i].reserved) {
 			nvs__free(g);
 			return nvs__err(-EINVAL,
@@ -265,16 +307,14 @@ int nvs__gset_add_file(struct gset *gs, const char *call, unsigned group,
 					"non-zero reserved field",
 					call, gs->what, group, i);
 		}
-		if (src[i].file != NVS_LAYER_ZEROS)
-			pieces[k++] = (struct nvs_file_piece){
-				.file = src[i].file,
-				.offset = src[i].offset,
-				.length = nbytes[i],
-				.at = g->off[i],
-			};
+	packed = *g;
+	file_layout(g, src);
+	ret = register_file(gs, group, g, src);
+	if (ret == -EFBIG) {
+		/* Aligned, it no longer fits a buffer: packed, staged. */
+		*g = packed;
+		ret = register_file(gs, group, g, src);
 	}
-	ret = k ? nvs_swapper_register_file(gs->core, id, g->total, pieces, k)
-		: nvs_swapper_register(gs->core, id, g->total, NULL);
 	if (ret < 0) {
 		char msg[NVS_ERRMSG_MAX];
 		size_t total = g->total;

@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,8 +316,9 @@ Test(backing, a_file_on_tmpfs_reads_back_direct_or_through_the_page_cache)
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
 
-/* The parameter swapper's layers from a file: each tensor where the
- * layer packs it, one of zeros, the max_in_cpu budget untouched (the
+/* The parameter swapper's layers from a file: each tensor where its
+ * file offset falls modulo the page (one that would then outgrow a
+ * buffer: packed), one of zeros, the max_in_cpu budget untouched (the
  * layer streams), read-ahead by the walk reading from the file too. */
 Test(backing, parameter_layers_stream_from_the_file)
 {
@@ -335,9 +337,9 @@ Test(backing, parameter_layers_stream_from_the_file)
 	for (unsigned l = 0; l < 3; l++) {
 		const size_t nb[3] = {1000 + l, 5000, 777};
 		const struct nvs_layer_source src[3] = {
-			{.file = 0, .offset = 3 + 10000 * l},
+			{.file = 0, .offset = 64 + 10048 * l},
 			{.file = NVS_LAYER_ZEROS},
-			{.file = 0, .offset = 2 << 20},
+			{.file = 0, .offset = (2 << 20) + 8},
 		};
 		cr_assert_eq(nvs_param_add_layer_file(p, l, 3, nb, src), 0,
 			     "%s", nvs_last_error());
@@ -347,11 +349,31 @@ Test(backing, parameter_layers_stream_from_the_file)
 		static const unsigned char zero[5000];
 		cr_assert_eq(nvs_param_acquire_layer(p, l, ptr), 0, "%s",
 			     nvs_last_error());
-		cr_assert_eq(memcmp(ptr[0], data + 3 + 10000 * l, 1000 + l), 0);
+		cr_assert_eq(memcmp(ptr[0], data + 64 + 10048 * l, 1000 + l),
+			     0);
 		cr_assert_eq(memcmp(ptr[1], zero, 5000), 0);
-		cr_assert_eq(memcmp(ptr[2], data + (2 << 20), 777), 0);
+		cr_assert_eq(memcmp(ptr[2], data + (2 << 20) + 8, 777), 0);
+		/* Where the file has them modulo the page (read straight)
+		 * when that keeps them 64-byte aligned, else packed. */
+		cr_assert_eq((uintptr_t)ptr[0] % 4096, (64 + 10048 * l) % 4096);
+		for (int i = 0; i < 3; i++)
+			cr_assert_eq((uintptr_t)ptr[i] % 64, 0);
 		cr_assert_eq(nvs_param_release_layer(p, l, false), 0);
 	}
+	/* A layer that aligned would outgrow a buffer is packed instead. */
+	const size_t big_nb[2] = {1 << 20, (1 << 20) - 100};
+	const struct nvs_layer_source big[2] = {
+		{.file = 0, .offset = 4032},
+		{.file = 0, .offset = (1 << 20) + 5056},
+	};
+	cr_assert_eq(nvs_param_add_layer_file(p, 5, 2, big_nb, big), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_param_acquire_layer(p, 5, ptr), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(memcmp(ptr[0], data + 4032, big_nb[0]), 0);
+	cr_assert_eq(memcmp(ptr[1], data + (1 << 20) + 5056, big_nb[1]), 0);
+	cr_assert_eq((char *)ptr[1] - (char *)ptr[0], 1 << 20, "packed");
+	cr_assert_eq(nvs_param_release_layer(p, 5, false), 0);
 	cr_assert_eq(nvs_swapper_stats(s, &st), 0);
 	cr_assert_eq(st.bytes_written, 0);
 	cr_assert_geq(st.file_reads, 3);
