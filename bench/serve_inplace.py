@@ -5,8 +5,10 @@ offload(weights=, inference=True) straight from its safetensors shards,
 against the copy into the swap file that call made before (the same
 call with nvswap.torch._load.IN_PLACE off), and fio's read of the same
 files. bench/weights_load.py's model and shards (blocks of four --width
-x --width fp32 Linear weights and a LayerNorm, unaligned tensor
-offsets), a forward that uses every layer once. Each repeat drops the
+x --width fp32 Linear weights and a LayerNorm), their data area at a
+multiple of 4096 as nvswap.torch.save_pretrained writes it (a tensor
+not 64-byte aligned in its file is copied, not served in place), a
+forward that uses every layer once. Each repeat drops the
 page cache before each run, the runs in a rotating order:
 
   copy       offload() until it returns (every layer read and written
@@ -97,7 +99,8 @@ def main():
     wdir, swap = os.path.join(root, "weights"), os.path.join(root, "swap")
     os.makedirs(swap)
     try:
-        files = wl.write_weights(wdir, a.blocks, a.width, a.shard)
+        files = wl.write_weights(wdir, a.blocks, a.width, a.shard,
+                                 align=4096)
         nbytes = sum(os.path.getsize(f) for f in files)
         x = torch.randn(1, a.width, generator=torch.Generator().manual_seed(1))
         # the forward in memory: the same weights, read once (not timed)

@@ -42,7 +42,9 @@ def prepare(a):
     weights, sdir = os.path.join(a.dir, "weights"), os.path.join(a.dir, "set")
     if not os.path.exists(weights):
         torch.manual_seed(0)
-        transformers.LlamaForCausalLM(demo.config(a)).save_pretrained(weights)
+        # nvswap's writer: tensors 64-byte aligned, served in place
+        nvt.save_pretrained(transformers.LlamaForCausalLM(demo.config(a)),
+                            weights)
     if not os.path.exists(sdir):
         os.makedirs(sdir)
         m = nvt.offload(meta_model(a), weights=weights, nvme_path=sdir,

@@ -74,9 +74,10 @@ def make(blocks, w, device="meta"):
     return torch.nn.Sequential(*[Block(w, device) for _ in range(blocks)])
 
 
-def write_weights(folder, blocks, w, shard):
+def write_weights(folder, blocks, w, shard, align=8):
     """Shards of the model's state_dict (random bytes, HF's split and
-    names, an index); returns their paths."""
+    names, an index, its data area starting at a multiple of align);
+    returns their paths."""
     meta = make(blocks, w)
     items = [(k, v) for k, v in meta.state_dict().items()]
     parts, cur, size = [], [], 0
@@ -93,8 +94,11 @@ def write_weights(folder, blocks, w, shard):
              for i in range(len(parts))]
     g = torch.Generator().manual_seed(0)
     for name, part in zip(names, parts):
+        # 8-aligned as Hugging Face's writer leaves it (nvswap's own
+        # pads to 4096)
         head, _ = build_header([(k, "F32", tuple(v.shape))
-                                for k, v in part], {"format": "pt"})
+                                for k, v in part], {"format": "pt"},
+                               align=align)
         with open(os.path.join(folder, name), "wb") as f:
             f.write(head)
             for _, v in part:

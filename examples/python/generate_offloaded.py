@@ -5,7 +5,7 @@ whose weights stream from NVMe (nvswap.torch.offload(inference=True,
 memory=)).
 
 1. A Llama from a config (random weights, seeded) is saved as safetensors
-   (save_pretrained) under --dir.
+   (nvswap.torch.save_pretrained) under --dir.
 2. In memory: greedy generate(), its tokens and tokens/s (the
    compute-bound limit).
 3. In a child process inside a memory cgroup of --cgroup bytes, smaller
@@ -237,7 +237,11 @@ def main():
         nparams = sum(p.numel() for p in model.parameters())
         nbytes = sum(p.numel() * p.element_size()
                      for p in model.parameters())
-        model.save_pretrained(weights)
+        # nvswap's writer: from_pretrained reads it as it reads
+        # transformers' own, and its tensors start 64-byte aligned (its
+        # header padded to 4096), so the layers serve in place
+        import nvswap.torch as nvt
+        nvt.save_pretrained(model, weights)
         print(f"model: {nparams / 1e6:.0f}M parameters, "
               f"{nbytes / GB:.2f} GB, saved as safetensors in {weights}")
         ids = prompt(a)

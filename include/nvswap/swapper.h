@@ -231,8 +231,9 @@ struct nvs_swap_stats {
 				     filesystem refuses O_DIRECT */
 	uint64_t file_reads;	  /* reads of file-backed tensors from
 				     their files (nvswap/backing.h) */
-	uint64_t file_bytes_read; /* their bytes (apart from bytes_read,
-				     the swap files') */
+	uint64_t file_bytes_read; /* the bytes those took from the files
+				     (apart from bytes_read, the swap
+				     files') */
 	uint64_t reserved[2];
 };
 

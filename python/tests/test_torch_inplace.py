@@ -18,7 +18,7 @@ import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 from torchhelp import GPT  # noqa: E402
-from weighthelp import hf_models, meta_gpt, on_meta  # noqa: E402
+from weighthelp import hf_models, meta_gpt, on_meta, write_st  # noqa: E402
 
 
 def tree(root):
@@ -83,7 +83,7 @@ def test_hugging_face_models_generate_from_their_files(diskdir, name, kw):
     w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
     torch.manual_seed(0)
     ref = cls(cfg).eval()
-    ref.save_pretrained(w, max_shard_size="40KB")
+    nvt.save_pretrained(ref, w, max_shard_size=40000)
     before = tree(w)
     ids = torch.arange(14).reshape(2, 7) * 7 % 96
 
@@ -155,3 +155,34 @@ def test_what_cannot_be_read_in_place_is_copied(diskdir):
         finally:
             nvt.restore(m)
 
+
+
+def test_tensors_not_64_byte_aligned_in_their_file_are_copied(diskdir):
+    """A file whose data area is not 64-byte aligned (Hugging Face's
+    writer aligns it to 8): read in place, each use would stage the layer
+    (the pool keeps tensors 64-byte aligned: torch rounds differently off
+    a cache line), so it is copied into the swap file once, as before;
+    the outputs are the model's either way."""
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    os.makedirs(w)
+    torch.manual_seed(0)
+    ref = GPT()
+    sd = ref.state_dict()
+    for pad in range(64):  # a header whose length leaves data unaligned
+        where = write_st(os.path.join(w, "model.safetensors"), sd,
+                         {"format": "pt", "pad": "x" * pad})
+        with open(os.path.join(w, "model.safetensors"), "rb") as f:
+            start = 8 + int.from_bytes(f.read(8), "little")
+        if start % 64 and all((start + b) % 64 for b, _ in where.values()):
+            break
+    x = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        want = ref(x)
+    m, eng = served(meta_gpt(), w, s)
+    try:
+        assert not eng.in_place
+        assert eng.pswap.stats()["bytes_written"] > 0
+        with torch.no_grad():
+            assert torch.equal(m(x), want)
+    finally:
+        nvt.restore(m)

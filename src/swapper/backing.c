@@ -236,6 +236,8 @@ int nvs_swapper_register_file(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	}
 	bk->n = n;
 	memcpy(bk->p, pieces, n * sizeof(*pieces));
+	for (size_t i = 0; i < n; i++)
+		bk->bytes += pieces[i].length;
 	qsort(bk->p, n, sizeof(*bk->p), by_at);
 	pthread_mutex_lock(&s->lock);
 	ret = check_pieces(s, id, nbytes, pieces, n);

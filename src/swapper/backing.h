@@ -35,6 +35,7 @@ struct nvs_wfile {
 
 struct nvs_backing {
 	size_t n;
+	uint64_t bytes;	   /* the pieces' (what a read takes from files) */
 	uint64_t *tickets; /* one per piece, while a read of them is out */
 	uint64_t *saved;   /* the tensor's own tickets meanwhile */
 	struct nvs_file_piece p[]; /* sorted by at */

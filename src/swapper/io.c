@@ -134,7 +134,7 @@ static void finish(struct nvs_swapper *s, struct tensor *t, int err)
 	if (t->state == NVS_TENSOR_READING) {
 		if (!err && t->from_file) {
 			s->st.file_reads++;
-			s->st.file_bytes_read += t->nbytes;
+			s->st.file_bytes_read += t->bk->bytes;
 		}
 		nvs__backing_done(t);
 		if (err) {
@@ -412,7 +412,7 @@ static int read_out(struct nvs_swapper *s, struct tensor *t, void *dst)
 			s->st.checksum_errors++;
 	} else if (t->from_file) {
 		s->st.file_reads++;
-		s->st.file_bytes_read += t->nbytes;
+		s->st.file_bytes_read += t->bk->bytes;
 	} else {
 		s->st.reads++;
 		s->st.bytes_read += t->nbytes;

@@ -210,9 +210,12 @@ def read_header(wf):
     return Header(path, tensors, meta, size, start)
 
 
-def build_header(entries, metadata=None):
+def build_header(entries, metadata=None, align=4096):
     """The header bytes (length included, padded with spaces so that the
-    data area starts 8-aligned) of a file holding entries, [(name, dtype
+    data area starts at a multiple of align: the format asks for 8;
+    nvswap writes 4096, so that a served model reads the tensors, whose
+    sizes keep them 64-byte aligned in practice, straight from the file:
+    _load.Loader._sources) of a file holding entries, [(name, dtype
     name, shape)] laid out back to back in that order; and the data
     area's size."""
     doc, off = {}, 0
@@ -227,5 +230,5 @@ def build_header(entries, metadata=None):
                      "data_offsets": [off, off + n]}
         off += n
     text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-(8 + len(text)) % 8)
+    text += b" " * (-(8 + len(text)) % align)
     return struct.pack("<Q", len(text)) + text, off
