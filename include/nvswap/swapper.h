@@ -96,8 +96,9 @@ struct nvs_swapper_opts {
 	bool checksum;	       /* default false: CRC32C each tensor when
 				  written, verify when read (-EBADMSG).
 				  Off by default because it costs: the
-				  swap path ran at 0.79x with it on, at a
-				  3.5 GB/s disk's full speed
+				  swap path ran at 0.91-0.93x with it on
+				  (0.79x before the CRC was folded), at a
+				  4 GB/s disk's full speed
 				  (bench/RESULTS.md); turn it on where a
 				  flipped or lost byte must not reach
 				  training */
