@@ -41,7 +41,7 @@ from nvswap.torch import _load, _weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchutil import fs_type, loadavg, med, parse_size  # noqa: E402
+from benchutil import fs_type, loadavg, med  # noqa: E402
 import weights_load as wl  # noqa: E402
 
 
@@ -75,14 +75,7 @@ def serve(a, wdir, swap, x, in_place):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", default="nvme_swap")
-    ap.add_argument("--size", type=parse_size, default=2 << 30)
-    ap.add_argument("--width", type=int, default=2048)
-    ap.add_argument("--shard", type=parse_size, default=1 << 30)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--buffer-count", type=int, default=8)
-    ap.add_argument("--qd", type=int, default=32)
-    ap.add_argument("--fio-engine", default="io_uring")
+    wl.model_args(ap, 3)
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: the page cache is dropped before each run")

@@ -200,17 +200,23 @@ def fio_read_write(a, files, scratch):
     return time.perf_counter() - t0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def model_args(ap, repeats):
+    """The weights' shape, the pool and fio's options, shared with
+    bench/serve_inplace.py."""
     ap.add_argument("--dir", default="nvme_swap")
     ap.add_argument("--size", type=parse_size, default=2 << 30)
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--shard", type=parse_size, default=1 << 30)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--buffer-count", type=int, default=8)
     ap.add_argument("--qd", type=int, default=32,
                     help="fio's queue depth: nvswap's reader uses 32")
     ap.add_argument("--fio-engine", default="io_uring")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    model_args(ap, 5)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     if os.geteuid() != 0:

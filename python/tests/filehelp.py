@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Small helpers the tests share (importable: this directory is on
 sys.path under pytest's default import mode)."""
+import hashlib
 import os
 import random
 import signal
@@ -111,3 +112,19 @@ def sigint_default():
     a job in the background without job control ignores it, and Python
     then installs no KeyboardInterrupt handler in the child)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def tree_state(root):
+    """Every entry under root: (size, mtime_ns, ctime_ns, a file's
+    SHA-256) by path: what a reader must leave as it was."""
+    out = {}
+    for d, dirs, names in os.walk(root):
+        for n in dirs + names:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            digest = None
+            if n in names:
+                with open(p, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out[p] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
+    return out

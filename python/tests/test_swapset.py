@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import nvswap
-from filehelp import pattern, raises_errno
+from filehelp import pattern, raises_errno, tree_state
 from filehelp import swap_read as read, swap_write as write
 
 MiB = 1 << 20
@@ -329,24 +329,13 @@ def test_an_undoable_step_covers_the_ids_it_is_given(swapdir):
             pattern(5000, 13)]
 
 
-def tree(root):
-    """Every entry under root: (size, mtime_ns, ctime_ns) by path."""
-    out = {}
-    for d, dirs, names in os.walk(root):
-        for n in dirs + names:
-            st = os.lstat(os.path.join(d, n))
-            out[os.path.join(d, n)] = (st.st_size, st.st_mtime_ns,
-                                       st.st_ctime_ns)
-    return out
-
-
 def test_a_readonly_set_reads_shares_and_refuses_every_change(swapdir):
     with open_set(swapdir) as s:
         for i in range(3):
             s.register(10 + i, bytearray(pattern(5000, i)))
         s.set_tag(11, b"t")
         assert s.checkpoint("made") == 1
-    before = tree(swapdir)
+    before = tree_state(swapdir)
     with open_set(swapdir, persist="readonly") as r, \
             open_set(swapdir, persist="readonly") as r2:
         assert r.stats()["readonly"] is True
@@ -373,7 +362,7 @@ def test_a_readonly_set_reads_shares_and_refuses_every_change(swapdir):
         assert read(r, 11) == pattern(5000, 1)
         e = raises_errno(errno.EBUSY, open_set, swapdir, persist="resume")
         assert f"is open read-only by process {os.getpid()}:" in str(e)
-    assert tree(swapdir) == before
+    assert tree_state(swapdir) == before
     with open_set(swapdir, persist="resume") as w:
         e = raises_errno(errno.EBUSY, open_set, swapdir, persist="readonly")
         assert f"held for writing by process {os.getpid()}" in str(e)

@@ -8,7 +8,6 @@ rewritten or removed under the served model raises nvswap.Error(ESTALE)
 naming the layer and the file at its next read; what is not served in
 place (training, dtype=, checksum=True) is copied as before."""
 import errno
-import hashlib
 import os
 
 import pytest
@@ -17,23 +16,9 @@ torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
+from filehelp import tree_state  # noqa: E402
 from torchhelp import GPT  # noqa: E402
 from weighthelp import hf_models, meta_gpt, on_meta, write_st  # noqa: E402
-
-
-def tree(root):
-    """Every entry under root: size, mtime, ctime, a file's digest."""
-    out = {}
-    for d, dirs, names in os.walk(root):
-        for n in dirs + names:
-            p = os.path.join(d, n)
-            st = os.lstat(p)
-            digest = None
-            if n in names:
-                with open(p, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
-            out[p] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
-    return out
 
 
 def swap_blocks(swapdir):
@@ -55,7 +40,7 @@ def test_an_mlp_is_served_from_its_file_in_place(diskdir):
     torch.manual_seed(0)
     ref = GPT()  # train mode (dropout 0): no fast path in either
     nvt.save_pretrained(ref, w, max_shard_size=20000)
-    before = tree(w)
+    before = tree_state(w)
     x = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = ref(x)
@@ -71,7 +56,7 @@ def test_an_mlp_is_served_from_its_file_in_place(diskdir):
         assert swap_blocks(s) == 0
     finally:
         nvt.restore(m)
-    assert tree(w) == before
+    assert tree_state(w) == before
 
 
 @pytest.mark.parametrize("name,kw", [("llama", {}), ("gpt2", {}),
@@ -84,7 +69,7 @@ def test_hugging_face_models_generate_from_their_files(diskdir, name, kw):
     torch.manual_seed(0)
     ref = cls(cfg).eval()
     nvt.save_pretrained(ref, w, max_shard_size=40000)
-    before = tree(w)
+    before = tree_state(w)
     ids = torch.arange(14).reshape(2, 7) * 7 % 96
 
     def gen(model):
@@ -103,7 +88,7 @@ def test_hugging_face_models_generate_from_their_files(diskdir, name, kw):
         assert swap_blocks(s) == 0
     finally:
         nvt.restore(m)
-    assert tree(w) == before
+    assert tree_state(w) == before
 
 
 @pytest.mark.parametrize("change", ["truncate", "rewrite", "remove"])

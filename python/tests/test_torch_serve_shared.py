@@ -7,7 +7,6 @@ a training run that would resume the set meanwhile is refused with EBUSY
 naming every server's pid, and no file of the sets changes (size, mtime,
 ctime, bytes)."""
 import errno
-import hashlib
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
-from filehelp import child_env  # noqa: E402
+from filehelp import child_env, tree_state  # noqa: E402
 
 # The model each server builds (on the meta device: nothing of it is
 # read, the checkpoint's parameters are) and what it prints: the bytes
@@ -118,21 +117,6 @@ def trained(kind, swapdir):
     return outputs(kind, nvt.restore(model).eval())
 
 
-def state(root):
-    """Every entry under root: size, mtime, ctime and a file's digest."""
-    out = {}
-    for d, dirs, names in os.walk(root):
-        for n in dirs + names:
-            p = os.path.join(d, n)
-            st = os.lstat(p)
-            digest = None
-            if n in names:
-                with open(p, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
-            out[p] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
-    return out
-
-
 @pytest.mark.parametrize("kind,n", [("seq", 2), ("seq", 8), ("llama", 4),
                                     ("gpt2", 2)])
 def test_processes_serve_one_set_at_once(kind, n, swapdir, tmp_path):
@@ -141,7 +125,7 @@ def test_processes_serve_one_set_at_once(kind, n, swapdir, tmp_path):
             "transformers", reason="transformers is not installed for "
             "this interpreter (Debian packages no transformers)")
     want = trained(kind, swapdir)
-    before = state(swapdir)
+    before = tree_state(swapdir)
     script = SERVER.replace("CFG[", f"{CFG!r}[")
     go = str(tmp_path / "go")
     ready = [str(tmp_path / f"ready.{i}") for i in range(n)]
@@ -174,7 +158,7 @@ def test_processes_serve_one_set_at_once(kind, n, swapdir, tmp_path):
         assert p.returncode == 0, err
         got = out.split()[-1]
         assert got == want.numpy().tobytes().hex(), err
-    assert state(swapdir) == before
+    assert tree_state(swapdir) == before
     # and, the servers gone, training resumes it
     m = nvt.offload(build(kind), nvme_path=swapdir, persist="resume")
     assert nvt.stats(m)["resumed"]["steps"] == 2

@@ -62,6 +62,24 @@ static void wfile_free(struct nvs_wfile *f)
 	nvs__free(f);
 }
 
+/* What both calls refuse: a NULL argument, a read-only set, a
+ * persistent one. */
+static int refuse(const struct nvs_swapper *s, const void *arg,
+		  const char *call)
+{
+	if (!s || !arg)
+		return nvs__err(-EINVAL, "%s: NULL argument", call);
+	if (nvs__refuse_readonly(s, call) < 0)
+		return -EROFS;
+	if (s->pers)
+		return nvs__err(-EOPNOTSUPP,
+				"%s: a persistent set's manifests name no file "
+				"outside it; read tensors from files in a "
+				"scratch swapper",
+				call);
+	return 0;
+}
+
 int nvs_swapper_add_file(struct nvs_swapper *s, const char *path, uint64_t head)
 {
 	static const char call[] = "nvs_swapper_add_file";
@@ -69,17 +87,9 @@ int nvs_swapper_add_file(struct nvs_swapper *s, const char *path, uint64_t head)
 	struct stat st;
 	int ret;
 
-	if (!s || !path)
-		return nvs__err(-EINVAL, "%s: NULL argument", call);
 	NVS__PARENT_ONLY(s, call, "swapper");
-	if (nvs__refuse_readonly(s, call) < 0)
-		return -EROFS;
-	if (s->pers)
-		return nvs__err(-EOPNOTSUPP,
-				"%s: %s: a persistent set's manifests name "
-				"no file outside it; read tensors from files "
-				"in a scratch swapper",
-				call, path);
+	if ((ret = refuse(s, path, call)) < 0)
+		return ret;
 	f = nvs__calloc(1, sizeof(*f));
 	if (!f || !(f->path = nvs__malloc(strlen(path) + 1))) {
 		nvs__free(f);
@@ -214,16 +224,9 @@ int nvs_swapper_register_file(struct nvs_swapper *s, uint64_t id, size_t nbytes,
 	struct tensor *t;
 	int ret;
 
-	if (!s || !pieces)
-		return nvs__err(-EINVAL, "%s: NULL argument", call);
 	NVS__PARENT_ONLY(s, call, "swapper");
-	if (nvs__refuse_readonly(s, call) < 0)
-		return -EROFS;
-	if (s->pers)
-		return nvs__err(-EOPNOTSUPP,
-				"%s: a persistent set's manifests name no file "
-				"outside it",
-				call);
+	if ((ret = refuse(s, pieces, call)) < 0)
+		return ret;
 	if (!n || n > NVS_FILE_PIECES_MAX)
 		return nvs__err(-EINVAL,
 				"%s: tensor %" PRIu64 ": %zu pieces "
