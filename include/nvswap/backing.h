@@ -66,8 +66,10 @@ struct nvs_file_piece {
  * A read (acquire, prefetch, nvs_swapper_read()) of the tensor reads its
  * pieces from their files into the buffer (aligned spans O_DIRECT, the
  * rest through the aio handle's bounce buffers) and then checks each
- * file it read against what nvs_swapper_add_file() recorded: its size,
- * mtime, inode, link count, and that its path still names it. A file
+ * file it read against what nvs_swapper_add_file() recorded: its size
+ * and mtime, and that its path (resolved at the add, so a chdir does not
+ * move it) still names the same inode (and, after a failed read, its
+ * head's CRC32C). A file
  * truncated, rewritten, replaced or deleted since is -ESTALE naming the
  * file and the tensor (a read that came back short, -EIO, says the same
  * when the file changed), and the bytes are not handed out: never data

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "nvswap/aio.h"
+#include "nvswap/offload.h"
 
 /* The CRC32C of @f's first f->head bytes, read through the swapper's
  * handle (which stages what O_DIRECT cannot take). 0 or -errno. */
@@ -59,6 +60,7 @@ static void wfile_free(struct nvs_wfile *f)
 	if (f->fd >= 0)
 		close(f->fd);
 	nvs__free(f->path);
+	free(f->real); /* realpath()'s */
 	nvs__free(f);
 }
 
@@ -115,9 +117,23 @@ int nvs_swapper_add_file(struct nvs_swapper *s, const char *path, uint64_t head)
 				call, path, nvs__file_type(st.st_mode));
 	}
 	f->direct = (fcntl(f->fd, F_GETFL) & O_DIRECT) != 0;
+	f->real = realpath(path, NULL);
+	if (!f->real) {
+		ret = -errno;
+		wfile_free(f);
+		return nvs__err(ret, "%s: %s: %s", call, path,
+				nvs_strerror(-ret));
+	}
 	pthread_mutex_lock(&s->lock);
 	if (!s->faio) {
 		struct nvs_aio_opts ao = s->aio_opts;
+		/* An op slot a piece, up to 64 a layer, for every buffer's
+		 * read in flight (and tickets not yet collected). */
+		ao.max_ops = (uint32_t)NVS_MIN(
+			NVS_MAX((uint64_t)ao.max_ops,
+				((uint64_t)nvs_pool_buffer_count(s->pool) + 4) *
+					NVS_OFFLOAD_MAX_TENSORS),
+			65536u);
 		/* Half the pool, 8 to 32 MiB: what the files' unaligned
 		 * tensors keep in flight. */
 		uint64_t half = (uint64_t)s->buf_size *
@@ -318,7 +334,7 @@ int nvs__backing_failed(const struct nvs_swapper *s, const struct tensor *t,
 static bool changed(const struct nvs_wfile *f, char *why, size_t len)
 {
 	struct stat now, named;
-	int gone = stat(f->path, &named) < 0 ? errno : 0;
+	int gone = stat(f->real, &named) < 0 ? errno : 0;
 
 	if (fstat(f->fd, &now) < 0)
 		snprintf(why, len, "fstat: %s", nvs_strerror(errno));

@@ -23,7 +23,9 @@
 struct nvs_wfile {
 	int fd;
 	bool direct;
-	char *path;
+	char *path; /* as given, for the messages */
+	char *real; /* its realpath at the add: what is stat'ed (a relative
+		       path would name another file after a chdir) */
 	/* At nvs_swapper_add_file(). */
 	dev_t dev;
 	ino_t ino;

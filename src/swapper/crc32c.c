@@ -3,9 +3,10 @@
  * CRC32C: reflected polynomial 0x82F63B78. Three paths, chosen once:
  * - fold (AVX-512 with VPCLMULQDQ): the message is folded 256 bytes at a
  *   time by carry-less multiplication, sixteen 128-bit lanes at once, into
- *   128 bits that the crc32 instruction then reduces; four times the
+ *   128 bits that the crc32 instruction then reduces; 1.7-2.3 times the
  *   speed of the instruction alone here, which is what a read of a set
- *   waits for (bench/RESULTS.md, "CRC32C by folding").
+ *   waits for (bench/RESULTS.md, "Weights in place, and CRC32C by
+ *   folding").
  * - sse4.2: the crc32 instruction 8 bytes at a time on three independent
  *   streams at once (its latency is three cycles, its throughput one), the
  *   partial CRCs joined with a precomputed "append LANE zero bytes"

@@ -57,12 +57,19 @@ void nvs__flocks_name(const struct nvs__flock *f, unsigned n, unsigned total,
 	size_t used;
 
 	used = (size_t)snprintf(buf, len, "process%s", total > 1 ? "es" : "");
-	for (unsigned i = 0; i < n && used < len; i++)
-		used += (size_t)snprintf(buf + used, len - used, "%s%ld",
-					 i == 0		  ? " "
-					 : i + 1 == total ? " and "
-							  : ", ",
-					 f[i].pid);
+	for (unsigned i = 0; i < n && used < len; i++) {
+		const char *sep = i == 0	   ? " "
+				  : i + 1 == total ? " and "
+						   : ", ";
+		/* pid 0: /proc/locks' holder in another PID namespace */
+		if (f[i].pid > 0)
+			used += (size_t)snprintf(buf + used, len - used,
+						 "%s%ld", sep, f[i].pid);
+		else
+			used += (size_t)snprintf(buf + used, len - used,
+						 "%sof another PID namespace",
+						 sep);
+	}
 	if (total > n && used < len)
 		snprintf(buf + used, len - used, " and %u more", total - n);
 }

@@ -297,6 +297,11 @@ int nvs__gset_add_file(struct gset *gs, const char *call, unsigned group,
 
 	if (!src)
 		return nvs__err(-EINVAL, "%s: NULL sources", call);
+	if (nvs__swapper_persistent(gs->core))
+		return nvs__err(-EOPNOTSUPP,
+				"%s: %s %u: a persistent set's manifests name "
+				"no file outside it",
+				call, gs->what, group);
 	if ((ret = layout(gs, call, group, n, nbytes, &g)) < 0)
 		return ret;
 	for (unsigned i = 0; i < n; i++)

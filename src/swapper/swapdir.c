@@ -425,7 +425,10 @@ static int take_lock(struct nvs_swapdir *d, bool ro)
 		    : -1;
 	for (int i = 0; i < n && i < 8; i++) {
 		bool seen = false;
-		if (f[i].same_dev != f[0].same_dev || !alive(f[i].pid))
+		/* pid 0: a holder in another PID namespace (a container
+		 * sharing the volume), alive as far as we can tell. */
+		if (f[i].same_dev != f[0].same_dev ||
+		    (f[i].pid > 0 && !alive(f[i].pid)))
 			continue;
 		writer |= f[i].write;
 		/* One process may hold several (two readers of its own). */

@@ -458,6 +458,7 @@ int nvs_swapper_wait(struct nvs_swapper *s, uint64_t id)
 int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 {
 	struct nvs_swapper *s = (struct nvs_swapper *)(uintptr_t)cs;
+	struct nvs_aio *faio;
 	struct nvs_aio_stats as;
 
 	if (!s || !st)
@@ -472,6 +473,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	for (unsigned i = 0; i < s->nfiles; i++)
 		st->files_buffered += !s->files[i]->direct;
 	st->readonly = s->readonly;
+	faio = s->faio; /* set under the lock by nvs_swapper_add_file() */
 	for (unsigned i = 0; i < s->npaths; i++) {
 		st->path_space_used[i] = s->space[i].used;
 		st->path_file_size[i] = s->path[i].file_size;
@@ -483,7 +485,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	}
 	/* The added files' reads keep the disk busy too (the time both had
 	 * I/O out is counted twice: an upper bound). */
-	if (s->faio && nvs_aio_get_stats(s->faio, &as) == 0)
+	if (faio && nvs_aio_get_stats(faio, &as) == 0)
 		st->io_busy_ns += as.busy_ns;
 	st->queue_depth = nvs_aio_get_queue_depth(s->aio);
 	return 0;

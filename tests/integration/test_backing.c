@@ -388,3 +388,24 @@ Test(backing, parameter_layers_stream_from_the_file)
 	cr_assert_eq(nvs_param_swapper_destroy(p), 0);
 	cr_assert_eq(nvs_swapper_destroy(s), 0);
 }
+
+/* A relative path is resolved at the add: a chdir afterwards does not
+ * make the file look replaced. */
+Test(backing, a_relative_path_survives_a_chdir)
+{
+	const char *path = weights(13);
+	struct nvs_swapper *s = swapper();
+	struct nvs_file_piece p = {.offset = 100, .length = 4000, .at = 0};
+	unsigned char got[4000];
+
+	(void)path;
+	cr_assert_eq(chdir(tu_dir()), 0);
+	cr_assert_eq(nvs_swapper_add_file(s, "w.bin", 0), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(nvs_swapper_register_file(s, 1, 4000, &p, 1), 0);
+	cr_assert_eq(chdir("/"), 0);
+	cr_assert_eq(nvs_swapper_read(s, 1, got, sizeof(got)), 0, "%s",
+		     nvs_last_error());
+	cr_assert_eq(memcmp(got, data + 100, 4000), 0);
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
