@@ -121,6 +121,7 @@ def test_bytes_round_trip_through_evict_and_acquire_as_memoryview(swapper):
         "acquired": 0,
         "dirty": False,
         "on_disk": True,
+        "backed": False,
         "extents": 1,
     }
     mv = swapper.acquire(7, memoryview=True)
