@@ -312,46 +312,6 @@ static PyObject *param_prefetch_layer(PyObject *o, PyObject *arg)
 	return group_call(o, arg, param_prefetch);
 }
 
-/* set_walk(layers): the ints copied out first, then one C call. */
-static PyObject *param_set_walk(PyObject *o, PyObject *arg)
-{
-	struct ext_role *r = ROLE(o);
-	char msg[NVS_ERRMSG_MAX] = "";
-	unsigned *layers = NULL;
-	PyObject *seq;
-	Py_ssize_t n;
-	int rc = 0;
-
-	seq = PySequence_Fast(arg, "ParamSwapper.set_walk: layers must be a "
-				   "sequence of layer numbers");
-	if (!seq)
-		return NULL;
-	n = PySequence_Fast_GET_SIZE(seq);
-	if (n > (Py_ssize_t)NVS_OFFLOAD_MAX_WALK) {
-		PyErr_Format(PyExc_ValueError,
-			     "ParamSwapper.set_walk: %zd layers, at most %u", n,
-			     NVS_OFFLOAD_MAX_WALK);
-		rc = -1;
-	} else if (n && !(layers = PyMem_Malloc(n * sizeof(*layers)))) {
-		PyErr_NoMemory();
-		rc = -1;
-	}
-	for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
-		rc = role_group_arg(PySequence_Fast_GET_ITEM(seq, i),
-				    &layers[i]);
-	Py_DECREF(seq);
-	if (rc < 0 || role_enter(r)) {
-		PyMem_Free(layers);
-		return NULL;
-	}
-	ROLE_RUN(r, rc, msg, nvs_param_set_walk(r->p, (unsigned)n, layers));
-	role_leave(r);
-	PyMem_Free(layers);
-	if (rc < 0)
-		return role_raise(r, rc, msg);
-	Py_RETURN_NONE;
-}
-
 static PyObject *param_acquire_layer(PyObject *o, PyObject *const *args,
 				     Py_ssize_t nargs, PyObject *kw)
 {
@@ -441,7 +401,7 @@ static PyMethodDef param_methods[] = {
 	  "Start reading layer into free pool buffers and return; never\n"
 	  "waits for a buffer (a short pool is not an error). Raises\n"
 	  "nvswap.Error ENOENT (no such layer) or a submit error."),
-	M(param, set_walk, METH_O,
+	M(ext_param, set_walk, METH_O,
 	  "set_walk(layers) -> None\n\n"
 	  "Read ahead in the order the model uses its layers: layers is\n"
 	  "the forward pass's acquires in order, as its first step traced\n"

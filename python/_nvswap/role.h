@@ -44,6 +44,9 @@ const char *role_name(const struct ext_role *r);
 /* A layer or group number: 0 to UINT_MAX (the C call judges the rest). */
 int role_group_arg(PyObject *v, unsigned *out);
 
+/* ParamSwapper.set_walk(layers) (walk.c). */
+PyObject *ext_param_set_walk(PyObject *o, PyObject *arg);
+
 /*
  * The tensors of an add_layer/add_group call: @seq of ints (byte counts,
  * zeros), CPU torch tensors or buffers (size and initial contents).
