@@ -197,7 +197,10 @@ struct nvs_aio_stats {
 	 *  taken, e.g. "io_uring: seccomp ...; libaio: chosen". */
 	char backend_notes[240];
 	enum nvs_backend_reason backend_reason; /* who chose backend */
-	uint32_t reserved32;
+	uint32_t requests_high_water; /* most requests one worker had in
+					 flight at once (queue_depth, or
+					 nvs_aio_set_queue_limit()'s, at
+					 most) */
 	uint64_t inline_ops;   /* synchronous ops done on the caller's thread
 				(see nvs_aio_opts.inline_max); counted in
 				ops_completed, not in requests */
@@ -449,9 +452,43 @@ NVS_API int nvs_aio_pwrite_fd(struct nvs_aio *h, const void *buf, size_t nbytes,
  * 0, false or "" for a NULL handle. Threading: any thread. */
 NVS_API uint32_t nvs_aio_get_block_size(const struct nvs_aio *h);
 NVS_API uint32_t nvs_aio_get_queue_depth(const struct nvs_aio *h);
+/* The requests in flight per worker now: nvs_aio_set_queue_limit()'s, else
+ * queue_depth. */
+NVS_API uint32_t nvs_aio_get_queue_limit(const struct nvs_aio *h);
 NVS_API bool nvs_aio_get_single_submit(const struct nvs_aio *h);
 NVS_API bool nvs_aio_get_overlap_events(const struct nvs_aio *h);
 NVS_API uint32_t nvs_aio_get_intra_op_parallelism(const struct nvs_aio *h);
+/**
+ * nvs_aio_set_queue_limit() - requests in flight per worker from now on.
+ * @depth: 1 to the handle's queue_depth; 0: queue_depth again.
+ *
+ * For a process that shares its disks with others (nvs_aio_queue_share()):
+ * the rings and slots stay sized for queue_depth, only fewer are used.
+ * Requests in flight are not touched; each worker keeps to the new limit
+ * from its next submission.
+ * Return: 0, or -EINVAL (NULL handle, @depth above queue_depth).
+ * Threading: any thread, while ops run.
+ */
+NVS_API int nvs_aio_set_queue_limit(struct nvs_aio *h, uint32_t depth);
+
+/**
+ * nvs_aio_queue_share() - one process's share of a queue depth that
+ * @nprocs processes use on the same disks at once.
+ *
+ * Several processes at the full depth each share a disk unevenly
+ * (bench/RESULTS.md: one can get half what another gets); their shares
+ * of one depth do not, and together keep the device's queue as full as
+ * one process would.
+ * Return: @queue_depth / @nprocs, but never below NVS_AIO_SHARE_MIN (nor
+ * above @queue_depth: a depth of 8, DeepSpeed's default, is not split);
+ * @queue_depth for @nprocs of 0 or 1.
+ * Threading: any thread (a pure function).
+ */
+NVS_API uint32_t nvs_aio_queue_share(uint32_t queue_depth, unsigned nprocs);
+/* The least depth nvs_aio_queue_share() leaves a process: requests of
+ * 1 MiB, 8 in flight, keep a disk's queue busy for one process. */
+#define NVS_AIO_SHARE_MIN 8u
+
 /**
  * nvs_aio_get_alignment() - buffer, offset and size alignment that lets
  * any op go to the disk without bouncing on common devices (4096, or the

@@ -157,9 +157,10 @@ NVS_API int nvs_launch_detect(struct nvs_launch *out);
  * what another gets); their shares of one depth do not. The launcher
  * says how many share the node (nvs_launch_detect()'s local_size).
  *
- * Return: @queue_depth / local_size, but never below
- * NVS_LAUNCH_SHARE_MIN (nor above @queue_depth: a depth of 8, DeepSpeed's
- * default, is not split at all); @queue_depth itself for one process on
+ * Return: nvs_aio_queue_share(@queue_depth, local_size): @queue_depth /
+ * local_size, but never below NVS_LAUNCH_SHARE_MIN (nor above
+ * @queue_depth: a depth of 8, DeepSpeed's default, is not split at all);
+ * @queue_depth itself for one process on
  * the node, where the launcher does not say the local size (a size taken
  * as the local rank + 1 would differ from rank to rank), and where its
  * variables are refused (nvs_launch_detect() fails; nvs_last_error() then
@@ -167,9 +168,9 @@ NVS_API int nvs_launch_detect(struct nvs_launch *out);
  * Threading: reads the environment; any thread.
  */
 NVS_API uint32_t nvs_launch_share_queue(uint32_t queue_depth);
-/* The least depth nvs_launch_share_queue() leaves a process: requests of
- * 1 MiB, 8 in flight, keep a disk's queue busy for one process. */
-#define NVS_LAUNCH_SHARE_MIN 8u
+/* The least depth nvs_launch_share_queue() leaves a process
+ * (nvs_aio_queue_share()'s). */
+#define NVS_LAUNCH_SHARE_MIN NVS_AIO_SHARE_MIN
 
 struct nvs_config;
 

@@ -225,8 +225,9 @@ struct nvs_swap_stats {
 				written */
 	uint8_t reserved8[6];
 	uint32_t queue_depth;	  /* the aio handle's requests in flight
-				     per worker (opts.aio.queue_depth: a
-				     config's, shared by a node's ranks) */
+				     per worker now (opts.aio.queue_depth:
+				     a config's, shared by a node's ranks;
+				     less while disk_sharers > 1) */
 	uint32_t files_buffered;  /* added files (nvs_swapper_add_file())
 				     read through the page cache: their
 				     filesystem refuses O_DIRECT */
@@ -235,7 +236,12 @@ struct nvs_swap_stats {
 	uint64_t file_bytes_read; /* the bytes those took from the files
 				     (apart from bytes_read, the swap
 				     files') */
-	uint64_t reserved[2];
+	uint32_t disk_sharers;	  /* processes sharing the disks
+				     (nvs_swapper_share_disk(), a read-only
+				     set's readers): queue_depth is this
+				     one's share; 0 when not counted */
+	uint32_t reserved32;
+	uint64_t reserved[1];
 };
 
 /** struct nvs_tensor_info - one tensor, for nvs_swapper_info(). */
@@ -489,6 +495,31 @@ NVS_API int nvs_swapper_wait_all(struct nvs_swapper *s);
  */
 NVS_API int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
 			     size_t nbytes);
+
+/**
+ * nvs_swapper_share_disk() - share the disks with the processes that hold
+ * a flock on @path.
+ * @path: a file or directory the processes that use the same disks each
+ *        flock(2), shared or exclusive (this one usually does too);
+ *        borrowed for the call.
+ *
+ * Several processes reading at the full queue depth each share a disk
+ * unevenly. From now on the swapper's aio handles (the swap files' and
+ * the added files', nvswap/backing.h) keep to nvs_aio_queue_share() of
+ * their queue depth for N processes: the holders of a flock on @path,
+ * counted from /proc/locks now and again at a read at most once a second,
+ * so that a process that comes or goes changes the others' shares within
+ * about a second (N is 1 where /proc/locks cannot be read). A read-only
+ * set (NVS_PERSIST_READONLY) does this on its lock file at create;
+ * nvswap.torch on the directory of weights it serves in place. The
+ * depth split is the one the handle was made with: one a launcher
+ * already split (nvs_launch_share_queue()) is split again. Stats:
+ * queue_depth (the share in use), disk_sharers (N).
+ * Return: N (1 or more), or -EINVAL (NULL argument), -errno of stat(2)
+ * on @path, naming it.
+ * Threading: any thread.
+ */
+NVS_API int nvs_swapper_share_disk(struct nvs_swapper *s, const char *path);
 
 /** nvs_swapper_stats() - copy the counters. 0, -EINVAL for NULLs, or
  *  -ECHILD in a forked child (see nvs_swapper_create()). */

@@ -2,8 +2,9 @@
 /*
  * nvswap.Swapper's file-backed tensors (nvswap/backing.h): add_file() and
  * register_file(), a tensor whose clean contents are pieces of files of
- * the caller's (weights served in place). Added to the type's methods by
- * ext_swapper_init().
+ * the caller's (weights served in place), and share_disk(), the queue
+ * depth split with the other processes serving them. Added to the type's
+ * methods by ext_swapper_init().
  */
 #include "args.h"
 #include "ext.h"
@@ -36,6 +37,29 @@ static PyObject *backing_add_file(PyObject *o, PyObject *const *args,
 	EXT_SWAPPER_CALL(
 		self, rc,
 		nvs_swapper_add_file(self->s, PyBytes_AS_STRING(path), head));
+	Py_DECREF(path);
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *backing_share_disk(PyObject *o, PyObject *const *args,
+				    Py_ssize_t nargs, PyObject *kw)
+{
+	static const char *const names[] = {"path", NULL};
+	struct ext_swapper *self = SW(o);
+	PyObject *a[1] = {NULL}, *path = NULL;
+	int rc;
+
+	if (ext_bind("share_disk", args, nargs, kw, names, 1, 1, a))
+		return NULL;
+	if (!PyUnicode_FSConverter(a[0], &path))
+		return NULL;
+	if (ext_swapper_enter(self)) {
+		Py_DECREF(path);
+		return NULL;
+	}
+	EXT_SWAPPER_CALL(
+		self, rc,
+		nvs_swapper_share_disk(self->s, PyBytes_AS_STRING(path)));
 	Py_DECREF(path);
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
@@ -193,5 +217,16 @@ PyMethodDef ext_backing_methods[] = {
 	  "unknown file, empty, beyond the tensor or its file, overlapping\n"
 	  "another), EEXIST, EFBIG (above buffer_size), TypeError for a\n"
 	  "piece that is not four ints."),
+	M(share_disk, FAST,
+	  "share_disk(path) -> int\n\n"
+	  "Share the disks with the processes holding a flock on path (a\n"
+	  "file or directory each of them locks, shared or exclusive): the\n"
+	  "aio handles keep to their share of queue_depth for N processes\n"
+	  "(depth / N, never below 8), N counted from /proc/locks now and\n"
+	  "again at a read at most once a second. Returns N; stats()\n"
+	  "['queue_depth'] is the share in use, ['disk_sharers'] N. A\n"
+	  "read-only set does it on its lock by itself; nvswap.torch on\n"
+	  "the directory of weights it serves in place. stat(2)'s errno\n"
+	  "naming path."),
 	{NULL, NULL, 0, NULL},
 };

@@ -57,6 +57,7 @@ PyObject *ext_swap_stats_dict(const struct nvs_swap_stats *st)
 	    ext_dict_put(&d, "pinned", PyBool_FromLong(st->pinned)) ||
 	    ext_dict_put(&d, "checksum", PyBool_FromLong(st->checksum)) ||
 	    ext_dict_put(&d, "readonly", PyBool_FromLong(st->readonly)) ||
+	    ext_dict_put(&d, "disk_sharers", U64(st->disk_sharers)) ||
 	    ext_dict_put(&d, "files_buffered", U64(st->files_buffered)) ||
 	    ext_dict_put(&d, "file_reads", U64(st->file_reads)) ||
 	    ext_dict_put(&d, "file_bytes_read", U64(st->file_bytes_read)) ||

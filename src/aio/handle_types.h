@@ -139,6 +139,9 @@ struct nvs_aio {
 	const struct nvs_fault_plan *plan; /* &fault, or NULL */
 	struct nvs_fault_plan fault;	   /* the tests' plan, copied */
 	atomic_ulong submits; /* nvs_aio_submit calls, for REFUSE rules */
+	/* nvs_aio_set_queue_limit()'s depth; 0: opts.queue_depth */
+	_Atomic uint32_t queue_limit;
+	_Atomic uint32_t req_high; /* nvs_aio_stats.requests_high_water */
 	/* lock protects the op slots' state/err/msg, the free list and every
 	 * field up to first_msg; cond signals op completion and free slots. */
 	pthread_mutex_t lock;
@@ -161,6 +164,15 @@ struct nvs_aio {
 	struct nvs_slice *slices;
 	struct nvs_files *files; /* NULL when caching is off */
 };
+
+/* The requests in flight a worker keeps to now (nvs_aio_set_queue_limit). */
+static inline unsigned nvs__aio_queue_limit(const struct nvs_aio *h)
+{
+	uint32_t lim =
+		atomic_load_explicit(&h->queue_limit, memory_order_relaxed);
+
+	return lim ? lim : h->opts.queue_depth;
+}
 
 /* An op goes in flight / finishes: the busy time (nvs_aio_stats.busy_ns)
  * opens when the first goes in and closes when the last is done. Called

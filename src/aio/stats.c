@@ -11,6 +11,7 @@
 #include "internal/util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,37 @@ uint32_t nvs_aio_get_block_size(const struct nvs_aio *h)
 uint32_t nvs_aio_get_queue_depth(const struct nvs_aio *h)
 {
 	return h ? h->opts.queue_depth : 0;
+}
+
+uint32_t nvs_aio_get_queue_limit(const struct nvs_aio *h)
+{
+	return h ? nvs__aio_queue_limit(h) : 0;
+}
+
+int nvs_aio_set_queue_limit(struct nvs_aio *h, uint32_t depth)
+{
+	if (!h)
+		return nvs__err(-EINVAL, "nvs_aio_set_queue_limit: h is NULL");
+	if (depth > h->opts.queue_depth)
+		return nvs__err(-EINVAL,
+				"nvs_aio_set_queue_limit: depth %" PRIu32
+				" is above the handle's queue_depth %" PRIu32,
+				depth, h->opts.queue_depth);
+	atomic_store_explicit(&h->queue_limit, depth, memory_order_relaxed);
+	return 0;
+}
+
+uint32_t nvs_aio_queue_share(uint32_t queue_depth, unsigned nprocs)
+{
+	uint32_t share;
+
+	if (nprocs <= 1)
+		return queue_depth;
+	share = queue_depth / nprocs;
+	if (share < NVS_AIO_SHARE_MIN)
+		share = queue_depth < NVS_AIO_SHARE_MIN ? queue_depth
+							: NVS_AIO_SHARE_MIN;
+	return share;
 }
 
 bool nvs_aio_get_single_submit(const struct nvs_aio *h)
@@ -84,6 +116,8 @@ int nvs_aio_get_stats(const struct nvs_aio *h, struct nvs_aio_stats *st)
 		h->busy_ns + (h->inflight ? nvs__now_ns() - h->busy_since : 0);
 	pthread_mutex_unlock((pthread_mutex_t *)(uintptr_t)&h->lock);
 	st->bounce_locked = true;
+	st->requests_high_water =
+		atomic_load_explicit(&h->req_high, memory_order_relaxed);
 	st->backend = h->backend;
 	st->backend_reason = h->backend_reason;
 	snprintf(st->backend_notes, sizeof(st->backend_notes), "%s",

@@ -322,11 +322,22 @@ static void slice_run_gds(struct nvs_worker *w, struct nvs_slice *s)
 	s->issued = s->len;
 }
 
+/* The most requests a worker had in flight (nvs_aio_stats). */
+static void high_water(struct nvs_aio *h, unsigned n)
+{
+	uint32_t cur = atomic_load_explicit(&h->req_high, memory_order_relaxed);
+
+	while (n > cur && !atomic_compare_exchange_weak_explicit(
+				  &h->req_high, &cur, n, memory_order_relaxed,
+				  memory_order_relaxed))
+		;
+}
+
 /* Issue requests from the active slices up to the queue depth. */
 static void fill(struct nvs_worker *w)
 {
 	const struct nvs_aio_opts *o = &w->h->opts;
-	unsigned qd = o->queue_depth;
+	unsigned qd = nvs__aio_queue_limit(w->h);
 	unsigned nb = 0;
 	struct nvs_slice *s = w->ahead;
 
@@ -375,6 +386,7 @@ static void fill(struct nvs_worker *w)
 out:
 	if (nb)
 		submit_batch(w, nb);
+	high_water(w->h, nvs__engine_inflight(w->eng));
 }
 
 static void reap(struct nvs_worker *w)

@@ -116,18 +116,12 @@ uint32_t nvs_launch_share_queue(uint32_t queue_depth)
 {
 	struct nvs_launch l;
 	bool said = false;
-	uint32_t share;
 
 	/* Only a local size the launcher gave: one taken as the local rank
 	 * + 1 differs from rank to rank, and so would the shares. */
 	if (detect(&l, &said) < 0 || !said || l.local_size <= 1)
 		return queue_depth;
-	share = queue_depth / (uint32_t)l.local_size;
-	if (share < NVS_LAUNCH_SHARE_MIN)
-		share = queue_depth < NVS_LAUNCH_SHARE_MIN
-				? queue_depth
-				: NVS_LAUNCH_SHARE_MIN;
-	return share;
+	return nvs_aio_queue_share(queue_depth, (unsigned)l.local_size);
 }
 
 int nvs_launch_detect(struct nvs_launch *out)

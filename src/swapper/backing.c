@@ -141,6 +141,8 @@ int nvs_swapper_add_file(struct nvs_swapper *s, const char *path, uint64_t head)
 		ao.bounce_bytes = (uint32_t)NVS_MIN(
 			NVS_MAX(half, (uint64_t)8 << 20), (uint64_t)32 << 20);
 		ret = nvs_aio_create(&ao, &s->faio);
+		if (ret == 0)
+			nvs__share_apply(s); /* its share of the disks too */
 	} else {
 		ret = 0;
 	}

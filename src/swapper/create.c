@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nvswap/buffers.h"
@@ -289,6 +290,13 @@ static int create(const struct nvs_swapper_opts *o,
 	if (ret < 0)
 		goto fail;
 	s->st.checksum = s->checksum; /* a persistent set turned it on */
+	if (s->readonly && s->path[0].dir.lockfd >= 0) {
+		/* Its readers share the disks: each a share of the depth,
+		 * counted by the set's shared lock (share.c). */
+		struct stat lst;
+		if (fstat(s->path[0].dir.lockfd, &lst) == 0)
+			nvs__share_start(s, lst.st_dev, lst.st_ino);
+	}
 	*out = s;
 	return 0;
 fail : {

@@ -343,6 +343,7 @@ int nvs__start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
 	t->buf = buf;
 	t->state = NVS_TENSOR_READING;
 	nvs__tlist_push(&s->flight, t);
+	nvs__share_tick(s); /* the disks' sharers counted again, each second */
 	if (!t->on_disk && !t->backed) {
 		s->st.zero_fills++;
 		return 0;
@@ -437,6 +438,7 @@ int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
 				s ? "destination" : "swapper");
 	NVS__PARENT_ONLY(s, call, "swapper");
 	pthread_mutex_lock(&s->lock);
+	nvs__share_tick(s);
 	for (;;) {
 		ret = nvs__tensor_idle(s, id, call, &t, NULL);
 		if (ret < 0 || t->state != NVS_TENSOR_READING)

@@ -473,6 +473,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	for (unsigned i = 0; i < s->nfiles; i++)
 		st->files_buffered += !s->files[i]->direct;
 	st->readonly = s->readonly;
+	st->disk_sharers = s->share.on ? s->share.procs : 0;
 	faio = s->faio; /* set under the lock by nvs_swapper_add_file() */
 	for (unsigned i = 0; i < s->npaths; i++) {
 		st->path_space_used[i] = s->space[i].used;
@@ -487,7 +488,7 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	 * I/O out is counted twice: an upper bound). */
 	if (faio && nvs_aio_get_stats(faio, &as) == 0)
 		st->io_busy_ns += as.busy_ns;
-	st->queue_depth = nvs_aio_get_queue_depth(s->aio);
+	st->queue_depth = nvs_aio_get_queue_limit(s->aio);
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 #define NVS_SWAPPER_SWAPPER_IMPL_H
 
 #include "internal/hash.h"
+#include "swapper/share.h"
 #include "swapper/space.h"
 #include "swapper/swapdir.h"
 
@@ -150,6 +151,9 @@ struct nvs_swapper {
 	bool undoable;
 	uint64_t undo_min, undo_max; /* the ids it covers */
 	unsigned long step_gen;	     /* undoable steps opened */
+	/* The processes the disks are shared with (share.c): a read-only
+	 * set's readers, nvs_swapper_share_disk()'s lock holders. */
+	struct nvs__share share;
 };
 
 #endif

@@ -46,6 +46,7 @@ ROW(nvs_aio_async_pwrite, nvs_aio_async_pwrite(NULL, NULL, 1, "x", 0))
 ROW(nvs_aio_pread_fd, nvs_aio_pread_fd(NULL, NULL, 1, 0, 0, false))
 ROW(nvs_aio_pwrite_fd, nvs_aio_pwrite_fd(NULL, NULL, 1, 0, 0, false))
 ROW(nvs_aio_get_stats, nvs_aio_get_stats(NULL, NULL))
+ROW(nvs_aio_set_queue_limit, nvs_aio_set_queue_limit(NULL, 1))
 ROW(nvs_aio_new_cpu_locked_buffer, neg(nvs_aio_new_cpu_locked_buffer(NULL, 1)))
 ROW(nvs_aio_free_cpu_locked_buffer, nvs_aio_free_cpu_locked_buffer(NULL, NULL))
 ROW(nvs_dio_alignment, nvs_dio_alignment(-1, NULL))
@@ -117,6 +118,7 @@ ROW(nvs_swapset_check, nvs_swapset_check(NULL, 0, NULL, NULL))
 ROW(nvs_swapset_list, nvs_swapset_list(NULL, NULL, NULL))
 ROW(nvs_swapset_relocate, nvs_swapset_relocate(NULL, "/a", "/b"))
 ROW(nvs_swapper_add_file, nvs_swapper_add_file(NULL, "/a", 0))
+ROW(nvs_swapper_share_disk, nvs_swapper_share_disk(NULL, "/a"))
 ROW(nvs_swapper_register_file, nvs_swapper_register_file(NULL, 1, 1, NULL, 0))
 ROW(nvs_param_add_layer_file, nvs_param_add_layer_file(NULL, 0, 1, NULL, NULL))
 ROW(nvs_ckpt_writer_open, nvs_ckpt_writer_open(NULL, NULL, NULL))
@@ -177,6 +179,7 @@ static const struct row rows[] = {
 	SUBMIT(nvs_aio_pread_fd),
 	SUBMIT(nvs_aio_pwrite_fd),
 	R(nvs_aio_get_stats),
+	R(nvs_aio_set_queue_limit),
 	R(nvs_aio_new_cpu_locked_buffer),
 	R(nvs_aio_free_cpu_locked_buffer),
 	R(nvs_dio_alignment),
@@ -248,6 +251,7 @@ static const struct row rows[] = {
 	R(nvs_swapset_list),
 	R(nvs_swapset_relocate),
 	R(nvs_swapper_add_file),
+	R(nvs_swapper_share_disk),
 	R(nvs_swapper_register_file),
 	R(nvs_param_add_layer_file),
 	R(nvs_ckpt_writer_open),
@@ -278,6 +282,8 @@ static const char *const cannot_fail[] = {
 	"nvs_aio_destroy",
 	"nvs_aio_get_block_size",
 	"nvs_aio_get_queue_depth",
+	"nvs_aio_get_queue_limit",
+	"nvs_aio_queue_share",
 	"nvs_aio_get_single_submit",
 	"nvs_aio_get_overlap_events",
 	"nvs_aio_get_intra_op_parallelism",
