@@ -376,6 +376,7 @@ def test_a_second_save_into_the_same_directory_is_refused(diskdir,
     assert str(ei.value).startswith(
         f"[Errno {errno.EBUSY}] nvswap.torch.save_pretrained: {d}: another "
         "save_pretrained is writing this directory"), str(ei.value)
+    assert f"held now by process {os.getpid()} saving)" in str(ei.value)
     assert {n: open(os.path.join(d, n), "rb").read()
             for n in os.listdir(d)} == before
     save(make(4), d, None)  # the lock went with the holder
@@ -452,8 +453,8 @@ def test_a_load_waits_for_a_save_and_a_save_for_a_load(diskdir,
         with pytest.raises(nvswap.Error) as ei:
             nvt.open_weights(d)
         assert ei.value.errno == errno.EBUSY
-        assert f"{d}: a save_pretrained() into it still holds it" in str(
-            ei.value)
+        assert f"{d}: a save_pretrained() (process {os.getpid()}) into " \
+            "it still holds it" in str(ei.value), ei.value
         fcntl.flock(fd, fcntl.LOCK_UN)
         fcntl.flock(fd, fcntl.LOCK_SH)  # a load opening the files
         done = []

@@ -5,20 +5,28 @@ Llama, GPT-2 and an MLP generate (forward) what the model in memory
 does, no byte of the swap file is written or even allocated, the
 weights tree keeps every size, mtime and ctime; a file truncated,
 rewritten or removed under the served model raises nvswap.Error(ESTALE)
-naming the layer and the file at its next read; what is not served in
-place (training, dtype=, checksum=True) is copied as before."""
+naming the layer and the file at its next read; nvswap's own
+save_pretrained() into the directory is refused (EBUSY) while a model
+reads from it; what is not served in place (dtype=, checksum=True) is
+copied as before. Training from weights in place:
+test_torch_train_inplace.py."""
 import errno
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
+from nvswap.torch import _savedir  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 from filehelp import tree_state  # noqa: E402
 from torchhelp import GPT  # noqa: E402
-from weighthelp import hf_models, meta_gpt, on_meta, write_st  # noqa: E402
+from weighthelp import (child, hf_models, meta_gpt, on_meta,  # noqa: E402
+                        write_st)
 
 
 def swap_blocks(swapdir):
@@ -127,7 +135,7 @@ def test_what_cannot_be_read_in_place_is_copied(diskdir):
     x = torch.randint(0, 64, (2, 8))
     with torch.no_grad():
         want = ref(x)
-    for kw in ({"inference": False}, {"inference": True, "checksum": True},
+    for kw in ({"inference": True, "checksum": True},
                {"inference": True, "dtype": torch.bfloat16}):
         m = nvt.offload(meta_gpt(), nvme_path=s, weights=w, **kw)
         eng = engine_of(m)
@@ -171,3 +179,91 @@ def test_tensors_not_64_byte_aligned_in_their_file_are_copied(diskdir):
             assert torch.equal(m(x), want)
     finally:
         nvt.restore(m)
+
+
+SAVE_INTO = """
+import sys, torch, nvswap, nvswap.torch as nvt
+from nvswap.torch import _savedir
+_savedir.LOCK_WAIT_S = 0.3
+try:
+    nvt.save_pretrained(torch.nn.Linear(4, 4), sys.argv[1])
+    print("saved")
+except nvswap.Error as e:
+    print(e.errno, e)
+"""
+
+
+def test_a_save_into_the_directory_a_model_reads_is_refused(diskdir,
+                                                            monkeypatch):
+    """nvswap's save_pretrained() into the directory whose files a model
+    reads in place would replace them under it: refused with EBUSY at
+    once in this process (naming the layers), after LOCK_WAIT_S in
+    another (the directory's shared flock), nothing changed; once the
+    model is restored the save goes through."""
+    monkeypatch.setattr(_savedir, "LOCK_WAIT_S", 0.3)
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    ref = GPT()
+    nvt.save_pretrained(ref, w, max_shard_size=20000)
+    before = tree_state(w)
+    x = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        want = ref(x)
+    m, eng = served(meta_gpt(), w, s)
+    try:
+        assert eng.in_place
+        with pytest.raises(nvswap.Error) as ei:
+            nvt.save_pretrained(GPT(), w)
+        assert ei.value.errno == errno.EBUSY, ei.value
+        assert f"{w}: a model of this process reads layers from its " \
+            f"files in place (layer {min(eng.in_place)} (" in str(ei.value)
+        r = child(SAVE_INTO, w)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.startswith(f"{errno.EBUSY} "), r.stdout
+        assert "another process serves a model from its files in place" \
+            in r.stdout, r.stdout
+        assert f"held now by process {os.getpid()} reading)" in r.stdout
+        assert tree_state(w) == before
+        with torch.no_grad():
+            assert torch.equal(m(x), want)
+    finally:
+        nvt.restore(m)
+    assert child(SAVE_INTO, w).stdout.startswith("saved")
+
+
+HOLD_DIR = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_SH)  # another server of the same weights
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_processes_serving_one_model_share_the_disk(diskdir):
+    """Issue 49, item 4: the processes serving a model in place hold
+    its directory shared; each keeps to its share of the queue depth
+    (128 / N, never below 8), counted again a second after one comes or
+    goes, at a read."""
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    nvt.save_pretrained(GPT(), w)
+    other = subprocess.Popen([sys.executable, "-c", HOLD_DIR, w],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert other.stdout.readline() == "held\n"
+        m, eng = served(meta_gpt(), w, s)
+        st = eng.pswap.stats()
+        assert (st["disk_sharers"], st["queue_depth"]) == (2, 64), st
+        other.stdin.close()
+        other.wait(30)
+        time.sleep(1.1)
+        with torch.no_grad():
+            m(torch.randint(0, 64, (2, 8)))
+        st = eng.pswap.stats()
+        assert (st["disk_sharers"], st["queue_depth"]) == (1, 128), st
+        nvt.restore(m)
+    finally:
+        other.kill()
+        other.wait()

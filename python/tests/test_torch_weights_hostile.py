@@ -91,6 +91,7 @@ for how in ("truncate", "rewrite", "replace", "remove", "offload"):
     age(path)
     try:
         if how == "offload":  # cut short before the third layer is read
+            _load.IN_PLACE = False  # copied at load, not read in place
             model = torch.nn.Sequential(*[torch.nn.Linear(
                 256, 256, bias=False, device="meta") for _ in range(4)])
             real, calls = _load.Loader.add, []

@@ -11,7 +11,9 @@ engine only says which layer is needed when, and hands the traced walk
 to ParamSwapper.set_walk().
 """
 import errno
+import os
 import time
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -24,9 +26,14 @@ from ._common import (ALIGN, GRAD_BASE, MAX_TENSORS, STATE_BASE, error,
 from ._grads import Grads
 from ._mixed import Masters, cast
 from ._passes import Passes
+from ._wfile import Hold
 
 __all__ = ["ALIGN", "GRAD_BASE", "MAX_TENSORS", "STATE_BASE", "Engine",
            "ParamDict", "check_layer_fits", "engine_of", "error"]
+
+# The processes serving one model in place share the disk (hold_dirs);
+# False: each at the whole queue depth (bench/serve_procs.py compares).
+SHARE_DISK = True
 
 
 class Rec:
@@ -118,8 +125,12 @@ class Engine(Passes, Grads):
         self.tuner = None  # _depth.Tuner of an inference model, or None
         self.in_cpu = None  # memory=: the layers kept resident (_infer)
         self.max_in_cpu = 0  # offload()'s: what C keeps when in_cpu is None
-        # layers streamed from the weights file in place (_load.py)
+        # layers streamed from the weights file in place (_load.py), the
+        # directories of their files, and a shared flock on each
+        # (_wfile.Hold: nvswap's save_pretrained() keeps out)
         self.in_place = set()
+        self.place_dirs = {}  # layer -> {directory}
+        self.holds = {}  # directory -> _wfile.Hold
         # served from a persistent training set: nothing may be written,
         # and the layers kept resident are copies (_infer._copy_layer)
         self.read_only = False
@@ -323,6 +334,36 @@ class Engine(Passes, Grads):
                         "use (an optimizer step inside a forward or "
                         "backward of a model on a device?)")
         self.refs[layer] += 1
+
+    def hold_dirs(self, layer, paths):
+        """layer is read in place from paths: their directories held
+        (a shared flock each, _wfile.Hold) while any layer still reads
+        from them; the first one's holders share the disk
+        (Swapper.share_disk: the queue depth split among them)."""
+        dirs = {os.path.dirname(os.path.realpath(p)) for p in paths}
+        self.place_dirs[layer] = dirs
+        me = weakref.ref(self)  # the registry must not keep us alive
+        for d in sorted(dirs):
+            if d not in self.holds:
+                h = Hold(d, lambda d=d: me()._reading(d) if me() else [])
+                self.holds[d] = h
+                weakref.finalize(self, h.close)  # collected unclosed
+                if h.fd >= 0 and len(self.holds) == 1 and SHARE_DISK:
+                    # the processes serving from it share the disk: each
+                    # its share of the queue depth, counted by the flocks
+                    self.pswap.share_disk(d)
+
+    def _reading(self, directory):
+        """The layers still read from files in directory: not yet moved
+        into the swap file by a step (nvs_tensor_info.backed)."""
+        out = []
+        for layer, dirs in sorted(self.place_dirs.items()):
+            if directory in dirs and not self.closed and \
+                    self.pswap.info(layer << 20)["backed"]:
+                names = self.names[layer]
+                out.append(f"layer {layer} ({', '.join(names[:2])}"
+                           f"{', ...' if len(names) > 2 else ''})")
+        return out
 
     def _layer_error(self, layer, e, names=None, what=None):
         """e, from the C library (which names an internal tensor id and
@@ -618,6 +659,9 @@ class Engine(Passes, Grads):
                 obj.close()
             except nvswap.Error as e:
                 err = err or e
+        for h in self.holds.values():
+            h.close()
+        self.holds = {}
         if err is not None:
             raise err
 

@@ -10,7 +10,10 @@ its write to the swap file goes behind while the next layers are read.
 Up to buffer_count - 1 layers are being read at once, so the memory used
 is the pools', whatever the model's size. An embedding read by rows
 (_rows.py) has no pool buffer: its rows go from the file to its table a
-piece at a time (Table.fill), so its size does not count either.
+piece at a time (Table.fill), so its size does not count either. A
+layer that lies whole in a weights file as the pool would hold it is
+not read at all: the C swapper reads it from that file at each use
+(Loader._sources, "Read in place" in docs/torch.md).
 """
 import re
 
@@ -18,8 +21,7 @@ import torch
 
 from ._common import nbytes
 
-# Weights in place for the layers a served model streams (see Loader.
-# _sources). False: every layer copied into the swap file, as before
+# Weights in place for the layers a model streams (see Loader._sources). False: every layer copied into the swap file, as before
 # (bench/serve_inplace.py compares the two in one run).
 IN_PLACE = True
 
@@ -188,6 +190,7 @@ class Loader:
                                   eng.gswap.stats()["buffer_count"] - 1))
         self.inflight = []  # [(layer, [op], {index: fp32 master})]
         self.files = {}  # weights file -> its index in the parameter pool
+        self.paths = {}  # and back
         self.checksum = eng.pswap.stats()["checksum"]
         # a persistent set's manifests name no outside file: copied
         self.scratch = not eng.persistent
@@ -267,6 +270,8 @@ class Loader:
             out.append((name, p))
         sources = self._sources(out, chunk, keep)
         layer = self.eng.add_layer_from(out, sources)
+        if sources is not None:
+            self.eng.hold_dirs(layer, {self.paths[f] for f, _ in sources})
         if not self.read or sources is not None:
             return layer, out
         table = self.eng.rows.get(layer)
@@ -304,20 +309,19 @@ class Loader:
         return layer, out
 
     def _sources(self, out, chunk, keep):
-        """Weights in place: for a layer a served model (inference=True)
-        streams, on the CPU, unconverted and unchecked (no dtype=, no
+        """Weights in place: for a layer the model streams, on the CPU,
+        unconverted and unchecked (no dtype=, no fp32 masters, no
         checksum), in a scratch pool, whose every tensor lies whole in a
         weights file in the model's dtype, each tensor's (file, offset)
         in the parameter pool's files (added on first use; nothing is
-        read or written: the layer is read from there at each use). Else
-        None: the layer is read into a pool buffer and written to the
-        swap file. (A training model's layers could be read in place
-        until the first step writes them, as the C library allows; not
-        yet: a trainer may remove its download once offload() returns.)"""
+        read or written: the layer is read from there at each use until
+        a step changes it, whose dirty write-back moves it into the swap
+        file: a served model's never moves, a frozen layer's neither).
+        Else None: the layer is read into a pool buffer and written to
+        the swap file."""
         eng, w = self.eng, self.w
         layer = len(eng.layers)
         if (not IN_PLACE or not self.read or keep or not self.scratch or
-                eng.gswap is not None or
                 eng.dtype is not None or eng.masters is not None or
                 eng.read_only or eng.device is not None or
                 self.checksum or not hasattr(w, "in_place") or
@@ -350,6 +354,7 @@ class Loader:
             f = self.eng.pswap.add_file(path, head)
             self.w.same_file(path)
             self.files[path] = f
+            self.paths[f] = path
         return f
 
     def _add_cut(self, layer, out, chunk, keep):

@@ -37,6 +37,7 @@ import time
 import nvswap
 
 from ..checkpoint import _keep_mode_fd
+from ._wfile import flock_holders, name_pids, readers_of
 
 FN = "nvswap.torch.save_pretrained"
 CONFIG_TMP = ".nvswap-config-"  # adopt()'s folders, then a tag
@@ -118,7 +119,18 @@ def prepare(directory):
 
 
 def _lock(directory):
-    """A descriptor of directory holding its exclusive flock."""
+    """A descriptor of directory holding its exclusive flock. Refused
+    (EBUSY) at once while a model of this process reads layers in place
+    from its files (_wfile.Hold): replaced, they would fail its next
+    read."""
+    readers = readers_of(directory)
+    if readers:
+        raise _error(errno.EBUSY, f"{directory}: a model of this process "
+                     "reads layers from its files in place ("
+                     f"{'; '.join(readers[:4])}"
+                     f"{'; ...' if len(readers) > 4 else ''}): a save here "
+                     "would replace them under it; save into another "
+                     "directory, or restore() or close the model first")
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
@@ -134,15 +146,22 @@ def _lock(directory):
                     time.monotonic() < deadline:
                 time.sleep(0.05)  # a load opening its files: a moment
                 continue
-            os.close(fd)
             if e.errno != errno.EWOULDBLOCK:
+                os.close(fd)
                 raise _error(e.errno, "cannot lock the directory "
                              f"{directory}: {e.strerror}") from None
+            parts = [f"{name_pids(pids)} {what}" for pids, what in (
+                (flock_holders(fd, write=True), "saving"),
+                (flock_holders(fd, write=False), "reading")) if pids]
+            os.close(fd)
+            held = f"; held now by {' and '.join(parts)}" if parts else ""
             raise _error(errno.EBUSY, f"{directory}: another "
-                         "save_pretrained is writing this directory (it "
-                         "holds the directory's flock; a load holds it "
-                         "only while it opens the files): wait for it to "
-                         "finish") from None
+                         "save_pretrained is writing this directory, or "
+                         "another process serves a model from its files "
+                         "in place (both hold the directory's flock; a "
+                         "load holds it only while it opens the files"
+                         f"{held}): wait for it to finish, or save "
+                         "elsewhere") from None
 
 
 def _regular(path):

@@ -170,6 +170,72 @@ class WFile:
         self.close()
 
 
+def flock_holders(fd, write=None):
+    """The pids holding a flock on fd's file, from /proc/locks (exclusive
+    ones only with write=True, shared only with write=False); entries on
+    its device first matched, then by inode alone (a device /proc/locks
+    numbers differently: overlayfs, btrfs), as the C library's
+    flocks.c. A pid of 0 is a holder in another PID namespace. [] where
+    /proc/locks cannot be read."""
+    st = os.fstat(fd)
+    exact, loose = [], []
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 123 08:01:4567 0 EOF"; a waiter's
+        # line reads "1: -> FLOCK ..." and is skipped
+        w = line.split()
+        if len(w) < 6 or w[1] != "FLOCK" or \
+                (write is not None and (w[3] == "WRITE") != write):
+            continue
+        try:
+            pid = int(w[4])
+            maj, mnr, ino = w[5].split(":")
+            dev = os.makedev(int(maj, 16), int(mnr, 16))
+            if int(ino) != st.st_ino:
+                continue
+        except ValueError:
+            continue
+        (exact if dev == st.st_dev else loose).append(pid)
+    return exact or loose
+
+
+def name_pids(pids):
+    """ "process 12", "processes 12, 14 and 15" (0: of another PID
+    namespace)."""
+    names = [str(p) if p > 0 else "of another PID namespace" for p in pids]
+    if len(names) > 1:
+        names = [", ".join(names[:-1]) + " and " + names[-1]]
+    return ("processes " if len(pids) > 1 else "process ") + names[0]
+
+
+def _lock_shared(fd, directory):
+    """A shared flock on fd (directory's): waits up to LOCK_WAIT_S for a
+    save_pretrained into it to end, then nvswap.Error(EBUSY) naming it
+    and its process; False where the filesystem has no locks (ENOLCK,
+    EINVAL)."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return False
+            if time.monotonic() >= deadline:
+                who = flock_holders(fd, write=True)
+                by = f" ({name_pids(who)})" if who else ""
+                raise nvswap.Error(
+                    errno.EBUSY, f"nvswap.torch: {directory}: a "
+                    f"save_pretrained(){by} into it still holds it after "
+                    f"{LOCK_WAIT_S:g} s (a load waits for a save to "
+                    "end, so as not to read half of each)") from None
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def shared_dir(directory):
     """A shared flock on directory while a load looks up and opens a
@@ -184,21 +250,67 @@ def shared_dir(directory):
         yield
         return
     try:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    break  # ENOLCK, EINVAL: no locks here
-                if time.monotonic() >= deadline:
-                    raise nvswap.Error(
-                        errno.EBUSY, f"nvswap.torch: {directory}: a "
-                        "save_pretrained() into it still holds it after "
-                        f"{LOCK_WAIT_S:g} s (a load waits for a save to "
-                        "end, so as not to read half of each)") from None
-                time.sleep(0.05)
+        _lock_shared(fd, directory)
         yield
     finally:
         os.close(fd)
+
+
+# This process's holds on directories its models read layers from in
+# place: realpath -> [Hold]. save_pretrained() into one asks them first
+# (readers_of), as its exclusive flock would wait on them forever.
+_HOLDS = {}
+
+
+class Hold:
+    """A shared flock on directory for as long as a model reads layers
+    from its files in place (Loader._sources): nvswap's save_pretrained()
+    into it, which holds it exclusively while it replaces the files,
+    then waits and refuses (EBUSY) instead of replacing them under the
+    model, in this process (readers_of) or another. reading() names the
+    layers that still read from it: none, and a save here releases the
+    hold (a trained layer has moved into the swap file). A writer that
+    takes no flock (another program) is the ESTALE of the next read."""
+
+    def __init__(self, directory, reading):
+        self.dir = os.path.realpath(directory)
+        self.reading = reading
+        self.fd = -1
+        try:
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY |
+                         os.O_CLOEXEC)
+        except OSError:
+            return  # not a directory we can open: unlocked
+        try:
+            if not _lock_shared(fd, self.dir):
+                os.close(fd)
+                return
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        _HOLDS.setdefault(self.dir, []).append(self)
+
+    def close(self):
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+            held = _HOLDS.get(self.dir, [])
+            if self in held:
+                held.remove(self)
+            if not held:
+                _HOLDS.pop(self.dir, None)
+
+
+def readers_of(directory):
+    """The layers this process's models still read in place from files
+    in directory ("model M: layer L (names)", ...); the holds of those
+    that read none there are released."""
+    out = []
+    for h in list(_HOLDS.get(os.path.realpath(directory), ())):
+        names = h.reading()
+        if names:
+            out += names
+        else:
+            h.close()
+    return out
