@@ -15,53 +15,60 @@
 
 #define SW(o) ((struct ext_swapper *)(o))
 
-static PyObject *backing_add_file(PyObject *o, PyObject *const *args,
-				  Py_ssize_t nargs, PyObject *kw)
+/* A call on a path with its int result: @arg made a path (bytes), the
+ * swapper entered, @fn run with the GIL released. */
+static PyObject *
+path_call(struct ext_swapper *self, PyObject *arg,
+	  int (*fn)(struct nvs_swapper *, const char *, uint64_t), uint64_t x)
 {
-	static const char *const names[] = {"path", "head", NULL};
-	struct ext_swapper *self = SW(o);
-	PyObject *a[2] = {NULL, NULL}, *path = NULL;
-	uint64_t head = 0;
+	PyObject *path = NULL;
 	int rc;
 
-	if (ext_bind("add_file", args, nargs, kw, names, 2, 1, a))
-		return NULL;
-	if (a[1] && ext_arg_u64(a[1], "head", UINT64_MAX, &head))
-		return NULL;
-	if (!PyUnicode_FSConverter(a[0], &path))
+	if (!PyUnicode_FSConverter(arg, &path))
 		return NULL;
 	if (ext_swapper_enter(self)) {
 		Py_DECREF(path);
 		return NULL;
 	}
-	EXT_SWAPPER_CALL(
-		self, rc,
-		nvs_swapper_add_file(self->s, PyBytes_AS_STRING(path), head));
+	EXT_SWAPPER_CALL(self, rc, fn(self->s, PyBytes_AS_STRING(path), x));
 	Py_DECREF(path);
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static int add_file(struct nvs_swapper *s, const char *path, uint64_t head)
+{
+	return nvs_swapper_add_file(s, path, head);
+}
+
+static int share_disk(struct nvs_swapper *s, const char *path, uint64_t x)
+{
+	(void)x;
+	return nvs_swapper_share_disk(s, path);
+}
+
+static PyObject *backing_add_file(PyObject *o, PyObject *const *args,
+				  Py_ssize_t nargs, PyObject *kw)
+{
+	static const char *const names[] = {"path", "head", NULL};
+	PyObject *a[2] = {NULL, NULL};
+	uint64_t head = 0;
+
+	if (ext_bind("add_file", args, nargs, kw, names, 2, 1, a))
+		return NULL;
+	if (a[1] && ext_arg_u64(a[1], "head", UINT64_MAX, &head))
+		return NULL;
+	return path_call(SW(o), a[0], add_file, head);
 }
 
 static PyObject *backing_share_disk(PyObject *o, PyObject *const *args,
 				    Py_ssize_t nargs, PyObject *kw)
 {
 	static const char *const names[] = {"path", NULL};
-	struct ext_swapper *self = SW(o);
-	PyObject *a[1] = {NULL}, *path = NULL;
-	int rc;
+	PyObject *a[1] = {NULL};
 
 	if (ext_bind("share_disk", args, nargs, kw, names, 1, 1, a))
 		return NULL;
-	if (!PyUnicode_FSConverter(a[0], &path))
-		return NULL;
-	if (ext_swapper_enter(self)) {
-		Py_DECREF(path);
-		return NULL;
-	}
-	EXT_SWAPPER_CALL(
-		self, rc,
-		nvs_swapper_share_disk(self->s, PyBytes_AS_STRING(path)));
-	Py_DECREF(path);
-	return rc < 0 ? NULL : PyLong_FromLong(rc);
+	return path_call(SW(o), a[0], share_disk, 0);
 }
 
 /* One piece: a 4-sequence of ints (file, offset, length, at). */

@@ -60,10 +60,7 @@ static void make_set(const char *path)
 		snprintf(tag, sizeof(tag), "t%u", (unsigned)id);
 		cr_assert_eq(nvs_swapper_set_tag(s, id, tag, strlen(tag)), 0);
 	}
-	cr_assert_gt(nvs_swapper_checkpoint(s, "made"), 0, "%s",
-		     nvs_last_error());
-	cr_assert_gt(nvs_swapper_checkpoint_wait(s), 0, "%s", nvs_last_error());
-	cr_assert_eq(nvs_swapper_destroy(s), 0, "%s", nvs_last_error());
+	tu_swapper_commit_close(s, "made");
 }
 
 static struct nvs_swapper *open_ro(const char *path)
