@@ -509,7 +509,9 @@ NVS_API int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
  * their queue depth for N processes: the holders of a flock on @path,
  * counted from /proc/locks now and again at a read at most once a second,
  * so that a process that comes or goes changes the others' shares within
- * about a second (N is 1 where /proc/locks cannot be read). A read-only
+ * about a second (N is 1 where /proc/locks cannot be read; holders in a
+ * PID namespace this process does not see, another container's, are not
+ * listed there and not counted). A read-only
  * set (NVS_PERSIST_READONLY) does this on its lock file at create;
  * nvswap.torch on the directory of weights it serves in place. The
  * depth split is the one the handle was made with: one a launcher

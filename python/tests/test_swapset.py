@@ -6,11 +6,12 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 import nvswap
-from filehelp import pattern, raises_errno, tree_state
+from filehelp import child_env, pattern, raises_errno, tree_state
 from filehelp import swap_read as read, swap_write as write
 
 MiB = 1 << 20
@@ -375,3 +376,47 @@ def test_a_readonly_set_reads_shares_and_refuses_every_change(swapdir):
     with pytest.raises(ValueError, match="'resume' or 'readonly', not "
                        "'durable'"):
         open_set(swapdir, persist="durable")
+
+
+IN_ANOTHER_NS = """
+import errno, sys, nvswap
+try:
+    nvswap.Swapper(nvme_path=sys.argv[1], name="set", buffer_size=1 << 20,
+                   buffer_count=2, persist=sys.argv[2]).close()
+    print("opened")
+except nvswap.Error as e:
+    print(e.errno, e)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="a PID namespace of its own needs root and "
+                    "unshare(1)")
+def test_a_reader_another_pid_namespace_cannot_see_keeps_writers_out(
+        swapdir):
+    """/proc/locks in a PID namespace of its own does not list this
+    process's lock (a container sharing the volume cannot see the host's
+    readers): a writer there waits its second for a dead holder's lock
+    to go, then is refused saying a process it cannot see holds the set,
+    never taking it, nor naming the lock file's pid as the holder; a
+    reader there opens beside ours (shared)."""
+    with open_set(swapdir) as s:
+        s.register(1, bytearray(pattern(5000, 1)))
+        assert s.checkpoint("made") == 1
+    with open_set(swapdir, persist="readonly") as r:
+        assert r.stats()["disk_sharers"] == 1
+        out = {}
+        for persist in ("resume", "readonly"):
+            p = subprocess.run(
+                ["unshare", "--pid", "--fork", "--mount-proc",
+                 sys.executable, "-c", IN_ANOTHER_NS, swapdir, persist],
+                env=child_env(), capture_output=True, text=True,
+                timeout=120)
+            assert p.returncode == 0, p.stderr[-3000:]
+            out[persist] = p.stdout.strip()
+        assert out["resume"].startswith(f"{errno.EBUSY} "), out
+        assert "is locked by a process this PID namespace does not " \
+            "show (one in another container sharing the volume" \
+            in out["resume"], out
+        assert out["readonly"] == "opened", out
+        assert read(r, 1) == pattern(5000, 1)

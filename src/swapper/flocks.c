@@ -61,7 +61,9 @@ void nvs__flocks_name(const struct nvs__flock *f, unsigned n, unsigned total,
 		const char *sep = i == 0	   ? " "
 				  : i + 1 == total ? " and "
 						   : ", ";
-		/* pid 0: /proc/locks' holder in another PID namespace */
+		/* pid 0: a holder /proc/locks could not translate (older
+		 * kernels listed another PID namespace's so; newer ones
+		 * leave those out) */
 		if (f[i].pid > 0)
 			used += (size_t)snprintf(buf + used, len - used,
 						 "%s%ld", sep, f[i].pid);

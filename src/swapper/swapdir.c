@@ -425,8 +425,9 @@ static int take_lock(struct nvs_swapdir *d, bool ro)
 		    : -1;
 	for (int i = 0; i < n && i < 8; i++) {
 		bool seen = false;
-		/* pid 0: a holder in another PID namespace (a container
-		 * sharing the volume), alive as far as we can tell. */
+		/* pid 0: a holder /proc/locks could not translate (older
+		 * kernels listed other PID namespaces' locks so), alive
+		 * as far as we can tell. */
 		if (f[i].same_dev != f[0].same_dev ||
 		    (f[i].pid > 0 && !alive(f[i].pid)))
 			continue;
@@ -445,6 +446,20 @@ static int take_lock(struct nvs_swapdir *d, bool ro)
 			writer = true;
 		} else if (holder_gone(d->lockfd, op)) {
 			return 0;
+		} else if (n >= 0) {
+			/* /proc/locks lists only the locks of processes this
+			 * PID namespace shows: a container sharing the volume
+			 * holds it. The lock file's pid is the last writer's
+			 * (a reader writes none), not necessarily a holder. */
+			return nvs__err(-EBUSY,
+					"nvswap: %s is locked by a process "
+					"this PID namespace does not show (one "
+					"in another container sharing the "
+					"volume: /proc/locks lists only the "
+					"locks of the processes it shows); its "
+					"lock file names process %ld, the "
+					"set's last writer",
+					d->path, pid);
 		} else {
 			live[nlive++] = (struct nvs__flock){.pid = pid};
 			writer = true;

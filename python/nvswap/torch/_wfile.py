@@ -175,8 +175,9 @@ def flock_holders(fd, write=None):
     ones only with write=True, shared only with write=False); entries on
     its device first matched, then by inode alone (a device /proc/locks
     numbers differently: overlayfs, btrfs), as the C library's
-    flocks.c. A pid of 0 is a holder in another PID namespace. [] where
-    /proc/locks cannot be read."""
+    flocks.c. A pid of 0: one /proc/locks could not translate (another
+    PID namespace's, on older kernels; newer ones leave those out). []
+    where /proc/locks cannot be read."""
     st = os.fstat(fd)
     exact, loose = [], []
     try:
