@@ -198,9 +198,9 @@ struct nvs_aio_stats {
 	char backend_notes[240];
 	enum nvs_backend_reason backend_reason; /* who chose backend */
 	uint32_t requests_high_water; /* most requests one worker had in
-					 flight at once (queue_depth, or
-					 nvs_aio_set_queue_limit()'s, at
-					 most) */
+					 flight at once since create (at
+					 most queue_depth; at most the
+					 queue limit while one is set) */
 	uint64_t inline_ops;   /* synchronous ops done on the caller's thread
 				(see nvs_aio_opts.inline_max); counted in
 				ops_completed, not in requests */

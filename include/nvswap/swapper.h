@@ -506,19 +506,22 @@ NVS_API int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
  * Several processes reading at the full queue depth each share a disk
  * unevenly. From now on the swapper's aio handles (the swap files' and
  * the added files', nvswap/backing.h) keep to nvs_aio_queue_share() of
- * their queue depth for N processes: the holders of a flock on @path,
- * counted from /proc/locks now and again at a read at most once a second,
- * so that a process that comes or goes changes the others' shares within
- * about a second (N is 1 where /proc/locks cannot be read; holders in a
- * PID namespace this process does not see, another container's, are not
- * listed there and not counted). A read-only
- * set (NVS_PERSIST_READONLY) does this on its lock file at create;
- * nvswap.torch on the directory of weights it serves in place. The
- * depth split is the one the handle was made with: one a launcher
- * already split (nvs_launch_share_queue()) is split again. Stats:
- * queue_depth (the share in use), disk_sharers (N).
+ * their queue depth for N processes: the processes holding a flock on
+ * @path (one holding it twice counts once), counted from /proc/locks now
+ * and again when a read starts (acquire, prefetch, read) at most once a
+ * second, by one thread, the swapper's lock dropped meanwhile; a process
+ * that comes or goes changes the others' shares within about a second.
+ * N is 1 where /proc/locks cannot be read; holders in a PID namespace
+ * this process does not see (another container's) are not listed there
+ * and not counted; on a filesystem whose device /proc/locks numbers
+ * differently (overlayfs, btrfs) holders are matched by inode number
+ * alone. A read-only set (NVS_PERSIST_READONLY) does this on its lock
+ * file at create; nvswap.torch on the directory of weights it serves in
+ * place. The depth split is the one the handle was made with: one a
+ * launcher already split (nvs_launch_share_queue()) is split again.
+ * Stats: queue_depth (the share in use), disk_sharers (N).
  * Return: N (1 or more), or -EINVAL (NULL argument), -errno of stat(2)
- * on @path, naming it.
+ * on @path, naming it, -ECHILD in a forked child.
  * Threading: any thread.
  */
 NVS_API int nvs_swapper_share_disk(struct nvs_swapper *s, const char *path);

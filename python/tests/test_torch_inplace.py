@@ -267,3 +267,31 @@ def test_processes_serving_one_model_share_the_disk(diskdir):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_hold_goes_with_the_model_though_a_forked_child_shares_it(
+        diskdir):
+    """A forked child (a DataLoader worker) shares the directory's open
+    file description, and with it the flock: restore() lets go of the
+    lock itself, so a save goes through while the child lives. Two
+    models of this process serving one directory count as one process
+    sharing the disk."""
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    nvt.save_pretrained(GPT(), w)
+    m, eng = served(meta_gpt(), w, s)
+    m2, eng2 = served(meta_gpt(), w, os.path.join(diskdir, "swap2"))
+    st = eng2.pswap.stats()
+    assert (st["disk_sharers"], st["queue_depth"]) == (1, 128), st
+    pid = os.fork()
+    if pid == 0:  # the worker: holds whatever it inherited, then goes
+        time.sleep(60)
+        os._exit(0)
+    try:
+        nvt.restore(m)
+        nvt.restore(m2)
+        r = child(SAVE_INTO, w)
+        assert r.stdout.startswith("saved"), (r.stdout, r.stderr)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)

@@ -22,7 +22,7 @@ import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _load  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
 from torchhelp import GPT, STEP_MODES, batches, same, train  # noqa: E402
-from weighthelp import hf_models, meta_gpt, on_meta  # noqa: E402
+from weighthelp import child, hf_models, meta_gpt, on_meta  # noqa: E402
 
 KW = dict(buffer_size="64K", buffer_count=3)
 
@@ -169,3 +169,28 @@ def test_a_frozen_layer_is_read_from_its_file_for_the_whole_run(diskdir):
         assert f"{path} changed" in str(ei.value)
     finally:
         eng.close()
+
+
+def test_a_trainer_lets_the_directory_go_once_its_layers_moved(diskdir):
+    """Before the first step another process's save into the weights
+    directory is refused (the files are read); at the forward after the
+    step that moved every layer the hold goes, and it saves."""
+    from test_torch_inplace import SAVE_INTO
+    torch.manual_seed(0)
+    w, _ = saved(diskdir, GPT())
+    m = nvt.offload(meta_gpt(), nvme_path=os.path.join(diskdir, "swap"),
+                    weights=w, **KW)
+    eng = engine_of(m)
+    try:
+        r = child(SAVE_INTO, w)
+        assert r.stdout.startswith(f"{errno.EBUSY} "), (r.stdout, r.stderr)
+        opt = nvt.AdamW(m.parameters(), lr=1e-2, defer=False)
+        data = batches(2)
+        train(m, opt, data[:1])
+        nvt.wait(m)
+        assert backed(eng) == set() and eng.holds
+        train(m, opt, data[1:])  # its forward lets the directory go
+        assert not eng.holds
+        assert child(SAVE_INTO, w).stdout.startswith("saved")
+    finally:
+        nvt.restore(m)

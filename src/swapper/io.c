@@ -343,7 +343,6 @@ int nvs__start_read(struct nvs_swapper *s, struct tensor *t, void *buf)
 	t->buf = buf;
 	t->state = NVS_TENSOR_READING;
 	nvs__tlist_push(&s->flight, t);
-	nvs__share_tick(s); /* the disks' sharers counted again, each second */
 	if (!t->on_disk && !t->backed) {
 		s->st.zero_fills++;
 		return 0;
@@ -437,8 +436,8 @@ int nvs_swapper_read(struct nvs_swapper *s, uint64_t id, void *dst,
 		return nvs__err(-EINVAL, "%s: NULL %s", call,
 				s ? "destination" : "swapper");
 	NVS__PARENT_ONLY(s, call, "swapper");
+	nvs__share_tick(s); /* the disks' sharers counted again, each second */
 	pthread_mutex_lock(&s->lock);
-	nvs__share_tick(s);
 	for (;;) {
 		ret = nvs__tensor_idle(s, id, call, &t, NULL);
 		if (ret < 0 || t->state != NVS_TENSOR_READING)

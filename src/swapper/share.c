@@ -6,8 +6,9 @@
  * directory of weights served in place) say how many there are, and each
  * keeps to nvs_aio_queue_share() of its depth. A process that comes or
  * goes changes the others' shares at their next read a second later:
- * /proc/locks is read at most once a second per swapper (a few tens of
- * microseconds for a few hundred locks).
+ * /proc/locks is read at most once a second per swapper, by the thread
+ * that claims the count, with the swapper's lock dropped (its length is
+ * the whole system's lock table).
  */
 #include "swapper/share.h"
 
@@ -25,29 +26,36 @@
 #define RECOUNT_NS 1000000000ull
 #define MAX_COUNTED 256u
 
-/* Holders of the flocks on (dev, ino): those on the device when any is
- * (a device /proc/locks numbers differently matches by inode alone);
- * 1 when /proc/locks cannot be read or lists none. */
-static unsigned holders(dev_t dev, ino_t ino)
+unsigned nvs__share_count(dev_t dev, ino_t ino)
 {
 	struct nvs__flock f[MAX_COUNTED];
 	int n = nvs__flocks_on(dev, ino, f, MAX_COUNTED);
-	unsigned exact = 0;
+	unsigned seen = NVS_MIN((unsigned)NVS_MAX(n, 0), MAX_COUNTED);
+	unsigned procs = 0;
+	bool exact = seen && f[0].same_dev;
 
-	if (n <= 0)
-		return 1;
-	for (unsigned i = 0; i < NVS_MIN((unsigned)n, MAX_COUNTED); i++)
-		exact += f[i].same_dev;
-	if (exact == 0 || (exact == MAX_COUNTED && (unsigned)n > exact))
-		return (unsigned)n;
-	return exact;
+	/* Entries on the device come first; without any, a device that
+	 * /proc/locks numbers differently (overlayfs, btrfs) matches by
+	 * inode alone. A process holding it twice (two open file
+	 * descriptions) counts once; every pid 0 (untranslatable) counts. */
+	for (unsigned i = 0; i < seen; i++) {
+		bool again = false;
+		if (exact && !f[i].same_dev)
+			break;
+		for (unsigned j = 0; j < i && f[i].pid > 0; j++)
+			again |= f[j].pid == f[i].pid;
+		procs += !again;
+	}
+	if (n > (int)MAX_COUNTED)
+		procs += (unsigned)n - MAX_COUNTED; /* not seen: each one */
+	return procs ? procs : 1;
 }
 
 void nvs__share_apply(struct nvs_swapper *s)
 {
 	struct nvs_aio *h[2] = {s->aio, s->faio};
 
-	if (!s->share.on)
+	if (!atomic_load(&s->share.on))
 		return;
 	for (unsigned i = 0; i < 2; i++)
 		if (h[i])
@@ -57,41 +65,48 @@ void nvs__share_apply(struct nvs_swapper *s)
 					      s->share.procs));
 }
 
-static void count(struct nvs_swapper *s, uint64_t now)
+void nvs__share_start(struct nvs_swapper *s, dev_t dev, ino_t ino,
+		      unsigned procs)
 {
-	unsigned n = holders(s->share.dev, s->share.ino);
-
-	s->share.next_ns = now + RECOUNT_NS;
-	if (n != s->share.procs) {
-		s->share.procs = n;
-		nvs__share_apply(s);
-	}
-}
-
-void nvs__share_start(struct nvs_swapper *s, dev_t dev, ino_t ino)
-{
-	s->share.on = true;
 	s->share.dev = dev;
 	s->share.ino = ino;
-	s->share.procs = 1;
-	count(s, nvs__now_ns());
+	s->share.procs = procs;
+	atomic_store(&s->share.due_ns, nvs__now_ns() + RECOUNT_NS);
+	atomic_store(&s->share.on, true);
 	nvs__share_apply(s);
 }
 
 void nvs__share_tick(struct nvs_swapper *s)
 {
-	uint64_t now;
+	uint64_t now, due;
+	unsigned n;
+	dev_t dev;
+	ino_t ino;
 
-	if (!s->share.on)
+	if (!atomic_load_explicit(&s->share.on, memory_order_acquire))
 		return;
 	now = nvs__now_ns();
-	if (now >= s->share.next_ns)
-		count(s, now);
+	due = atomic_load_explicit(&s->share.due_ns, memory_order_relaxed);
+	if (now < due || !atomic_compare_exchange_strong(&s->share.due_ns, &due,
+							 now + RECOUNT_NS))
+		return; /* not due, or another thread counts */
+	pthread_mutex_lock(&s->lock);
+	dev = s->share.dev;
+	ino = s->share.ino;
+	pthread_mutex_unlock(&s->lock);
+	n = nvs__share_count(dev, ino);
+	pthread_mutex_lock(&s->lock);
+	if (s->share.dev == dev && s->share.ino == ino && n != s->share.procs) {
+		s->share.procs = n;
+		nvs__share_apply(s);
+	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 int nvs_swapper_share_disk(struct nvs_swapper *s, const char *path)
 {
 	struct stat st;
+	unsigned n;
 	int ret;
 
 	if (!s || !path)
@@ -103,9 +118,9 @@ int nvs_swapper_share_disk(struct nvs_swapper *s, const char *path)
 		return nvs__err(ret, "nvs_swapper_share_disk: %s: %s", path,
 				nvs_strerror(-ret));
 	}
+	n = nvs__share_count(st.st_dev, st.st_ino);
 	pthread_mutex_lock(&s->lock);
-	nvs__share_start(s, st.st_dev, st.st_ino);
-	ret = (int)s->share.procs;
+	nvs__share_start(s, st.st_dev, st.st_ino, n);
 	pthread_mutex_unlock(&s->lock);
-	return ret;
+	return (int)n;
 }

@@ -203,6 +203,7 @@ int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id)
 	if (!s)
 		return nvs__err(-EINVAL, "nvs_swapper_prefetch: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_prefetch", "swapper");
+	nvs__share_tick(s);
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true, false,
 			  NULL);
@@ -219,6 +220,7 @@ int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id)
 		return nvs__err(-EINVAL,
 				"nvs_swapper_try_prefetch: NULL swapper");
 	NVS__PARENT_ONLY(s, "nvs_swapper_try_prefetch", "swapper");
+	nvs__share_tick(s);
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
 			  true, NULL);
@@ -232,6 +234,7 @@ int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id)
 	int ret;
 
 	NVS__PARENT_ONLY(s, "nvs_swapper_try_prefetch", "swapper");
+	nvs__share_tick(s);
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
 			  true, &brought);
@@ -299,6 +302,7 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 	if (!s || !ptr)
 		return nvs__err(-EINVAL, "nvs_swapper_acquire: NULL argument");
 	NVS__PARENT_ONLY(s, "nvs_swapper_acquire", "swapper");
+	nvs__share_tick(s); /* the disks' sharers counted again, each second */
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		struct tensor *t = NULL;
@@ -473,7 +477,8 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	for (unsigned i = 0; i < s->nfiles; i++)
 		st->files_buffered += !s->files[i]->direct;
 	st->readonly = s->readonly;
-	st->disk_sharers = s->share.on ? s->share.procs : 0;
+	st->disk_sharers = atomic_load(&s->share.on) ? s->share.procs : 0;
+	st->queue_depth = nvs_aio_get_queue_limit(s->aio); /* with it */
 	faio = s->faio; /* set under the lock by nvs_swapper_add_file() */
 	for (unsigned i = 0; i < s->npaths; i++) {
 		st->path_space_used[i] = s->space[i].used;
@@ -488,7 +493,6 @@ int nvs_swapper_stats(const struct nvs_swapper *cs, struct nvs_swap_stats *st)
 	 * I/O out is counted twice: an upper bound). */
 	if (faio && nvs_aio_get_stats(faio, &as) == 0)
 		st->io_busy_ns += as.busy_ns;
-	st->queue_depth = nvs_aio_get_queue_limit(s->aio);
 	return 0;
 }
 

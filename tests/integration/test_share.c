@@ -194,7 +194,8 @@ static struct nvs_swap_stats after_a_read(struct nvs_swapper *s)
 	struct nvs_swap_stats st;
 	struct timespec ts = {1, 100 * 1000 * 1000};
 
-	nanosleep(&ts, NULL);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
 	cr_assert_eq(nvs_swapper_read(s, 1, buf, SZ), 0, "%s",
 		     nvs_last_error());
 	tu_fill(want, SZ, 11);
@@ -261,7 +262,7 @@ Test(share, share_disk_counts_the_holders_of_a_directory_s_flock)
 	struct nvs_swapper *s;
 	static char buf[SZ];
 	pid_t a;
-	int fd;
+	int fd, fd2;
 
 	mkdir(weights, 0700);
 	opts(&o, tu_path("scratch"), NVS_PERSIST_SCRATCH);
@@ -274,6 +275,10 @@ Test(share, share_disk_counts_the_holders_of_a_directory_s_flock)
 	shares(s, 1, 128);
 	fd = open(weights, O_RDONLY | O_DIRECTORY);
 	cr_assert_eq(flock(fd, LOCK_SH), 0); /* as nvswap.torch does */
+	fd2 = open(weights, O_RDONLY | O_DIRECTORY);
+	cr_assert_eq(flock(fd2, LOCK_SH), 0); /* twice: one process still */
+	cr_assert_eq(nvs_swapper_share_disk(s, weights), 1, "%s",
+		     nvs_last_error());
 	a = holder(NULL, weights);
 	cr_assert_eq(nvs_swapper_share_disk(s, weights), 2, "%s",
 		     nvs_last_error());
@@ -281,6 +286,7 @@ Test(share, share_disk_counts_the_holders_of_a_directory_s_flock)
 	stop(a);
 	cr_assert_eq(after_a_read(s).queue_depth, 128);
 	close(fd);
+	close(fd2);
 	cr_assert_eq(nvs_swapper_share_disk(s, tu_path("none")), -ENOENT);
 	cr_assert(strstr(nvs_last_error(), "nvs_swapper_share_disk: ") &&
 			  strstr(nvs_last_error(), "/none: "),

@@ -338,7 +338,8 @@ class Engine(Passes, Grads):
     def hold_dirs(self, layer, paths):
         """layer is read in place from paths: their directories held
         (a shared flock each, _wfile.Hold) while any layer still reads
-        from them; the first one's holders share the disk
+        from them (drop_holds, at each forward of a training model); a
+        served model's first one's holders share the disk
         (Swapper.share_disk: the queue depth split among them)."""
         dirs = {os.path.dirname(os.path.realpath(p)) for p in paths}
         self.place_dirs[layer] = dirs
@@ -348,10 +349,20 @@ class Engine(Passes, Grads):
                 h = Hold(d, lambda d=d: me()._reading(d) if me() else [])
                 self.holds[d] = h
                 weakref.finalize(self, h.close)  # collected unclosed
-                if h.fd >= 0 and len(self.holds) == 1 and SHARE_DISK:
+                if h.fd >= 0 and len(self.holds) == 1 and SHARE_DISK \
+                        and self.gswap is None:
                     # the processes serving from it share the disk: each
                     # its share of the queue depth, counted by the flocks
+                    # (a training model moves its layers at its first
+                    # step: its launcher's ranks split the depth)
                     self.pswap.share_disk(d)
+
+    def drop_holds(self):
+        """The holds on directories no layer reads from any more (a
+        training model's layers moved into the swap file by its steps)
+        released: another process may save there again."""
+        for d in [d for d in self.holds if not self._reading(d)]:
+            self.holds.pop(d).close()
 
     def _reading(self, directory):
         """The layers still read from files in directory: not yet moved

@@ -119,6 +119,8 @@ class Passes:
         if not self.frames:
             self.stale_backward()
             self._enter()
+            if self.holds and self.gswap is not None:
+                self.drop_holds()  # trained layers moved into swap
         ctx = None
         top = top_hooks()
         own = getattr(top[0], "__self__", None) if top else None

@@ -200,7 +200,9 @@ def flock_holders(fd, write=None):
                 continue
         except ValueError:
             continue
-        (exact if dev == st.st_dev else loose).append(pid)
+        got = exact if dev == st.st_dev else loose
+        if pid == 0 or pid not in got:  # a process holding it twice: once
+            got.append(pid)
     return exact or loose
 
 
@@ -254,13 +256,33 @@ def shared_dir(directory):
         _lock_shared(fd, directory)
         yield
     finally:
-        os.close(fd)
+        _unlock_close(fd)
 
 
 # This process's holds on directories its models read layers from in
-# place: realpath -> [Hold]. save_pretrained() into one asks them first
+# place: (st_dev, st_ino) of the directory -> [Hold] (a bind mount or a
+# link names the same one). save_pretrained() into one asks them first
 # (readers_of), as its exclusive flock would wait on them forever.
 _HOLDS = {}
+
+
+def _unlock_close(fd):
+    """The flock let go, then fd closed: a forked child (a DataLoader
+    worker) shares the open file description, and with it the lock,
+    which a close alone would leave held."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _dir_key(directory):
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 class Hold:
@@ -268,47 +290,51 @@ class Hold:
     from its files in place (Loader._sources): nvswap's save_pretrained()
     into it, which holds it exclusively while it replaces the files,
     then waits and refuses (EBUSY) instead of replacing them under the
-    model, in this process (readers_of) or another. reading() names the
-    layers that still read from it: none, and a save here releases the
-    hold (a trained layer has moved into the swap file). A writer that
-    takes no flock (another program) is the ESTALE of the next read."""
+    model, in this process (readers_of: also where the filesystem takes
+    no locks) or another. reading() names the layers that still read
+    from it: none, and the hold can go (a trained layer has moved into
+    the swap file). A writer that takes no flock (another program) is
+    the ESTALE of the next read."""
 
     def __init__(self, directory, reading):
         self.dir = os.path.realpath(directory)
         self.reading = reading
         self.fd = -1
+        self.key = _dir_key(self.dir)
         try:
             fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY |
                          os.O_CLOEXEC)
         except OSError:
-            return  # not a directory we can open: unlocked
-        try:
-            if not _lock_shared(fd, self.dir):
+            fd = -1  # not a directory we can open: unlocked
+        if fd >= 0:
+            try:
+                if _lock_shared(fd, self.dir):
+                    self.fd = fd
+                else:
+                    os.close(fd)  # no locks on this filesystem
+            except BaseException:
                 os.close(fd)
-                return
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
-        _HOLDS.setdefault(self.dir, []).append(self)
+                raise
+        if self.key is not None:
+            _HOLDS.setdefault(self.key, []).append(self)
 
     def close(self):
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)
-            held = _HOLDS.get(self.dir, [])
-            if self in held:
-                held.remove(self)
-            if not held:
-                _HOLDS.pop(self.dir, None)
+            _unlock_close(fd)
+        held = _HOLDS.get(self.key, [])
+        if self in held:
+            held.remove(self)
+        if not held:
+            _HOLDS.pop(self.key, None)
 
 
 def readers_of(directory):
     """The layers this process's models still read in place from files
-    in directory ("model M: layer L (names)", ...); the holds of those
-    that read none there are released."""
+    in directory ("layer L (names)", ...); the holds of those that read
+    none there are released."""
     out = []
-    for h in list(_HOLDS.get(os.path.realpath(directory), ())):
+    for h in list(_HOLDS.get(_dir_key(directory), ())):
         names = h.reading()
         if names:
             out += names
