@@ -20,13 +20,17 @@ page cache before each run, the runs in a rotating order:
   fio read   fio --rw=read --direct=1 --bs=1M over the shards (the
              reference rate)
 
-Targets: in place's offload() <= 0.05 x the copy's; its first forward
-<= 1.2 x (bytes / fio's read rate) + the forward in memory. Prints a
-Markdown table of medians (min-max).
+Both serve with page_cache=False (--page-cache on: True): O_DIRECT, the
+first forward's reads comparable with fio's (through the page cache, a
+cold first forward read the shards 1.8-2.2 x slower here, and the
+copy's first forward reads the swap file it has just written from the
+cache: not a disk figure). Targets: in place's offload() <= 0.05 x the
+copy's; its first forward <= 1.2 x (bytes / fio's read rate) + the
+forward in memory. Prints a Markdown table of medians (min-max).
 
     sudo PYTHONPATH=build/python python3 bench/serve_inplace.py
         [--dir nvme_swap] [--size 2G] [--width 2048] [--shard 1G]
-        [--repeats 3] [--buffer-count 8]
+        [--repeats 3] [--buffer-count 8] [--page-cache off|on]
 """
 import argparse
 import os
@@ -62,7 +66,7 @@ def serve(a, wdir, swap, x, in_place):
     t0 = time.perf_counter()
     nvt.offload(model, nvme_path=swap, buffer_size=a.buffer_size,
                 buffer_count=a.buffer_count, weights=wdir, inference=True,
-                memory=None)
+                memory=None, page_cache=a.page_cache == "on")
     nvt.wait(model)
     t1 = time.perf_counter()
     out = forward(model, x)
@@ -76,6 +80,9 @@ def serve(a, wdir, swap, x, in_place):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     wl.model_args(ap, 3)
+    ap.add_argument("--page-cache", choices=("off", "on"), default="off",
+                    help="offload(page_cache=): off (O_DIRECT, the "
+                    "default) or on")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: the page cache is dropped before each run")
@@ -143,7 +150,8 @@ def main():
     bound = nbytes / fio_rate
     print(f"\n{len(files)} shard(s), {nbytes / 1e9:.2f} GB ({a.blocks} "
           f"blocks of 4 x {a.width}^2 fp32 + LayerNorm), pool "
-          f"{a.buffer_count} x {a.buffer_size >> 10} KiB, {a.repeats} "
+          f"{a.buffer_count} x {a.buffer_size >> 10} KiB, page_cache "
+          f"{a.page_cache}, {a.repeats} "
           f"interleaved repeats, page cache dropped before each run; "
           f"seconds, median (min-max); fio read {fio_rate / 1e9:.2f} GB/s "
           f"(bytes / fio = {bound:.2f} s)\n")
