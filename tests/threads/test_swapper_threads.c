@@ -5,7 +5,9 @@
  * acquires, checks every byte against its reference copy, modifies and
  * releases, while the other prefetches, evicts and waits at random. Run
  * three times: the evicting thread as the only evictor (acquire waits for
- * it), then with automatic eviction and checksums, then as a persistent
+ * it), then with automatic eviction and checksums (and the disk shared:
+ * nvs_swapper_share_disk() on the directory, recounted as both threads
+ * read), then as a persistent
  * set that the other thread also checkpoints at random (reopened at the
  * end: every byte as the last release left it). Prints "N passed, N
  * failed".
@@ -195,6 +197,9 @@ static void one_run(bool auto_evict, bool checksum, bool persist)
 	CHECK(nvs_swapper_create(&o, &r.s) == 0, "create");
 	if (!r.s)
 		return;
+	if (checksum)
+		CHECK(nvs_swapper_share_disk(r.s, dir) == 1, "share_disk: %s",
+		      nvs_last_error());
 	for (unsigned i = 0; i < N; i++) {
 		r.size[i] = BUF / 2 + next(&x) % (BUF / 2 + 1);
 		total += r.size[i];
@@ -237,6 +242,8 @@ static void one_run(bool auto_evict, bool checksum, bool persist)
 	CHECK(st.bytes_written > total, "written back");
 	CHECK(st.io_errors == 0 && st.checksum_errors == 0, "no I/O errors");
 	CHECK(!auto_evict || st.auto_evictions > 0, "auto evictions");
+	CHECK(st.disk_sharers == (checksum ? 1u : 0u), "sharers %u",
+	      st.disk_sharers);
 	printf("auto_evict %d: %llu acquires (%llu hits), %llu reads, %llu "
 	       "writes, %u timeouts, %u busy evicts\n",
 	       auto_evict, (unsigned long long)st.acquires,
