@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Serving from NVMe (issue 35): generate() tokens/s of a Llama from a
-config (random weights, saved once as safetensors), variants run as
-separate processes, interleaved, page cache dropped before each:
+"""Serving from NVMe (issues 35, 49): generate() tokens/s of a Llama from
+a config (random weights, saved once as safetensors by
+nvswap.torch.save_pretrained: the data area 4096-aligned, so nvswap reads
+the streamed layers in place), variants run as separate processes,
+interleaved, page cache dropped before each:
 
   memory      from_pretrained, all in memory (the compute-bound limit)
   accelerate  from_pretrained(device_map="auto", max_memory={"cpu": B},
               offload_folder=...): accelerate's disk offload
   nvswap      a meta-device model, offload(weights=, inference=True,
               memory=B): page_cache="auto", the default (page cache
-              where the memory left holds what a forward streams)
+              where the memory left holds what a forward streams); the
+              streamed layers served in place, read from the
+              safetensors at each use (checked: the run fails when a
+              layer is streamed and none is read in place)
+  nvswap+copy the nvswap default with nvswap.torch._load.IN_PLACE =
+              False: the streamed layers copied into nvswap's swap file
+              at offload and read from there (the path before issue 49;
+              checked: none read in place)
   nvswap+pc   the same with page_cache=True (--page-cache): swap files
               through the page cache (in the cgroup, the cache is
               charged to it and reclaimed under its limit)
@@ -32,7 +41,7 @@ per token (nvswap reports its bytes per forward; accelerate's come from
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
         [--prompt 32] [--new-tokens 16] [--batches 1,8]
         [--budgets 0.25,0.5,2] [--cgroup 1G] [--page-cache] [--direct]
-        [--fixed-depth] [--only nvswap,nvswap+fixed]
+        [--fixed-depth] [--only nvswap,nvswap+copy]
         [--repeats 3] [--json FILE]
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs). Root is
@@ -68,6 +77,34 @@ def read_bytes():
     return 0
 
 
+def data_offsets(weights):
+    """Each safetensors file of weights: where its data area starts (8 +
+    the header's length)."""
+    out = {}
+    for f in sorted(os.listdir(weights)):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(weights, f), "rb") as fh:
+                out[f] = 8 + int.from_bytes(fh.read(8), "little")
+    return out
+
+
+def save_aligned(model, weights):
+    """model's weights into weights by nvswap.torch.save_pretrained: data
+    areas 4096-aligned. A folder left by an older run whose files are not
+    (Hugging Face's save_pretrained aligns to 8) is removed first, so
+    that nothing of it remains; the result is checked."""
+    import nvswap.torch as nvt
+    if os.path.isdir(weights) and any(
+            off % 4096 for off in data_offsets(weights).values()):
+        shutil.rmtree(weights)
+    nvt.save_pretrained(model, weights)
+    offs = data_offsets(weights)
+    bad = {f: off for f, off in offs.items() if off % 4096}
+    if not offs or bad:
+        raise SystemExit(f"{weights}: data areas not 4096-aligned: "
+                         f"{bad or 'no safetensors'}")
+
+
 def child(a, v):
     """One variant's run: a JSON line."""
     import transformers
@@ -89,8 +126,25 @@ def child(a, v):
               "nvswap+direct": {"page_cache": False},
               "nvswap+fixed": {"buffer_count": 4, "lookahead": 3},
               }.get(v["kind"], {})
+        if v["kind"] == "nvswap+copy":
+            from nvswap.torch import _load
+            _load.IN_PLACE = False  # today's path: copied at offload
         nvt.offload(model, weights=weights, nvme_path=a.dir,
                     inference=True, memory=v["budget"], **pc)
+        from nvswap.torch._engine import engine_of
+        eng = engine_of(model)
+        # the layers a forward streams (neither resident nor read by rows)
+        streamed = [i for i in range(len(eng.layers))
+                    if i not in eng.rows and eng.in_cpu is not None
+                    and i not in eng.in_cpu]
+        extra["in_place"] = len(eng.in_place)
+        extra["streamed"] = len(streamed)
+        if v["kind"] == "nvswap+copy" and eng.in_place:
+            raise SystemExit(f"nvswap+copy: {len(eng.in_place)} layers "
+                             "read in place with _load.IN_PLACE = False")
+        if v["kind"] == "nvswap" and streamed and not eng.in_place:
+            raise SystemExit(f"nvswap: {len(streamed)} layers streamed, "
+                             "none read in place (weights not aligned?)")
     model.eval()
     load_s = time.perf_counter() - t0
     g = torch.Generator().manual_seed(1)
@@ -108,10 +162,10 @@ def child(a, v):
         import nvswap.torch as nvt
         s = nvt.stats(model)
         step = s["last_forward_bytes_read"]
-        extra = {"resident_layers": s["resident_layers"],
-                 "layers": s["layers"], "pool_bytes": s["pool_bytes"],
-                 "page_cache": s["page_cache"],
-                 "read_ahead": s["read_ahead"]}
+        extra.update({"resident_layers": s["resident_layers"],
+                      "layers": s["layers"], "pool_bytes": s["pool_bytes"],
+                      "page_cache": s["page_cache"],
+                      "read_ahead": s["read_ahead"]})
     print(json.dumps({"tps": v["batch"] * a.new_tokens / secs,
                       "load_s": load_s, "step_bytes": step,
                       "tokens": out[:, a.prompt:].tolist(), **extra}),
@@ -168,7 +222,7 @@ def variants(a, nbytes):
             for cg in ([False, True] if a.cgroup else [False]):
                 if cg and budget >= a.cgroup:
                     continue  # the budget must fit the cgroup
-                kinds = ["accelerate", "nvswap"]
+                kinds = ["accelerate", "nvswap", "nvswap+copy"]
                 if a.page_cache:
                     kinds.append("nvswap+pc")
                 if a.direct:
@@ -230,7 +284,7 @@ def main():
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config(a))
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    model.save_pretrained(weights)
+    save_aligned(model, weights)
     del model
     if a.cgroup and memcgroup.why_not():
         print(f"no cgroup runs: {memcgroup.why_not()}")
@@ -252,8 +306,12 @@ def main():
                   + (res["error"] if "error" in res else
                      f"{res['tps']:.2f} tok/s")
                   + (f" (page cache: {res['page_cache']})"
-                     if v["kind"] == "nvswap" and "page_cache" in res
+                     if v["kind"] in ("nvswap", "nvswap+copy")
+                     and "page_cache" in res
                      else "")
+                  + (f" (in place: {res['in_place']} of "
+                     f"{res['streamed']} streamed)"
+                     if "in_place" in res else "")
                   + (f" (read-ahead: {depth(res['read_ahead'])})"
                      if res.get("read_ahead") else ""), flush=True)
         drop_caches()
@@ -294,6 +352,8 @@ def main():
         row = {"variant": name(v), "tps": tps, "vs_accelerate": rel,
                "bound": bound, "step_bytes": step, "equal": same,
                "peak": [r.get("peak") for r in ok],
+               "in_place": [r.get("in_place") for r in ok],
+               "load_s": [r["load_s"] for r in ok],
                "page_cache": [r.get("page_cache") for r in ok]}
         table.append(row)
         print(f"| {name(v)} | {statistics.median(tps):.2f} "

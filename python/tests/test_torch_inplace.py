@@ -295,3 +295,59 @@ def test_a_hold_goes_with_the_model_though_a_forked_child_shares_it(
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+def read_bytes():
+    """This process's bytes read from storage (/proc/self/io)."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def mlp(device=None):
+    return torch.nn.Sequential(*[torch.nn.Linear(512, 512, bias=False,
+                                                 device=device)
+                                 for _ in range(8)])
+
+
+def test_files_served_through_the_page_cache_are_read_into_it(diskdir):
+    """page_cache="auto" that takes the cache (everything a forward
+    streams fits) reads the files served in place into it behind the
+    first forward (posix_fadvise WILLNEED on a thread: the readahead
+    window's small reads made the cold first forward 2-3 x slower than
+    O_DIRECT); page_cache=False leaves them alone: offload() reads the
+    headers only (with the kernel's readahead: 128 KiB or so of the
+    8 MiB file)."""
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    torch.manual_seed(0)
+    ref = mlp()
+    nvt.save_pretrained(ref, w)
+    path = os.path.join(w, "model.safetensors")
+    size = os.path.getsize(path)
+    x = torch.randn(2, 512, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = ref(x)
+    for pc in ("auto", False):
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # cold
+        os.close(fd)
+        before = read_bytes()
+        m, eng = served(mlp("meta"), w, s, page_cache=pc)
+        try:
+            assert eng.in_place and eng.page_cache == (pc == "auto")
+            if pc == "auto":
+                eng.warming.join(60)
+                assert not eng.warming.is_alive()
+                assert read_bytes() - before >= size - (1 << 20), \
+                    (read_bytes() - before, size)
+            else:
+                assert eng.warming is None
+                assert read_bytes() - before < 1 << 20, \
+                    (read_bytes() - before, size)
+            with torch.no_grad():
+                assert torch.equal(m(x), want)
+        finally:
+            nvt.restore(m)

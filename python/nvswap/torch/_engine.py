@@ -130,6 +130,8 @@ class Engine(Passes, Grads):
         # (_wfile.Hold: nvswap's save_pretrained() keeps out)
         self.in_place = set()
         self.place_dirs = {}  # layer -> {directory}
+        # the thread reading them into the page cache (_wfile.warm_cache)
+        self.warming = None
         self.holds = {}  # directory -> _wfile.Hold
         # served from a persistent training set: nothing may be written,
         # and the layers kept resident are copies (_infer._copy_layer)

@@ -15,6 +15,7 @@ import nvswap
 from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
                _sizes, _statedict)
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
+from ._wfile import warm_cache
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors, record_plan)
 
@@ -399,12 +400,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         # the default of a model served, unless the config may say (an
         # nvswap.Config made from text has no raw keys to tell)
         page_cache = "auto"
+    warm = False  # the cache chosen for what a forward streams: warmed
     if page_cache == "auto":
         if memory is None:
             streamed = _infer.streamed_bytes(
                 model, lambda p: _mixed.cast_size(p, dtype), rows,
                 max_in_cpu)
-        page_cache = _infer.cache_fits(streamed, memory or 0)
+        page_cache = warm = _infer.cache_fits(streamed, memory or 0)
     _fix_mmap_threshold(malloc_mmap_threshold)
     kw = dict(nvme_path=nvme_path, buffer_size=buffer_size,
               buffer_count=buffer_count, backend=backend,
@@ -507,6 +509,10 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                 layers.append(layer_of[id(p)])
         if loader is not None:
             loader.finish()
+            if warm and eng.in_place:
+                # the files read in place, into the page cache behind
+                # the first forward (_wfile.warm_cache)
+                eng.warming = warm_cache(sorted(set(loader.paths.values())))
         _mixed.cast_buffers(model, dtype)
         if rec is not None:
             _durable.check_layers(eng, rec)
