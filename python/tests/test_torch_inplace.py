@@ -103,7 +103,9 @@ def test_hugging_face_models_generate_from_their_files(diskdir, name, kw):
 def test_a_file_changed_under_a_served_model_is_estale(diskdir, change):
     w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
     torch.manual_seed(0)
-    nvt.save_pretrained(GPT(), w)
+    ref = GPT()
+    want_sd = dict(ref.named_parameters())
+    nvt.save_pretrained(ref, w)
     path = os.path.join(w, "model.safetensors")
     m, eng = served(meta_gpt(), w, s)
     x = torch.randint(0, 64, (2, 8))
@@ -122,9 +124,21 @@ def test_a_file_changed_under_a_served_model_is_estale(diskdir, change):
     assert ei.value.errno == errno.ESTALE, ei.value
     assert "nvswap.torch: reading layer" in str(ei.value)
     assert f"{path} changed" in str(ei.value)
-    with pytest.raises(nvswap.Error):
-        nvt.restore(m)  # its file held the only copy of a layer
-    eng.close()
+    lost = {id(p) for i in eng.in_place for p in eng.layers[i]}
+    kept = {n: p for n, p in m.named_parameters() if id(p) not in lost}
+    assert lost and kept, "a layer read in place and one copied (rows)"
+    with pytest.raises(nvswap.Error) as ei:
+        nvt.restore(m)  # its file held the only copy of those layers
+    assert ei.value.errno == errno.ESTALE, ei.value
+    # the rest restored: the model is an ordinary one again, the layers
+    # lost as placeholders (NaN), the others the file's values
+    assert not hasattr(m, "_nvswap_engine")
+    for n, p in m.named_parameters():
+        assert p.device.type == "cpu", n
+        if id(p) in lost:
+            assert torch.isnan(p).all(), n
+        else:
+            assert torch.equal(p, want_sd[n]), n
 
 
 def test_what_cannot_be_read_in_place_is_copied(diskdir):

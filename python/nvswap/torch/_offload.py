@@ -2,6 +2,7 @@
 """offload() and restore(): a model's parameters moved to NVMe and back,
 and the hooks that make its forward, backward and state dicts work."""
 import atexit
+import errno
 import ctypes
 import functools
 import inspect
@@ -638,7 +639,10 @@ def restore(model):
     other layer restored (its files are kept whatever happens; the
     layer's parameters are left as placeholders: NaN of their shape);
     a scratch one stays offloaded so that restore() can be tried again,
-    its swap files holding the only copy.
+    its swap files holding the only copy. A layer read in place whose
+    weights file changed or went (ESTALE) cannot come back by trying
+    again: as for a persistent set, every other layer is restored, that
+    one's parameters left as placeholders, and its error raised.
 
     Refused (nvswap.Error EBUSY, nothing changed) while an optimizer
     step is half done (a step() that raised): the model would hold part
@@ -656,7 +660,8 @@ def restore(model):
         try:
             data = eng.read_layer(layer)
         except nvswap.Error as e:
-            if not eng.persistent:
+            lost = e.errno == errno.ESTALE and layer in eng.in_place
+            if not (eng.persistent or lost):
                 raise
             failed = failed or e
             continue
