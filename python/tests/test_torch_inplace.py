@@ -11,7 +11,9 @@ reads from it; what is not served in place (dtype=, checksum=True) is
 copied as before. Training from weights in place:
 test_torch_train_inplace.py."""
 import errno
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _savedir  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
-from filehelp import tree_state  # noqa: E402
+from filehelp import child_env, tree_state  # noqa: E402
 from torchhelp import GPT  # noqa: E402
 from weighthelp import (child, hf_models, meta_gpt, on_meta,  # noqa: E402
                         write_st)
@@ -365,3 +367,62 @@ def test_files_served_through_the_page_cache_are_read_into_it(diskdir):
                 assert torch.equal(m(x), want)
         finally:
             nvt.restore(m)
+
+
+ON_RAMFS = """
+import json, os, shutil, sys, warnings, torch
+import nvswap.torch as nvt
+from nvswap.torch._engine import engine_of
+from test_torch_inplace import mlp
+src, ram, swap = sys.argv[1], sys.argv[2], sys.argv[3]
+x = torch.randn(2, 512, generator=torch.Generator().manual_seed(3))
+out = {}
+for name, w in (("disk", src), ("ramfs", os.path.join(ram, "w"))):
+    if w != src:
+        shutil.copytree(src, w)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        m = nvt.offload(mlp("meta"), nvme_path=swap, weights=w,
+                        inference=True, page_cache=False)
+    eng = engine_of(m)
+    with torch.no_grad():
+        y = m(x)
+    out[name] = {"said": [str(g.message) for g in got
+                          if "weights file" in str(g.message)],
+                 "buffered": eng.pswap.stats()["files_buffered"],
+                 "in_place": len(eng.in_place), "y": y.sum().item()}
+    nvt.restore(m)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="mounting a ramfs needs root and unshare(1)")
+def test_weights_on_a_filesystem_without_o_direct_are_served_and_said(
+        diskdir):
+    """Weights served in place from ramfs, which refuses O_DIRECT: read
+    through the page cache, the same outputs as from the disk, and one
+    RuntimeWarning saying so (none for the disk)."""
+    w, s = os.path.join(diskdir, "w"), os.path.join(diskdir, "swap")
+    ram = os.path.join(diskdir, "ram")
+    os.makedirs(ram)
+    torch.manual_seed(0)
+    nvt.save_pretrained(mlp(), w)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = child_env()
+    env["PYTHONPATH"] = here + os.pathsep + env["PYTHONPATH"]
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f'mount -t ramfs none "{ram}" && exec "$0" -c "$1" "$2" "$3" "$4"',
+         sys.executable, ON_RAMFS, w, ram, s],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["disk"]["said"] == [] and got["disk"]["buffered"] == 0
+    assert got["ramfs"]["buffered"] == 1 and got["ramfs"]["in_place"] == 8
+    assert got["ramfs"]["y"] == got["disk"]["y"]
+    (said,) = got["ramfs"]["said"]
+    assert said.startswith("nvswap.torch.offload: 1 weights file(s) served "
+                           f"in place (in {os.path.join(ram, 'w')}) are "
+                           "read through the page cache: ramfs refuses "
+                           "O_DIRECT"), said

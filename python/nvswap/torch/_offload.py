@@ -514,6 +514,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
                 # the files read in place, into the page cache behind
                 # the first forward (_wfile.warm_cache)
                 eng.warming = warm_cache(sorted(set(loader.paths.values())))
+            if eng.in_place and not eng.page_cache:
+                _pools.warn_buffered_weights(pswap, loader.paths.values())
         _mixed.cast_buffers(model, dtype)
         if rec is not None:
             _durable.check_layers(eng, rec)

@@ -190,6 +190,22 @@ def warn_memory_fs(pswap):
                       stacklevel=3)
 
 
+def warn_buffered_weights(pswap, paths):
+    """A RuntimeWarning, once, where weights files served in place are
+    read through the page cache though page_cache=False asked for
+    O_DIRECT: their filesystem refuses it (ramfs, older kernels' tmpfs;
+    Swapper.stats()['files_buffered']). Nothing else changes."""
+    n = pswap.stats()["files_buffered"]
+    if not n:
+        return
+    where = sorted({os.path.dirname(p) for p in paths})
+    kinds = sorted({memory_fs(d) or "its filesystem" for d in where})
+    warnings.warn(f"nvswap.torch.offload: {n} weights file(s) served in "
+                  f"place (in {', '.join(where)}) are read through the page "
+                  f"cache: {' and '.join(kinds)} refuses O_DIRECT",
+                  RuntimeWarning, stacklevel=3)
+
+
 def open_pools(cfg, raw, rank, kw, served=None):
     """The two Swappers; for a persistent set that holds checkpoints,
     both at the newest one they share, and its record. served: a served
