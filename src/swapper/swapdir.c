@@ -449,17 +449,25 @@ static int take_lock(struct nvs_swapdir *d, bool ro)
 		} else if (n >= 0) {
 			/* /proc/locks lists only the locks of processes this
 			 * PID namespace shows: a container sharing the volume
-			 * holds it. The lock file's pid is the last writer's
-			 * (a reader writes none), not necessarily a holder. */
+			 * holds it; or a child that inherited the lock of a
+			 * process now gone (listed under the dead pid). The
+			 * lock file's pid is the last writer's (a reader
+			 * writes none), not necessarily a holder. */
+			char last[96] = "";
+			if (pid > 0)
+				snprintf(last, sizeof(last),
+					 "; its lock file names process %ld, "
+					 "the set's last writer",
+					 pid);
 			return nvs__err(-EBUSY,
 					"nvswap: %s is locked by a process "
 					"this PID namespace does not show (one "
 					"in another container sharing the "
 					"volume: /proc/locks lists only the "
-					"locks of the processes it shows); its "
-					"lock file names process %ld, the "
-					"set's last writer",
-					d->path, pid);
+					"locks of the processes it shows), or "
+					"by a child that inherited the lock of "
+					"a process now gone%s",
+					d->path, last);
 		} else {
 			live[nlive++] = (struct nvs__flock){.pid = pid};
 			writer = true;

@@ -13,12 +13,15 @@
  * failed".
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "nvswap/swapper.h"
 #include "check.h"
@@ -182,6 +185,7 @@ static void one_run(bool auto_evict, bool checksum, bool persist)
 	struct nvs_swap_stats st;
 	uint64_t x = 12345, total = 0;
 	pthread_t a, b;
+	int lockfd = -1;
 
 	nvs_swapper_opts_init(&o);
 	o.npaths = 1;
@@ -197,9 +201,13 @@ static void one_run(bool auto_evict, bool checksum, bool persist)
 	CHECK(nvs_swapper_create(&o, &r.s) == 0, "create");
 	if (!r.s)
 		return;
-	if (checksum)
+	if (checksum) {
+		/* Held shared, as a server holds its weights' directory. */
+		lockfd = open(dir, O_RDONLY | O_DIRECTORY);
+		CHECK(lockfd >= 0 && flock(lockfd, LOCK_SH) == 0, "flock");
 		CHECK(nvs_swapper_share_disk(r.s, dir) == 1, "share_disk: %s",
 		      nvs_last_error());
+	}
 	for (unsigned i = 0; i < N; i++) {
 		r.size[i] = BUF / 2 + next(&x) % (BUF / 2 + 1);
 		total += r.size[i];
@@ -251,6 +259,8 @@ static void one_run(bool auto_evict, bool checksum, bool persist)
 	       (unsigned long long)st.reads, (unsigned long long)st.writes,
 	       r.timeouts + r.mover_timeouts, r.busy);
 	CHECK(nvs_swapper_destroy(r.s) == 0, "destroy: %s", nvs_last_error());
+	if (lockfd >= 0)
+		close(lockfd);
 	if (persist)
 		reopen_check(&r, &o);
 	for (unsigned i = 0; i < N; i++)

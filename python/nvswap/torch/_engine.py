@@ -133,6 +133,8 @@ class Engine(Passes, Grads):
         # the thread reading them into the page cache (_wfile.warm_cache)
         self.warming = None
         self.holds = {}  # directory -> _wfile.Hold
+        self.unmoved = set()  # layers read in place not seen moved yet
+        self.holds_checked = None  # self.steps at drop_holds' last look
         # served from a persistent training set: nothing may be written,
         # and the layers kept resident are copies (_infer._copy_layer)
         self.read_only = False
@@ -345,6 +347,7 @@ class Engine(Passes, Grads):
         (Swapper.share_disk: the queue depth split among them)."""
         dirs = {os.path.dirname(os.path.realpath(p)) for p in paths}
         self.place_dirs[layer] = dirs
+        self.unmoved.add(layer)
         me = weakref.ref(self)  # the registry must not keep us alive
         for d in sorted(dirs):
             if d not in self.holds:
@@ -362,8 +365,16 @@ class Engine(Passes, Grads):
     def drop_holds(self):
         """The holds on directories no layer reads from any more (a
         training model's layers moved into the swap file by its steps)
-        released: another process may save there again."""
-        for d in [d for d in self.holds if not self._reading(d)]:
+        released: another process may save there again. Looked at once
+        per optimizer step, over the layers not seen moved yet (a frozen
+        layer never moves: it is asked about once a step)."""
+        if self.holds_checked == self.steps:
+            return
+        self.holds_checked = self.steps
+        self.unmoved = {i for i in self.unmoved
+                        if self.pswap.info(i << 20)["backed"]}
+        read = {d for i in self.unmoved for d in self.place_dirs[i]}
+        for d in [d for d in self.holds if d not in read]:
             self.holds.pop(d).close()
 
     def _reading(self, directory):
@@ -623,6 +634,8 @@ class Engine(Passes, Grads):
         retries it."""
         if self.closed:
             return
+        if self.warming is not None:
+            self.warming.stop.set()  # the page cache warm-up: no more
         err = None
         opt = self.optimizer
         if opt is not None and opt._spec is not None:

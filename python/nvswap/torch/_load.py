@@ -191,6 +191,7 @@ class Loader:
         self.inflight = []  # [(layer, [op], {index: fp32 master})]
         self.files = {}  # weights file -> its index in the parameter pool
         self.paths = {}  # and back
+        self.extents = []  # (path, offset, bytes) of each tensor in place
         self.checksum = eng.pswap.stats()["checksum"]
         # a persistent set's manifests name no outside file: copied
         self.scratch = not eng.persistent
@@ -342,6 +343,7 @@ class Loader:
                     or where[3] != p.dtype:
                 return None
             src.append(where)
+        self.extents += [(path, off, n) for path, off, n, _ in src]
         return [(self._file(path), off) for path, off, _, _ in src]
 
     def _file(self, path):

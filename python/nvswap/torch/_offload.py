@@ -2,8 +2,8 @@
 """offload() and restore(): a model's parameters moved to NVMe and back,
 and the hooks that make its forward, backward and state dicts work."""
 import atexit
-import errno
 import ctypes
+import errno
 import functools
 import inspect
 import os
@@ -16,9 +16,9 @@ import nvswap
 from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
                _sizes, _statedict)
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
-from ._wfile import warm_cache
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors, record_plan)
+from ._wfile import warm_cache
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
 _ALWAYS_CALL = "always_call" in inspect.signature(
@@ -402,6 +402,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         # nvswap.Config made from text has no raw keys to tell)
         page_cache = "auto"
     warm = False  # the cache chosen for what a forward streams: warmed
+    say = None  # weights read through the cache though O_DIRECT was asked
     if page_cache == "auto":
         if memory is None:
             streamed = _infer.streamed_bytes(
@@ -508,14 +509,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             layers = eng.mod_layers.setdefault(m, [])
             if layer_of[id(p)] not in layers:
                 layers.append(layer_of[id(p)])
+        warm = warm if loader is not None else None
         if loader is not None:
             loader.finish()
-            if warm and eng.in_place:
-                # the files read in place, into the page cache behind
-                # the first forward (_wfile.warm_cache)
-                eng.warming = warm_cache(sorted(set(loader.paths.values())))
+            # warmed once the model is ready
+            warm = loader.extents if warm and eng.in_place else None
             if eng.in_place and not eng.page_cache:
-                _pools.warn_buffered_weights(pswap, loader.paths.values())
+                say = list(loader.paths.values())
         _mixed.cast_buffers(model, dtype)
         if rec is not None:
             _durable.check_layers(eng, rec)
@@ -534,6 +534,12 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     _install(model, eng)
     _clip.route_torch()
+    if warm:
+        # the bytes read in place, into the page cache behind the first
+        # forward (_wfile.warm_cache)
+        eng.warming = warm_cache(warm)
+    if say:
+        _pools.warn_buffered_weights(pswap, say)
     if not eng.persistent:
         eng.pid = os.getpid()
         _SCRATCH.add(eng)
@@ -639,7 +645,8 @@ def restore(model):
     A layer that cannot be read (EIO, a checksum mismatch) raises its
     nvswap.Error, naming it. A persistent set is closed first, every
     other layer restored (its files are kept whatever happens; the
-    layer's parameters are left as placeholders: NaN of their shape);
+    layer's parameters are left as placeholders: NaN of their shape,
+    writable, zeros for an integer dtype);
     a scratch one stays offloaded so that restore() can be tried again,
     its swap files holding the only copy. A layer read in place whose
     weights file changed or went (ESTALE) cannot come back by trying
@@ -664,9 +671,14 @@ def restore(model):
         except nvswap.Error as e:
             lost = e.errno == errno.ESTALE and layer in eng.in_place
             if not (eng.persistent or lost):
+                if failed is not None:
+                    raise e from failed
                 raise
             failed = failed or e
-            continue
+            # a placeholder of its own (writable: load_state_dict works)
+            data = [torch.full(p.shape, float("nan"), dtype=p.dtype)
+                    if p.dtype.is_floating_point or p.dtype.is_complex
+                    else torch.zeros(p.shape, dtype=p.dtype) for p in ps]
         for p, d in zip(ps, data):
             p.data = d if eng.device is None else d.to(eng.device)
     for p in [p for ps in eng.layers for p in ps]:

@@ -119,7 +119,8 @@ class Passes:
         if not self.frames:
             self.stale_backward()
             self._enter()
-            if self.holds and self.gswap is not None:
+            if self.holds and self.gswap is not None and \
+                    not self.recomputing:
                 self.drop_holds()  # trained layers moved into swap
         ctx = None
         top = top_hooks()
