@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -441,3 +442,40 @@ def test_weights_on_a_filesystem_without_o_direct_are_served_and_said(
                            f"in place (in {os.path.join(ram, 'w')}) are "
                            "read through the page cache: ramfs refuses "
                            "O_DIRECT"), said
+
+
+def test_the_warm_up_asks_merged_spans_a_chunk_at_a_time_and_stops(
+        diskdir, monkeypatch):
+    """warm_cache merges neighbouring extents of a file into one span,
+    asks WILLNEED WARM_CHUNK bytes at a time (the real call, counted),
+    and ends at the chunk after its stop is set (Engine.close())."""
+    from nvswap.torch import _wfile
+    path = os.path.realpath(os.path.join(diskdir, "f"))
+    with open(path, "wb") as f:
+        f.write(b"\1" * (64 << 10))
+    asked, go, inside = [], threading.Event(), threading.Event()
+    real = os.posix_fadvise
+
+    def counted(fd, off, n, advice):
+        if os.readlink(f"/proc/self/fd/{fd}") == path:  # not an engine's
+            asked.append((off, n))
+            inside.set()
+            go.wait(30)
+        return real(fd, off, n, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", counted)
+    monkeypatch.setattr(_wfile, "WARM_CHUNK", 8192)
+    go.set()
+    t = _wfile.warm_cache([(path, 4096, 4096), (path, 0, 4096),
+                           (path, 8192, 4096), (path, 32768, 4096)])
+    t.join(30)
+    assert asked == [(0, 8192), (8192, 4096), (32768, 4096)]
+    asked.clear()
+    go.clear()
+    inside.clear()
+    t = _wfile.warm_cache([(path, 0, 64 << 10)])
+    assert inside.wait(30)
+    t.stop.set()  # while the first ask waits
+    go.set()
+    t.join(30)
+    assert not t.is_alive() and asked == [(0, 8192)]

@@ -295,9 +295,7 @@ static int create(const struct nvs_swapper_opts *o,
 		 * counted by the set's shared lock (share.c). */
 		struct stat lst;
 		if (fstat(s->path[0].dir.lockfd, &lst) == 0)
-			nvs__share_start(
-				s, lst.st_dev, lst.st_ino,
-				nvs__share_count(lst.st_dev, lst.st_ino));
+			(void)nvs__share_file(s, lst.st_dev, lst.st_ino);
 	}
 	*out = s;
 	return 0;

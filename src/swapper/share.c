@@ -26,7 +26,9 @@
 #define RECOUNT_NS 1000000000ull
 #define MAX_COUNTED 256u
 
-unsigned nvs__share_count(dev_t dev, ino_t ino)
+/* The processes holding a flock on (dev, ino), 1 at least (call it
+ * without the swapper's lock). */
+static unsigned count(dev_t dev, ino_t ino)
 {
 	struct nvs__flock f[MAX_COUNTED];
 	int n = nvs__flocks_on(dev, ino, f, MAX_COUNTED);
@@ -65,15 +67,19 @@ void nvs__share_apply(struct nvs_swapper *s)
 					      s->share.procs));
 }
 
-void nvs__share_start(struct nvs_swapper *s, dev_t dev, ino_t ino,
-		      unsigned procs)
+unsigned nvs__share_file(struct nvs_swapper *s, dev_t dev, ino_t ino)
 {
+	unsigned procs = count(dev, ino);
+
+	pthread_mutex_lock(&s->lock);
 	s->share.dev = dev;
 	s->share.ino = ino;
 	s->share.procs = procs;
 	atomic_store(&s->share.due_ns, nvs__now_ns() + RECOUNT_NS);
 	atomic_store(&s->share.on, true);
 	nvs__share_apply(s);
+	pthread_mutex_unlock(&s->lock);
+	return procs;
 }
 
 void nvs__share_tick(struct nvs_swapper *s)
@@ -94,7 +100,7 @@ void nvs__share_tick(struct nvs_swapper *s)
 	dev = s->share.dev;
 	ino = s->share.ino;
 	pthread_mutex_unlock(&s->lock);
-	n = nvs__share_count(dev, ino);
+	n = count(dev, ino);
 	pthread_mutex_lock(&s->lock);
 	if (s->share.dev == dev && s->share.ino == ino && n != s->share.procs) {
 		s->share.procs = n;
@@ -106,7 +112,6 @@ void nvs__share_tick(struct nvs_swapper *s)
 int nvs_swapper_share_disk(struct nvs_swapper *s, const char *path)
 {
 	struct stat st;
-	unsigned n;
 	int ret;
 
 	if (!s || !path)
@@ -118,9 +123,5 @@ int nvs_swapper_share_disk(struct nvs_swapper *s, const char *path)
 		return nvs__err(ret, "nvs_swapper_share_disk: %s: %s", path,
 				nvs_strerror(-ret));
 	}
-	n = nvs__share_count(st.st_dev, st.st_ino);
-	pthread_mutex_lock(&s->lock);
-	nvs__share_start(s, st.st_dev, st.st_ino, n);
-	pthread_mutex_unlock(&s->lock);
-	return (int)n;
+	return (int)nvs__share_file(s, st.st_dev, st.st_ino);
 }

@@ -24,14 +24,10 @@ struct nvs__share {
 	unsigned procs; /* holders at the last count (1 at least) */
 };
 
-/* The processes holding a flock on (dev, ino), 1 at least: read from
- * /proc/locks (call it without the swapper's lock). */
-unsigned nvs__share_count(dev_t dev, ino_t ino);
-
-/* Share with the @procs holders of the flocks on (dev, ino) from now on:
- * applied now. With the swapper's lock held (or before it is shared). */
-void nvs__share_start(struct nvs_swapper *s, dev_t dev, ino_t ino,
-		      unsigned procs);
+/* Share with the holders of the flocks on (dev, ino) from now on:
+ * counted (from /proc/locks, without the swapper's lock) and applied now;
+ * returns the count (1 at least). Takes the swapper's lock. */
+unsigned nvs__share_file(struct nvs_swapper *s, dev_t dev, ino_t ino);
 
 /* At a read's entry, WITHOUT the swapper's lock: counted again when a
  * second has passed since the last count, by the one thread that claims

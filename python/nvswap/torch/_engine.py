@@ -371,19 +371,24 @@ class Engine(Passes, Grads):
         if self.holds_checked == self.steps:
             return
         self.holds_checked = self.steps
-        self.unmoved = {i for i in self.unmoved
-                        if self.pswap.info(i << 20)["backed"]}
-        read = {d for i in self.unmoved for d in self.place_dirs[i]}
+        read = {d for i in self._unmoved_now() for d in self.place_dirs[i]}
         for d in [d for d in self.holds if d not in read]:
             self.holds.pop(d).close()
 
+    def _unmoved_now(self):
+        """The layers read in place that a step has not moved into the
+        swap file yet (nvs_tensor_info.backed), asked again."""
+        if self.closed:
+            return set()
+        self.unmoved = {i for i in self.unmoved
+                        if self.pswap.info(i << 20)["backed"]}
+        return self.unmoved
+
     def _reading(self, directory):
-        """The layers still read from files in directory: not yet moved
-        into the swap file by a step (nvs_tensor_info.backed)."""
+        """The layers still read from files in directory, named."""
         out = []
-        for layer, dirs in sorted(self.place_dirs.items()):
-            if directory in dirs and not self.closed and \
-                    self.pswap.info(layer << 20)["backed"]:
+        for layer in sorted(self._unmoved_now()):
+            if directory in self.place_dirs[layer]:
                 names = self.names[layer]
                 out.append(f"layer {layer} ({', '.join(names[:2])}"
                            f"{', ...' if len(names) > 2 else ''})")

@@ -21,7 +21,8 @@ import torch
 
 from ._common import nbytes
 
-# Weights in place for the layers a model streams (see Loader._sources). False: every layer copied into the swap file, as before
+# Weights in place for the layers a model streams (see Loader._sources).
+# False: every layer copied into the swap file, as before
 # (bench/serve_inplace.py compares the two in one run).
 IN_PLACE = True
 

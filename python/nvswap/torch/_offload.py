@@ -402,7 +402,6 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         # nvswap.Config made from text has no raw keys to tell)
         page_cache = "auto"
     warm = False  # the cache chosen for what a forward streams: warmed
-    say = None  # weights read through the cache though O_DIRECT was asked
     if page_cache == "auto":
         if memory is None:
             streamed = _infer.streamed_bytes(
@@ -509,13 +508,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             layers = eng.mod_layers.setdefault(m, [])
             if layer_of[id(p)] not in layers:
                 layers.append(layer_of[id(p)])
-        warm = warm if loader is not None else None
         if loader is not None:
             loader.finish()
-            # warmed once the model is ready
-            warm = loader.extents if warm and eng.in_place else None
-            if eng.in_place and not eng.page_cache:
-                say = list(loader.paths.values())
         _mixed.cast_buffers(model, dtype)
         if rec is not None:
             _durable.check_layers(eng, rec)
@@ -534,12 +528,13 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     _install(model, eng)
     _clip.route_torch()
-    if warm:
-        # the bytes read in place, into the page cache behind the first
-        # forward (_wfile.warm_cache)
-        eng.warming = warm_cache(warm)
-    if say:
-        _pools.warn_buffered_weights(pswap, say)
+    if loader is not None and eng.in_place:
+        if warm:
+            # the bytes read in place, into the page cache behind the
+            # first forward (_wfile.warm_cache)
+            eng.warming = warm_cache(loader.extents)
+        elif not eng.page_cache:  # O_DIRECT asked: the files that refuse it
+            _pools.warn_buffered_weights(pswap, loader.paths.values())
     if not eng.persistent:
         eng.pid = os.getpid()
         _SCRATCH.add(eng)
