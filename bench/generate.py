@@ -35,7 +35,15 @@ and, with --cgroup, inside a memory cgroup of that many bytes
 in-memory run's. fio's O_DIRECT sequential read of the weights file in the
 same run gives the disk bound: tokens/s <= batch x read GB/s / bytes read
 per token (nvswap reports its bytes per forward; accelerate's come from
-/proc/self/io read_bytes over the generate() call).
+/proc/self/io read_bytes over the generate() call). Beside the
+generate() call's tokens/s: the decoding tokens/s (after the first new
+token, the serving rate), the first token's seconds (the prompt's
+forward, from generate()'s start) and load + generate(): the
+from_pretrained() or offload() call and generate() (the copy variant
+reads every layer in its offload(), in place the first forward does;
+the imports and the meta model before offload() are left out: their
+time, cold after the dropped cache, varies by a second from run to
+run).
 
     PYTHONPATH=build/python python3 bench/generate.py [--dir /var/tmp/gen]
         [--hidden 1024] [--layers 16] [--inter 2816] [--vocab 32000]
@@ -63,7 +71,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "python"))
 import memcgroup  # noqa: E402
-from generate_offloaded import config, model_args  # noqa: E402
+from generate_offloaded import Clock, config, model_args  # noqa: E402
 from benchutil import fs_type, loadavg, parse_size  # noqa: E402
 
 GB = 1e9
@@ -129,8 +137,10 @@ def child(a, v):
         if v["kind"] == "nvswap+copy":
             from nvswap.torch import _load
             _load.IN_PLACE = False  # today's path: copied at offload
+        t1 = time.perf_counter()
         nvt.offload(model, weights=weights, nvme_path=a.dir,
                     inference=True, memory=v["budget"], **pc)
+        call_s = time.perf_counter() - t1
         from nvswap.torch._engine import engine_of
         eng = engine_of(model)
         # the layers a forward streams (neither resident nor read by rows)
@@ -147,16 +157,18 @@ def child(a, v):
                              "none read in place (weights not aligned?)")
     model.eval()
     load_s = time.perf_counter() - t0
+    if v["kind"] in ("memory", "accelerate"):
+        call_s = load_s  # from_pretrained's
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, a.vocab, (v["batch"], a.prompt), generator=g)
     r0 = read_bytes()
-    t0 = time.perf_counter()
+    clock = Clock()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids),
                              max_new_tokens=a.new_tokens,
                              min_new_tokens=a.new_tokens, do_sample=False,
-                             pad_token_id=0)
-    secs = time.perf_counter() - t0
+                             pad_token_id=0, streamer=clock)
+    secs = time.perf_counter() - clock.t0
     step = (read_bytes() - r0) / a.new_tokens
     if v["kind"].startswith("nvswap"):
         import nvswap.torch as nvt
@@ -167,12 +179,22 @@ def child(a, v):
                       "page_cache": s["page_cache"],
                       "read_ahead": s["read_ahead"]})
     print(json.dumps({"tps": v["batch"] * a.new_tokens / secs,
+                      "first_s": clock.first_s(),
+                      "decode_tps": clock.decode_tps(v["batch"]),
+                      "total_s": call_s + secs, "call_s": call_s,
                       "load_s": load_s, "step_bytes": step,
                       "tokens": out[:, a.prompt:].tolist(), **extra}),
           flush=True)
     if v["kind"] == "accelerate":
         shutil.rmtree(off, ignore_errors=True)
     return 0
+
+
+def spread(xs):
+    """'median [min-max]' of xs, '-' where a run had none."""
+    if not xs or None in xs:
+        return "-"
+    return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
 
 
 def drop_caches():
@@ -304,7 +326,9 @@ def main():
             runs[name(v)].append(res)
             print(f"  {rep} {name(v)}: "
                   + (res["error"] if "error" in res else
-                     f"{res['tps']:.2f} tok/s")
+                     f"{res['tps']:.2f} tok/s (decoding "
+                     f"{res['decode_tps']:.2f}, first token "
+                     f"{res['first_s']:.2f} s, load {res['call_s']:.2f} s)")
                   + (f" (page cache: {res['page_cache']})"
                      if v["kind"] in ("nvswap", "nvswap+copy")
                      and "page_cache" in res
@@ -328,8 +352,9 @@ def main():
              f"{', '.join(f'{x:.2f}' for x in got)})" if got else
              "no figure (fio failed or the file is too small)"))
     print("| variant | tokens/s median [min-max] | vs accelerate, same "
-          "budget | x disk bound | bytes read per step | tokens equal |")
-    print("|---|---|---|---|---|---|")
+          "budget | x disk bound | decoding tokens/s | first token s | "
+          "load + generate s | bytes read per step | tokens equal |")
+    print("|---|---|---|---|---|---|---|---|---|")
     table = []
     for v in vs:
         ok = [r for r in runs[name(v)] if "error" not in r]
@@ -354,12 +379,18 @@ def main():
                "peak": [r.get("peak") for r in ok],
                "in_place": [r.get("in_place") for r in ok],
                "load_s": [r["load_s"] for r in ok],
+               "decode_tps": [r["decode_tps"] for r in ok],
+               "first_s": [r["first_s"] for r in ok],
+               "total_s": [r["total_s"] for r in ok],
+               "call_s": [r["call_s"] for r in ok],
                "page_cache": [r.get("page_cache") for r in ok]}
         table.append(row)
-        print(f"| {name(v)} | {statistics.median(tps):.2f} "
-              f"[{min(tps):.2f}-{max(tps):.2f}] | {rel} | "
+        print(f"| {name(v)} | {spread(tps)} | {rel} | "
               + (f"{statistics.median(tps) / bound:.2f}" if bound else "-")
-              + f" | {step / GB:.3f} GB | {'yes' if same else 'NO'} |")
+              + f" | {spread([r['decode_tps'] for r in ok])}"
+              f" | {spread([r['first_s'] for r in ok])}"
+              f" | {spread([r['total_s'] for r in ok])}"
+              f" | {step / GB:.3f} GB | {'yes' if same else 'NO'} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"fio_gbps": fio, "rows": table,

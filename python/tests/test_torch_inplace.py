@@ -444,38 +444,100 @@ def test_weights_on_a_filesystem_without_o_direct_are_served_and_said(
                            "O_DIRECT"), said
 
 
-def test_the_warm_up_asks_merged_spans_a_chunk_at_a_time_and_stops(
+def test_the_warm_up_reads_spans_in_the_forwards_order():
+    """warm_cache's spans: extents of one file within GAP of the span
+    before them join it whatever their order inside it (a layer's
+    tensors), another file or a farther extent starts a new one, and the
+    order of the forward is kept (not the files' offsets)."""
+    from nvswap.torch import _warm
+    gap = _warm.GAP
+    assert _warm.spans([("a", 4096, 4096), ("a", 0, 4096),
+                        ("a", 8192, 4096), ("a", 8192 + 4096 + gap, 10),
+                        ("a", 3 * gap, 4096), ("b", 0, 4096),
+                        ("a", 0, 4096)]) == [
+        ("a", 0, 8192 + 4096 + gap + 10), ("a", 3 * gap, 3 * gap + 4096),
+        ("b", 0, 4096), ("a", 0, 4096)]
+    assert _warm.spans([("a", 5 * gap, 10), ("a", 2 * gap, 10)]) == [
+        ("a", 5 * gap, 5 * gap + 10), ("a", 2 * gap, 2 * gap + 10)]
+
+
+def test_populate_reads_a_span_into_the_cache_and_says_a_short_file(
+        diskdir):
+    """populate() faults a span's pages in through a mapping (the real
+    madvise(MADV_POPULATE_READ)), from an offset that is not
+    page-aligned: it reads the span from the disk, and a read of the
+    span afterwards reads nothing more (/proc/self/io). A span past the
+    file's end is -EFAULT (no SIGBUS)."""
+    from nvswap.torch import _warm
+    path = os.path.join(diskdir, "f")
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        before = read_bytes()
+        assert _warm.populate(fd, 100, 1 << 20) == 0
+        assert read_bytes() - before >= 1 << 20, read_bytes() - before
+        before = read_bytes()
+        buf = bytearray(1 << 20)
+        assert os.preadv(fd, [buf], 0) == 1 << 20
+        assert read_bytes() - before < 64 << 10, read_bytes() - before
+        assert _warm.populate(fd, 0, (1 << 20) + 8192) == -errno.EFAULT
+    finally:
+        os.close(fd)
+
+
+def test_the_warm_up_asks_a_chunk_at_a_time_stops_and_falls_back(
         diskdir, monkeypatch):
-    """warm_cache merges neighbouring extents of a file into one span,
-    asks WILLNEED WARM_CHUNK bytes at a time (the real call, counted),
-    and ends at the chunk after its stop is set (Engine.close())."""
-    from nvswap.torch import _wfile
+    """warm_cache populates WARM_CHUNK bytes at a time (the real call,
+    counted), ends at the chunk after its stop is set (Engine.close()),
+    asks WILLNEED instead where the kernel has no MADV_POPULATE_READ
+    (-EINVAL, before Linux 5.14), and skips a file it cannot open."""
+    from nvswap.torch import _warm
     path = os.path.realpath(os.path.join(diskdir, "f"))
     with open(path, "wb") as f:
         f.write(b"\1" * (64 << 10))
     asked, go, inside = [], threading.Event(), threading.Event()
-    real = os.posix_fadvise
+    real = _warm.populate
 
-    def counted(fd, off, n, advice):
+    def counted(fd, start, end):
         if os.readlink(f"/proc/self/fd/{fd}") == path:  # not an engine's
-            asked.append((off, n))
+            asked.append((start, end))
             inside.set()
             go.wait(30)
-        return real(fd, off, n, advice)
+        return real(fd, start, end)
 
-    monkeypatch.setattr(os, "posix_fadvise", counted)
-    monkeypatch.setattr(_wfile, "WARM_CHUNK", 8192)
+    monkeypatch.setattr(_warm, "populate", counted)
+    monkeypatch.setattr(_warm, "WARM_CHUNK", 8192)
     go.set()
-    t = _wfile.warm_cache([(path, 4096, 4096), (path, 0, 4096),
-                           (path, 8192, 4096), (path, 32768, 4096)])
+    t = _warm.warm_cache([(path, 4096, 4096), (path, 0, 4096),
+                          (path, 8192, 4096), (diskdir + "/gone", 0, 4096),
+                          (path, 32768, 4096)])
     t.join(30)
-    assert asked == [(0, 8192), (8192, 4096), (32768, 4096)]
+    assert asked == [(0, 8192), (8192, 12288), (32768, 36864)]
     asked.clear()
     go.clear()
     inside.clear()
-    t = _wfile.warm_cache([(path, 0, 64 << 10)])
+    t = _warm.warm_cache([(path, 0, 64 << 10)])
     assert inside.wait(30)
-    t.stop.set()  # while the first ask waits
+    t.stop.set()  # while the first chunk is read
     go.set()
     t.join(30)
     assert not t.is_alive() and asked == [(0, 8192)]
+
+    advised = []
+    real_advise = os.posix_fadvise
+
+    def advise(fd, off, n, advice):
+        if os.readlink(f"/proc/self/fd/{fd}") == path:
+            advised.append((off, n, advice))
+        return real_advise(fd, off, n, advice)
+
+    monkeypatch.setattr(_warm, "populate", lambda fd, a, b: -errno.EINVAL)
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    t = _warm.warm_cache([(path, 0, 20480)])
+    t.join(30)
+    assert advised == [(0, 8192, os.POSIX_FADV_WILLNEED),
+                       (8192, 8192, os.POSIX_FADV_WILLNEED),
+                       (16384, 4096, os.POSIX_FADV_WILLNEED)]

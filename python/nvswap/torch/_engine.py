@@ -130,7 +130,7 @@ class Engine(Passes, Grads):
         # (_wfile.Hold: nvswap's save_pretrained() keeps out)
         self.in_place = set()
         self.place_dirs = {}  # layer -> {directory}
-        # the thread reading them into the page cache (_wfile.warm_cache)
+        # the thread reading them into the page cache (_warm.warm_cache)
         self.warming = None
         self.holds = {}  # directory -> _wfile.Hold
         self.unmoved = set()  # layers read in place not seen moved yet

@@ -18,7 +18,7 @@ from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors, record_plan)
-from ._wfile import warm_cache
+from ._warm import warm_cache
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
 _ALWAYS_CALL = "always_call" in inspect.signature(
@@ -531,7 +531,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     if loader is not None and eng.in_place:
         if warm:
             # the bytes read in place, into the page cache behind the
-            # first forward (_wfile.warm_cache)
+            # first forward (_warm.warm_cache)
             eng.warming = warm_cache(loader.extents)
         elif not eng.page_cache:  # O_DIRECT asked: the files that refuse it
             _pools.warn_buffered_weights(pswap, loader.paths.values())

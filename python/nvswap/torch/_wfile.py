@@ -28,7 +28,6 @@ import errno
 import fcntl
 import os
 import stat
-import threading
 import time
 
 import nvswap
@@ -342,52 +341,3 @@ def readers_of(directory):
         else:
             h.close()
     return out
-
-
-WARM_CHUNK = 64 << 20  # bytes a WILLNEED asks for before it looks at stop
-
-
-def warm_cache(extents):
-    """A daemon thread asking the kernel to read extents, [(path, offset,
-    bytes)], into the page cache (posix_fadvise WILLNEED: large reads,
-    the device's queue kept full), for a model served in place through
-    the cache (page_cache="auto" found room for every byte a forward
-    streams: extents are those bytes, neighbours merged). Without it the
-    first forward reads the files cold through the cache in the
-    readahead window's small pieces: 2.2-2.9 s for 2.15 GB here,
-    against 1.0-1.7 s with it and 0.8-0.9 s O_DIRECT (bench/RESULTS.md,
-    "Weights in place"). Asked WARM_CHUNK at a time, so that stop (the
-    returned thread's .stop, a threading.Event: Engine.close() sets it)
-    ends it within one chunk's read. Only a hint: a file gone or refused
-    is skipped. Returns the thread."""
-    runs = {}
-    for path, off, n in sorted(extents):
-        r = runs.setdefault(path, [])
-        if r and off <= r[-1][1]:
-            r[-1][1] = max(r[-1][1], off + n)
-        else:
-            r.append([off, off + n])
-    stop = threading.Event()
-
-    def run():
-        for path, spans in runs.items():
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                for start, end in spans:
-                    for at in range(start, end, WARM_CHUNK):
-                        if stop.is_set():
-                            return
-                        os.posix_fadvise(fd, at, min(WARM_CHUNK, end - at),
-                                         os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-    t = threading.Thread(target=run, name="nvswap-warm-cache", daemon=True)
-    t.stop = stop
-    t.start()
-    return t
