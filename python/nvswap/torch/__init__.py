@@ -42,9 +42,11 @@ _weights (the readers), _wfile (each file held open, checked unchanged),
 _wread (reading tensors out of them), _stformat (the safetensors format),
 _ptformat (a torch.save zip, read in place), _load (offload(weights=)),
 _export (save_pretrained) with _savedir (its atomic switch of files);
-_sizes (the one size rule); _progress (summary, progress: for people).
+_sizes (the one size rule); _progress (summary, progress: for people);
+_activations (save_on_nvme: the tensors autograd saves, to NVMe).
 """
 from . import _durable
+from ._activations import ActivationStore, save_on_nvme
 from ._api import checkpoint, gathered, stats, wait
 from ._clip import clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_
 from ._engine import engine_of
@@ -57,6 +59,7 @@ from ._weights import open_weights
 __all__ = ["offload", "stats", "wait", "gathered", "restore", "engine_of",
            "checkpoint", "Checkpoint", "Adam", "AdamW", "OffloadedOptimizer",
            "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
-           "save_pretrained", "open_weights", "summary", "progress"]
+           "save_pretrained", "open_weights", "summary", "progress",
+           "save_on_nvme", "ActivationStore"]
 
 Checkpoint = _durable.Checkpoint

@@ -132,6 +132,9 @@ class Engine(Passes, Grads):
         self.place_dirs = {}  # layer -> {directory}
         # the thread reading them into the page cache (_warm.warm_cache)
         self.warming = None
+        # save_on_nvme's store the saved activations go to (offload(
+        # activations=)); closed with the engine when offload() made it
+        self.act, self.act_owned = None, False
         self.holds = {}  # directory -> _wfile.Hold
         self.unmoved = set()  # layers read in place not seen moved yet
         self.holds_checked = None  # self.steps at drop_holds' last look
@@ -609,6 +612,8 @@ class Engine(Passes, Grads):
             "checkpoints": self.ckpt_seq,
             "param": ps,
             "optimizer": gs if self.gswap is not None else None,
+            "activations": (self.act.stats() if self.act is not None
+                            and not self.act.swapper.closed else None),
         }
         out.update(_infer.stats(self))
         return out
@@ -693,6 +698,11 @@ class Engine(Passes, Grads):
         for h in self.holds.values():
             h.close()
         self.holds = {}
+        if self.act is not None and self.act_owned:
+            try:
+                self.act.close()
+            except nvswap.Error as e:
+                err = err or e
         if err is not None:
             raise err
 

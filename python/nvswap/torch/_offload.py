@@ -13,11 +13,12 @@ import torch
 
 import nvswap
 
-from . import (_clip, _depth, _durable, _infer, _load, _mixed, _pools, _rows,
-               _sizes, _statedict)
+from . import (_activations, _clip, _depth, _durable, _infer, _load, _mixed,
+               _pools, _rows, _sizes, _statedict)
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors, record_plan)
+from ._activations import ActivationStore
 from ._warm import warm_cache
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
@@ -124,7 +125,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
             backend=None, init=None, malloc_mmap_threshold=1 << 20,
             persist=None, device=None, grad_hook=None, dtype=None,
             weights=None, inference=False, memory=None, page_cache=None,
-            checksum=None):
+            checksum=None, activations=None):
     """Move model's parameters to NVMe; returns model (changed in place).
 
     config: a DeepSpeed-style JSON file, a dict or an nvswap.Config; its
@@ -293,6 +294,16 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     nvswap.Error(EBADMSG) naming the layer and the file instead of
     computing with wrong weights. A persistent set always checks.
 
+    activations: "nvme" sends the tensors autograd saves for backward in
+    the model's forward (those its pools do not hold: activations,
+    checkpoints' inputs) to a swap file of their own in nvme_path
+    (<nvme_path>/nvswap/activations/rank<rank>, 256 MiB of 32 MiB
+    buffers), or a store made by nvt.save_on_nvme() (its path, memory,
+    buffer_size and threshold; the caller closes it). The store's
+    counters are stats(model)["activations"]; it closes with the model's
+    offload. Default None: they stay in memory (docs/torch.md,
+    "Activations to NVMe").
+
     Raises ValueError (already offloaded, no path, another model than the
     one saved, parameters on several devices, a pool keyword <= 0),
     nvswap.Error(ENOTDIR, EACCES...) naming a level of nvme_path that is
@@ -319,6 +330,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise ValueError("nvswap.torch.offload: page_cache='auto' decides "
                          "from the bytes a forward streams: inference="
                          "True only (give True or False)")
+    _check_activations(activations)
     if grad_hook is not None and not callable(grad_hook):
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
@@ -528,6 +540,8 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise
     _install(model, eng)
     _clip.route_torch()
+    if activations is not None:
+        _activations_to(eng, model, activations)
     if loader is not None and eng.in_place:
         if warm:
             # the bytes read in place, into the page cache behind the
@@ -539,6 +553,41 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         eng.pid = os.getpid()
         _SCRATCH.add(eng)
     return model
+
+
+def _check_activations(activations):
+    """offload()'s activations=: None, "nvme" or an ActivationStore."""
+    if activations is None or activations == "nvme" or \
+            isinstance(activations, ActivationStore):
+        return
+    if isinstance(activations, str):
+        raise ValueError(f"nvswap.torch.offload: activations="
+                         f"{activations!r}: 'nvme' or None")
+    raise TypeError("nvswap.torch.offload: activations must be 'nvme', "
+                    "None or a store made by nvswap.torch.save_on_nvme(), "
+                    f"not {type(activations).__name__}")
+
+
+def _activations_to(eng, model, activations):
+    """The engine's store of saved activations: the one given, or one
+    made beside the parameter pool's swap directory
+    (<nvme_path>/nvswap/param/rank<r> -> <nvme_path>, rank r). A store
+    that cannot be made undoes the offload."""
+    if activations != "nvme":
+        eng.act = activations
+        return
+    rank_dir = eng.pswap.dirs[0]
+    base = os.path.dirname(os.path.dirname(os.path.dirname(rank_dir)))
+    rank = int(os.path.basename(rank_dir)[len("rank"):])
+    try:
+        eng.act = ActivationStore(base, memory=_activations.MEMORY,
+                                  buffer_size=_activations.BUFFER,
+                                  threshold=_activations.THRESHOLD,
+                                  rank=rank)
+    except BaseException:
+        restore(model)
+        raise
+    eng.act_owned = True
 
 
 def _device(model, device):
