@@ -241,14 +241,18 @@ class ActivationStore:
         (restored, restored_bytes); the exposed waits: write_wait_s (the
         forward waiting for writes, the pool full of them), read_wait_s
         (the backward waiting in unpack for reads and copies); live (the
-        pieces on NVMe now); the Swapper's bytes_written and bytes_read.
-        Totals since the store was made."""
+        pieces on NVMe now); the Swapper's bytes_written and bytes_read,
+        and pool_wait_s (its acquires waiting for a buffer or a read:
+        the forward waiting for a buffer a write still holds, the read
+        in unpack of a piece not read ahead). Totals since the store was
+        made."""
         out = dict(self.st)
         with self._lock:
             out["live"] = len(self._live)
         s = self.swapper.stats()
         out["bytes_written"] = s["bytes_written"]
         out["bytes_read"] = s["bytes_read"]
+        out["pool_wait_s"] = (s["acquire_wait_ns"] + s["buffer_wait_ns"]) / 1e9
         return out
 
     def close(self):
