@@ -185,11 +185,11 @@ def main():
                    "peak_nvme_mib": [r["peak_mib"] for r in nv],
                    "per_step": steps}
             table.append(row)
+            mb = spread([s['saved_bytes'] / 1e6 for s in steps], "{:.0f}")
             print(f"| {t} | {'on' if c else 'off'} | {spread(mt)} | "
                   f"{spread(nt)} | {row['ratio']:.2f} | "
                   f"{statistics.median(row['peak_memory_mib']):.0f} | "
-                  f"{statistics.median(row['peak_nvme_mib']):.0f} | "
-                  f"{spread([s['saved_bytes'] / 1e6 for s in steps], '{:.0f}')}"
+                  f"{statistics.median(row['peak_nvme_mib']):.0f} | {mb}"
                   f" | {spread([s['write_wait_s'] for s in steps])} | "
                   f"{spread([s['read_wait_s'] for s in steps])} | "
                   f"{spread([s['pool_wait_s'] for s in steps])} |")

@@ -17,7 +17,7 @@ import torch.utils.checkpoint
 import nvswap
 import nvswap.torch as nvt
 
-from torchhelp import GPT, batches, same
+from torchhelp import GPT, CheckpointedGPT, batches, same
 
 SMALL = dict(memory=4 * 16384, buffer_size=16384, threshold=0)
 
@@ -245,21 +245,6 @@ def test_a_closed_store_refuses_to_save(diskdir):
         act.pack(torch.ones(1024) * 2)
 
 
-class CheckpointedGPT(GPT):
-    """The test GPT with each block under torch.utils.checkpoint."""
-
-    def __init__(self, reentrant):
-        super().__init__(layers=3)
-        self.reentrant = reentrant
-
-    def forward(self, x):
-        h = self.emb(x)
-        for b in self.blocks:
-            h = torch.utils.checkpoint.checkpoint(
-                b, h, self.mask, use_reentrant=self.reentrant)
-        return self.head(h)
-
-
 @pytest.mark.parametrize("reentrant", [True, False])
 def test_checkpointed_blocks_send_their_inputs_and_train_bit_equal(
         diskdir, reentrant):
@@ -268,7 +253,7 @@ def test_checkpointed_blocks_send_their_inputs_and_train_bit_equal(
     recomputation runs in backward outside them, and two steps equal the
     run in memory bit for bit."""
     torch.manual_seed(0)
-    ref = CheckpointedGPT(reentrant)
+    ref = CheckpointedGPT(reentrant, layers=3)
     off = copy.deepcopy(ref)
     data = batches(2)
     act = nvt.save_on_nvme(diskdir, **SMALL)
@@ -390,7 +375,8 @@ def test_offload_activations_nvme_trains_bit_equal(diskdir, monkeypatch,
     monkeypatch.setattr(_activations, "MEMORY", 4 * 16384)
     monkeypatch.setattr(_activations, "BUFFER", 16384)
     torch.manual_seed(0)
-    ref = GPT() if reentrant is None else CheckpointedGPT(reentrant)
+    ref = (GPT() if reentrant is None else
+           CheckpointedGPT(reentrant, layers=3))
     off = nvt.offload(copy.deepcopy(ref), nvme_path=diskdir,
                       buffer_size=1 << 20, buffer_count=4,
                       activations="nvme")

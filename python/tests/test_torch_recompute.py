@@ -11,22 +11,8 @@ torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
 import torch.utils.checkpoint  # noqa: E402,F811
 
 import nvswap.torch as nvt  # noqa: E402
-from torchhelp import GPT, batches, hf, same, train, trained_pair  # noqa: E402,E501
-
-
-class CheckpointedGPT(GPT):
-    """The test GPT with each block checkpointed."""
-
-    def __init__(self, reentrant, **kw):
-        super().__init__(**kw)
-        self.reentrant = reentrant
-
-    def forward(self, x):
-        h = self.emb(x)
-        for b in self.blocks:
-            h = torch.utils.checkpoint.checkpoint(
-                b, h, self.mask, use_reentrant=self.reentrant)
-        return self.head(h)
+from torchhelp import (CheckpointedGPT, batches, hf, same,  # noqa: E402
+                       train, trained_pair)
 
 
 @pytest.mark.parametrize("reentrant", [False, True],

@@ -8,6 +8,7 @@ import errno
 
 import pytest
 import torch
+import torch.utils.checkpoint
 
 V, D, HEADS, T, B = 64, 32, 4, 8, 2
 
@@ -33,6 +34,21 @@ class GPT(torch.nn.Module):
             h = b(h, src_mask=self.mask)
             if self.twice:  # the same module called twice in one forward
                 h = b(h, src_mask=self.mask)
+        return self.head(h)
+
+
+class CheckpointedGPT(GPT):
+    """The test GPT with each block checkpointed."""
+
+    def __init__(self, reentrant, **kw):
+        super().__init__(**kw)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        h = self.emb(x)
+        for b in self.blocks:
+            h = torch.utils.checkpoint.checkpoint(
+                b, h, self.mask, use_reentrant=self.reentrant)
         return self.head(h)
 
 
