@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Activations to NVMe: the tensors autograd saves for backward written
 to a swap file behind the forward and read back ahead of the backward
-(issue 50, first slice: the context manager, like
+(issue 50, first part: the context manager, like
 torch.autograd.graph.save_on_cpu).
 
     act = nvt.save_on_nvme("/nvme/act", memory="512M")
@@ -24,10 +24,17 @@ graph is dropped without one); the swap file's space is reused by the
 next step's tensors, and the file goes with close() or the process.
 
 Kept in memory, as given: tensors below the threshold, tensors not on
-the CPU, layouts other than strided, and a parameter (a leaf that
-requires grad) or a view of one (autograd saves the weights of a Linear:
-they are in memory anyway, or in nvswap's pools for an offloaded model,
-whose own hooks keep them by reference before these see them).
+the CPU, layouts other than strided, nested tensors, and a parameter
+(trained or frozen), a leaf that requires grad, or a view of one
+(autograd saves the weights of a Linear: they are in memory anyway, or
+in nvswap's pools for an offloaded model, whose own hooks keep them by
+reference before these see them). A module's buffers are not told apart
+from activations: one above the threshold is copied.
+
+Autograd drops a saved tensor on any thread, inside the cycle collector
+too: _Packed.__del__ takes no lock and calls nothing; it queues its
+pieces, and the store frees them at its next pack, unpack, stats() or
+close().
 """
 import atexit
 import collections
@@ -63,18 +70,20 @@ def _close_at_exit():
 
 def _kept(t, threshold):
     """True when t is saved as it is (module docstring)."""
-    if t.layout is not torch.strided or t.device.type != "cpu":
+    if t.layout is not torch.strided or t.device.type != "cpu" or \
+            getattr(t, "is_nested", False):
         return True
     if t.numel() * t.element_size() < threshold:
         return True
     base = t._base if t._base is not None else t
-    return base.is_leaf and base.requires_grad
+    return isinstance(base, torch.nn.Parameter) or \
+        (base.is_leaf and base.requires_grad)
 
 
 class _Packed:
     """What autograd holds for a saved tensor: its pieces' ids in the
-    store, its shape and dtype. The pieces are unregistered (their space
-    freed) when autograd drops it."""
+    store, its shape and dtype. Its pieces are queued to be freed when
+    autograd drops it (no lock taken here: see the module docstring)."""
 
     __slots__ = ("store", "ids", "shape", "dtype", "nbytes", "__weakref__")
 
@@ -83,10 +92,14 @@ class _Packed:
         self.shape, self.dtype, self.nbytes = shape, dtype, nbytes
 
     def __del__(self):
-        try:
-            self.store.drop(self.ids)
-        except Exception:  # at interpreter exit, or the store closed
-            pass
+        self.store._dead.append(self.ids)  # atomic; freed by _reap()
+
+
+def _nonneg(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"nvswap.torch.save_on_nvme: {name}={value!r}: "
+                         "a whole number >= 0")
+    return value
 
 
 class ActivationStore:
@@ -107,30 +120,53 @@ class ActivationStore:
                 f"bytes holds {count} buffer(s) of buffer_size="
                 f"{self.buffer_size}: two at least (one written while "
                 "the next is filled)")
-        self.threshold = int(threshold)
+        self.threshold = _nonneg("threshold", threshold)
         self.count = count
-        self.lookahead = count - 1 if lookahead is None else int(lookahead)
+        self.lookahead = count - 1 if lookahead is None else \
+            _nonneg("lookahead", lookahead)
         self.swapper = nvswap.Swapper(
             nvme_path=nvme_path, name="activations", rank=rank,
             buffer_size=self.buffer_size, buffer_count=count,
             auto_evict=True, backend=backend)
+        self.path = self.swapper.dirs[0]
         _OPEN.add(self)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._live = {}  # id -> True, in the order saved (dicts keep it)
+        # first id of each tensor on NVMe -> its ids, in the order saved
+        self._groups = {}
+        self._dead = []  # ids lists autograd dropped, to free (_reap)
         self._writing = collections.deque()  # ids evicted, write not seen
         self._ctx = []
-        self._failed = None  # the write error a pack raised in this with
+        self._failed = None  # the error a pack raised in this with
         self.st = {"saved": 0, "saved_bytes": 0, "kept": 0,
                    "kept_bytes": 0, "restored": 0, "restored_bytes": 0,
                    "write_wait_s": 0.0, "read_wait_s": 0.0}
 
+    def _count(self, **add):
+        with self._lock:
+            for k, v in add.items():
+                self.st[k] += v
+
+    def _open(self, what):
+        if self.swapper.closed:
+            raise nvswap.Error(errno.EBADF, f"nvswap.torch.save_on_nvme: "
+                               f"{what}: the store in {self.path} is "
+                               "closed")
+
     # ------------------------------------------------------- the hooks
     def pack(self, t):
         if _kept(t, self.threshold):
-            self.st["kept"] += 1
-            self.st["kept_bytes"] += t.numel() * t.element_size()
+            self._count(kept=1, kept_bytes=t.numel() * t.element_size())
             return t
+        try:
+            return self._save(t)
+        except nvswap.Error as e:
+            self._failed = e  # for __exit__ (torch < 2 wraps it)
+            raise
+
+    def _save(self, t):
+        self._open("saving a tensor")
+        self._reap()
         src = t.detach()
         if src.is_conj() or src.is_neg():  # lazy bits: the values
             src = src.resolve_conj().resolve_neg()
@@ -142,26 +178,31 @@ class ActivationStore:
         try:
             for at in range(0, nbytes, self.buffer_size):
                 n = min(self.buffer_size, nbytes - at)
-                i = self._new_id(n)
+                i = next(self._ids)
                 ids.append(i)
+                self.swapper.register(i, n)
                 buf = self.swapper.acquire(i, torch.uint8, (n,))
                 try:
                     buf.copy_(flat[at:at + n])
                 finally:
                     self.swapper.release(i, True)
-                self.swapper.evict(i)  # written behind the forward
                 self._writing.append(i)
+                self.swapper.evict(i)  # written behind the forward
                 self._written(self.count - 1)
         except BaseException:
-            self.drop(ids)
+            self._free(ids)  # what this tensor registered, quietly
             raise
-        self.st["saved"] += 1
-        self.st["saved_bytes"] += nbytes
+        with self._lock:
+            self._groups[ids[0]] = ids
+            self.st["saved"] += 1
+            self.st["saved_bytes"] += nbytes
         return _Packed(self, ids, t.shape, t.dtype, nbytes)
 
     def unpack(self, packed):
         if not isinstance(packed, _Packed):
             return packed
+        self._open("reading a saved tensor back")
+        self._reap()
         out = torch.empty(packed.shape, dtype=packed.dtype)
         flat = out.reshape(-1).view(torch.uint8)
         self._read_ahead(packed.ids[0])
@@ -170,70 +211,80 @@ class ActivationStore:
         for i in packed.ids:
             n = min(self.buffer_size, packed.nbytes - at)
             self.swapper.read(i, flat[at:at + n])
-            # its buffer is not needed again before the graph is
-            # dropped: give it to the read-ahead
-            self.swapper.evict(i)
+            try:
+                # not needed again before the graph goes: its buffer to
+                # the read-ahead (only that: a failure here loses nothing)
+                self.swapper.evict(i)
+            except nvswap.Error:
+                pass
             at += n
-        self.st["read_wait_s"] += (time.perf_counter_ns() - t0) / 1e9
-        self.st["restored"] += 1
-        self.st["restored_bytes"] += packed.nbytes
+        self._count(read_wait_s=(time.perf_counter_ns() - t0) / 1e9,
+                    restored=1, restored_bytes=packed.nbytes)
         return out
 
     # ------------------------------------------------------- the store
-    def _new_id(self, nbytes):
-        with self._lock:
-            i = next(self._ids)
-            self._live[i] = True
-        try:
-            self.swapper.register(i, nbytes)
-        except BaseException:
-            with self._lock:
-                self._live.pop(i, None)
-            raise
-        return i
-
     def _written(self, keep):
         """Wait for the oldest writes until at most keep are in flight:
         the forward runs ahead of the disk by the pool, no more, and a
         write that failed (ENOSPC: the disk is full) raises here, in the
         forward, as nvswap.Error naming the swap file."""
-        while len(self._writing) > keep:
-            i = self._writing.popleft()
+        while True:
+            with self._lock:
+                if len(self._writing) <= keep:
+                    return
+                i = self._writing.popleft()
             t0 = time.perf_counter_ns()
             try:
                 self.swapper.wait(i)
             except nvswap.Error as e:
                 if e.errno != errno.ENOENT:  # not freed meanwhile
-                    self._failed = e  # for __exit__ (torch < 2 wraps it)
                     raise
             finally:
-                self.st["write_wait_s"] += \
-                    (time.perf_counter_ns() - t0) / 1e9
+                self._count(write_wait_s=(time.perf_counter_ns() - t0)
+                            / 1e9)
 
     def _read_ahead(self, first):
-        """Start reading the pieces saved before first (the next ones
-        the backward unpacks), as many as lookahead, into free buffers."""
-        with self._lock:
-            order = list(self._live)
-        try:
-            k = order.index(first)
-        except ValueError:
+        """Start reading the tensors saved before the one starting at
+        first (the next ones the backward unpacks: the nearest first,
+        each one's pieces in order), up to lookahead pieces, into free
+        buffers; stops at the first that finds none."""
+        if not self.lookahead:
             return
-        for i in reversed(order[max(0, k - self.lookahead):k]):
+        with self._lock:
+            firsts = list(self._groups)
+            try:
+                k = firsts.index(first)
+            except ValueError:
+                return
+            todo = []
+            for g in reversed(firsts[:k]):
+                todo += self._groups[g]
+                if len(todo) >= self.lookahead:
+                    break
+        for i in todo[:self.lookahead]:
             try:
                 if not self.swapper.try_prefetch(i):
-                    break
+                    return
             except nvswap.Error:
-                break  # unregistered meanwhile, or no buffer: stop
+                return  # freed meanwhile: the next unpack looks again
 
-    def drop(self, ids):
-        """Free the space of pieces autograd no longer holds."""
-        for i in ids:
+    def _reap(self):
+        """Free the pieces of the tensors autograd dropped."""
+        while self._dead:
+            try:
+                ids = self._dead.pop()
+            except IndexError:  # another thread took the last
+                return
             with self._lock:
-                if self._live.pop(i, None) is None:
-                    continue
-            if not self.swapper.closed:
+                self._groups.pop(ids[0], None)
+            self._free(ids)
+
+    def _free(self, ids):
+        for i in ids:
+            try:
                 self.swapper.unregister(i)
+            except (nvswap.Error, ValueError):
+                pass  # never registered (a failed pack), or closed
 
     def stats(self):
         """Counts of this store: tensors and bytes saved to NVMe
@@ -241,26 +292,33 @@ class ActivationStore:
         (restored, restored_bytes); the exposed waits: write_wait_s (the
         forward waiting for writes, the pool full of them), read_wait_s
         (the backward waiting in unpack for reads and copies); live (the
-        pieces on NVMe now); the Swapper's bytes_written and bytes_read,
+        tensors on NVMe now); the Swapper's bytes_written and bytes_read,
         and pool_wait_s (its acquires waiting for a buffer or a read:
         the forward waiting for a buffer a write still holds, the read
-        in unpack of a piece not read ahead). Totals since the store was
-        made."""
-        out = dict(self.st)
+        in unpack of a piece not read ahead); closed. Totals since the
+        store was made."""
+        closed = self.swapper.closed
+        if not closed:
+            self._reap()
         with self._lock:
-            out["live"] = len(self._live)
-        s = self.swapper.stats()
-        out["bytes_written"] = s["bytes_written"]
-        out["bytes_read"] = s["bytes_read"]
-        out["pool_wait_s"] = (s["acquire_wait_ns"] + s["buffer_wait_ns"]) / 1e9
+            out = dict(self.st)
+            out["live"] = len(self._groups)
+        out["closed"] = closed
+        s = self.swapper.stats() if not closed else {}
+        out["bytes_written"] = s.get("bytes_written")
+        out["bytes_read"] = s.get("bytes_read")
+        out["pool_wait_s"] = ((s["acquire_wait_ns"] + s["buffer_wait_ns"])
+                              / 1e9 if s else None)
         return out
 
     def close(self):
-        """Close the Swapper (its swap file removed). Tensors saved and
-        not yet unpacked can no longer be."""
+        """Close the Swapper (its swap file removed). A tensor saved and
+        not yet read back can no longer be: its unpack raises
+        nvswap.Error(EBADF) naming the store."""
         with self._lock:
-            self._live.clear()
-        self._writing.clear()
+            self._groups.clear()
+            self._writing.clear()
+        self._dead.clear()
         _OPEN.discard(self)
         self.swapper.close()
 

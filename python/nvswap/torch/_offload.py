@@ -296,12 +296,14 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
 
     activations: "nvme" sends the tensors autograd saves for backward in
     the model's forward (those its pools do not hold: activations,
-    checkpoints' inputs) to a swap file of their own in nvme_path
+    checkpoints' inputs: non-reentrant ones from torch 2.1) to a swap
+    file of their own in nvme_path
     (<nvme_path>/nvswap/activations/rank<rank>, 256 MiB of 32 MiB
     buffers), or a store made by nvt.save_on_nvme() (its path, memory,
     buffer_size and threshold; the caller closes it). The store's
-    counters are stats(model)["activations"]; it closes with the model's
-    offload. Default None: they stay in memory (docs/torch.md,
+    counters are stats(model)["activations"]; the one "nvme" makes
+    closes with the model's offload (restore(), exit). Not with
+    inference=True. Default None: they stay in memory (docs/torch.md,
     "Activations to NVMe").
 
     Raises ValueError (already offloaded, no path, another model than the
@@ -330,7 +332,7 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
         raise ValueError("nvswap.torch.offload: page_cache='auto' decides "
                          "from the bytes a forward streams: inference="
                          "True only (give True or False)")
-    _check_activations(activations)
+    _check_activations(activations, inference)
     if grad_hook is not None and not callable(grad_hook):
         raise TypeError("nvswap.torch.offload: grad_hook must be callable, "
                         f"not {type(grad_hook).__name__}")
@@ -555,10 +557,17 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     return model
 
 
-def _check_activations(activations):
-    """offload()'s activations=: None, "nvme" or an ActivationStore."""
-    if activations is None or activations == "nvme" or \
-            isinstance(activations, ActivationStore):
+def _check_activations(activations, inference):
+    """offload()'s activations=: None, "nvme" or an ActivationStore;
+    not with inference=True (nothing is saved for a backward)."""
+    if activations is None:
+        return
+    if inference and (activations == "nvme" or
+                      isinstance(activations, ActivationStore)):
+        raise ValueError("nvswap.torch.offload: activations= is for "
+                         "training: inference=True saves nothing for a "
+                         "backward")
+    if activations == "nvme" or isinstance(activations, ActivationStore):
         return
     if isinstance(activations, str):
         raise ValueError(f"nvswap.torch.offload: activations="

@@ -126,7 +126,8 @@ class Passes:
         top = top_hooks()
         own = getattr(top[0], "__self__", None) if top else None
         if not (isinstance(own, Hooks) and own.engine is self):
-            if top is None and self.act is not None:  # activations=
+            if top is None and self.act is not None and \
+                    not self.recomputing:  # activations=, not recomputed
                 top = (self.act.pack, self.act.unpack)
             hooks = Hooks(self, top)
             ctx = torch.autograd.graph.saved_tensors_hooks(hooks.pack,

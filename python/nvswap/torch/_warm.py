@@ -20,8 +20,11 @@ place"). So each span is mapped and populated (madvise
 MADV_POPULATE_READ: the fault path's readahead, large folios, the device
 queue kept full), WARM_CHUNK bytes at a time, through ctypes so that the
 GIL is let go while the kernel reads; on a kernel without it (before
-5.14) WILLNEED is asked instead. Only a hint: a file gone, truncated
-(the populate fails with EFAULT, never a SIGBUS) or refused is skipped.
+5.14) WILLNEED is asked instead, and for a chunk whose mapping is
+refused otherwise (a filesystem that cannot map). Only a hint: a file
+gone or truncated (the populate fails with EFAULT, never a SIGBUS) is
+skipped. (ctypes passes the offset as int64: 64-bit Linux only, as the
+wheel is built.)
 """
 import ctypes
 import errno
@@ -122,11 +125,14 @@ def warm_cache(extents):
                     n = min(WARM_CHUNK, end - at)
                     if not willneed:
                         err = populate(fd, at, at + n)
-                        willneed = err in (-errno.EINVAL, -errno.ENOSYS)
                         if err == 0:
                             continue
-                        if not willneed:
-                            break  # gone or shorter: the forward will say
+                        if err == -errno.EFAULT:
+                            break  # shorter now: the forward will say
+                        # no MADV_POPULATE_READ (before 5.14): WILLNEED
+                        # from here on; another refusal (a filesystem
+                        # that cannot map, EINTR): this chunk
+                        willneed = err in (-errno.EINVAL, -errno.ENOSYS)
                     try:
                         os.posix_fadvise(fd, at, n, os.POSIX_FADV_WILLNEED)
                     except OSError:
