@@ -36,7 +36,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchutil import fs_type, loadavg, parse_size  # noqa: E402
+from benchutil import fs_type, loadavg, parse_size, spread  # noqa: E402
 
 
 def rss_kib(field):
@@ -107,13 +107,6 @@ def child(a, v):
         act.close()
     print(json.dumps(out), flush=True)
     return 0
-
-
-def spread(xs, f="{:.2f}"):
-    if not xs:
-        return "-"
-    return (f.format(statistics.median(xs)) + " [" + f.format(min(xs)) + "-"
-            + f.format(max(xs)) + "]")
 
 
 def main():

@@ -36,6 +36,15 @@ def med(v):
     return statistics.median(v)
 
 
+def spread(xs, fmt="{:.2f}"):
+    """'median [min-max]' of xs, each by fmt; '-' where there are none
+    (or a run had none: a None among them)."""
+    if not xs or None in xs:
+        return "-"
+    return (f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}"
+            f"-{fmt.format(max(xs))}]")
+
+
 def run(cmd):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:

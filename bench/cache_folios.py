@@ -37,7 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchutil import fs_type, loadavg, parse_size  # noqa: E402
+from benchutil import fs_type, loadavg, parse_size, spread  # noqa: E402
 from nvswap.torch import _warm  # noqa: E402
 
 CHUNK = 64 << 20
@@ -72,10 +72,6 @@ def fill(method, fd, size, mv):
             if err:
                 raise SystemExit(f"populate: {os.strerror(-err)}")
     read_all(fd, size, mv)  # what is not in yet, as a forward would
-
-
-def spread(xs):
-    return (f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]")
 
 
 def main():

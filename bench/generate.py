@@ -72,7 +72,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "python"))
 import memcgroup  # noqa: E402
 from generate_offloaded import Clock, config, model_args  # noqa: E402
-from benchutil import fs_type, loadavg, parse_size  # noqa: E402
+from benchutil import fs_type, loadavg, parse_size, spread  # noqa: E402
 
 GB = 1e9
 
@@ -188,13 +188,6 @@ def child(a, v):
     if v["kind"] == "accelerate":
         shutil.rmtree(off, ignore_errors=True)
     return 0
-
-
-def spread(xs):
-    """'median [min-max]' of xs, '-' where a run had none."""
-    if not xs or None in xs:
-        return "-"
-    return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
 
 
 def drop_caches():

@@ -431,12 +431,14 @@ def test_nothing_is_left_behind_by_an_exit_or_a_kill(diskdir, how):
     assert files_in(diskdir) == []
 
 
-def offloaded_steps(model, data, **kw):
+def offloaded_steps(model, data, after_forward=None):
     opt = nvt.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for tok in data:
         loss = loss_of(model, tok)
         losses.append(loss.item())
+        if after_forward is not None:
+            after_forward()
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -463,19 +465,9 @@ def test_offload_activations_nvme_trains_bit_equal(diskdir, monkeypatch,
                       activations="nvme")
     data = batches(3)
     want, _ = train(ref, data)
-    saved = []
-    real = offloaded_steps.__globals__["loss_of"]
-
-    def counted(model, tok):  # the saves of each forward, then backward
-        loss = real(model, tok)
-        saved.append(nvt.stats(model)["activations"]["saved"])
-        return loss
-
-    offloaded_steps.__globals__["loss_of"] = counted
-    try:
-        got = offloaded_steps(off, data)
-    finally:
-        offloaded_steps.__globals__["loss_of"] = real
+    saved = []  # the saves counted after each forward, before backward
+    got = offloaded_steps(off, data, lambda: saved.append(
+        nvt.stats(off)["activations"]["saved"]))
     assert got == want
     st = nvt.stats(off)["activations"]
     # no save in backward: a reentrant recomputation runs outside them
@@ -491,6 +483,27 @@ def test_offload_activations_nvme_trains_bit_equal(diskdir, monkeypatch,
     same(ref.state_dict(), off.state_dict())
     assert act.swapper.closed
     assert not os.path.exists(os.path.join(where, "swap.0"))
+
+
+def test_a_store_that_cannot_be_made_undoes_the_offload(diskdir,
+                                                        monkeypatch):
+    """offload(activations="nvme") whose store is refused (here a pool
+    of one buffer): the ValueError, and the model is back in memory with
+    its values, trainable as before."""
+    from nvswap.torch import _activations
+    monkeypatch.setattr(_activations, "MEMORY", 16384)
+    monkeypatch.setattr(_activations, "BUFFER", 16384)
+    torch.manual_seed(0)
+    ref = GPT()
+    model = copy.deepcopy(ref)
+    with pytest.raises(ValueError, match="holds 1 buffer"):
+        nvt.offload(model, nvme_path=diskdir, buffer_size=1 << 20,
+                    buffer_count=4, activations="nvme")
+    same(ref.state_dict(), model.state_dict())
+    with pytest.raises(ValueError):
+        nvt.engine_of(model)
+    data = batches(2)
+    assert train(model, data)[0] == train(ref, data)[0]
 
 
 def test_offload_takes_a_store_and_leaves_it_open(diskdir):

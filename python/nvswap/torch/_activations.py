@@ -85,7 +85,7 @@ class _Packed:
     store, its shape and dtype. Its pieces are queued to be freed when
     autograd drops it (no lock taken here: see the module docstring)."""
 
-    __slots__ = ("store", "ids", "shape", "dtype", "nbytes", "__weakref__")
+    __slots__ = ("store", "ids", "shape", "dtype", "nbytes")
 
     def __init__(self, store, ids, shape, dtype, nbytes):
         self.store, self.ids = store, ids

@@ -18,7 +18,6 @@ from . import (_activations, _clip, _depth, _durable, _infer, _load, _mixed,
 from ._engine import ALIGN, Engine, ParamDict, check_layer_fits, engine_of
 from ._plan import (check_meta, default_init, layer_plan, materialize,
                     materialize_buffers, meta_tensors, record_plan)
-from ._activations import ActivationStore
 from ._warm import warm_cache
 
 # torch >= 2.1 runs a forward hook even when the forward raises.
@@ -562,19 +561,19 @@ def _check_activations(activations, inference):
     not with inference=True (nothing is saved for a backward)."""
     if activations is None:
         return
-    if inference and (activations == "nvme" or
-                      isinstance(activations, ActivationStore)):
+    if activations != "nvme" and \
+            not isinstance(activations, _activations.ActivationStore):
+        if isinstance(activations, str):
+            raise ValueError(f"nvswap.torch.offload: activations="
+                             f"{activations!r}: 'nvme' or None")
+        raise TypeError("nvswap.torch.offload: activations must be "
+                        "'nvme', None or a store made by "
+                        "nvswap.torch.save_on_nvme(), not "
+                        f"{type(activations).__name__}")
+    if inference:
         raise ValueError("nvswap.torch.offload: activations= is for "
                          "training: inference=True saves nothing for a "
                          "backward")
-    if activations == "nvme" or isinstance(activations, ActivationStore):
-        return
-    if isinstance(activations, str):
-        raise ValueError(f"nvswap.torch.offload: activations="
-                         f"{activations!r}: 'nvme' or None")
-    raise TypeError("nvswap.torch.offload: activations must be 'nvme', "
-                    "None or a store made by nvswap.torch.save_on_nvme(), "
-                    f"not {type(activations).__name__}")
 
 
 def _activations_to(eng, model, activations):
@@ -589,10 +588,10 @@ def _activations_to(eng, model, activations):
     base = os.path.dirname(os.path.dirname(os.path.dirname(rank_dir)))
     rank = int(os.path.basename(rank_dir)[len("rank"):])
     try:
-        eng.act = ActivationStore(base, memory=_activations.MEMORY,
-                                  buffer_size=_activations.BUFFER,
-                                  threshold=_activations.THRESHOLD,
-                                  rank=rank)
+        eng.act = _activations.ActivationStore(
+            base, memory=_activations.MEMORY,
+            buffer_size=_activations.BUFFER,
+            threshold=_activations.THRESHOLD, rank=rank)
     except BaseException:
         restore(model)
         raise
