@@ -6,7 +6,7 @@ against a single-process reference.
 
     python3 -m torch.distributed.run --standalone --nproc_per_node 4 \\
         examples/python/ddp_offloaded.py [--dir DIR] [--steps N]
-        [--step-in-backward] [--no-average]
+        [--step-in-backward] [--activations BYTES] [--no-average]
 
 It needs the package with its torch extra (torch and numpy, which
 torch.distributed's object collectives use): pip install '.[torch]' in
@@ -138,6 +138,10 @@ def main():
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--step-in-backward", action="store_true",
                     help="step each layer in backward (no gradient I/O)")
+    ap.add_argument("--activations", type=int, metavar="BYTES",
+                    help="send the tensors autograd saves, of BYTES and "
+                    "up, to NVMe too (each rank its own store, "
+                    "DIR/nvswap/activations/rank<r>)")
     ap.add_argument("--no-average", action="store_true",
                     help="leave the gradients unaveraged (the ranks drift "
                     "apart: the verdict says DIFFERENT)")
@@ -167,9 +171,13 @@ def main():
     buffer_size = max(1 << 20, 4 * args.width * args.width * 4 + 65536,
                       biggest + 65536)
     hook = None if args.no_average else averaging_hook(world)
+    act = None
     try:
+        if args.activations is not None:
+            act = nvt.save_on_nvme(args.dir, memory="8M", buffer_size="1M",
+                                   threshold=args.activations, rank=rank)
         nvt.offload(model, config=config(args.dir, buffer_size), rank=rank,
-                    grad_hook=hook)
+                    grad_hook=hook, activations=act)
     except nvswap.Error as e:
         print(f"ddp_offloaded: rank {rank}: {e}")
         return 1
@@ -215,6 +223,12 @@ def main():
                         dtype=torch.int64)
     every = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)
+    if act is not None:
+        a = act.stats()
+        say(f"activations: {a['saved']} tensors, {a['saved_bytes']} bytes "
+            f"to NVMe on rank 0, {a['live']} left; {a['restored']} read "
+            "back")
+        act.close()
     nvt.restore(model)
     dist.barrier()  # every rank's swap files gone
     if made is not None:

@@ -4,6 +4,7 @@ the directory as they found it (what they made of a missing one
 removed)."""
 import os
 import pathlib
+import re
 import select
 import shutil
 import subprocess
@@ -241,12 +242,21 @@ def verdict(out):
     return lines[0]
 
 
-@pytest.mark.parametrize("nproc,mode", [(4, []), (2, ["--step-in-backward"])])
+@pytest.mark.parametrize("nproc,mode", [
+    (4, []), (2, ["--step-in-backward"]), (2, ["--activations", "0"])])
 def test_ddp_offloaded_ranks_equal_the_reference(diskdir, nproc, mode):
+    """Every rank equals the single-process reference, also with each
+    rank's saved activations in a store of its own (every one: 0 bytes
+    and up), all of them read back."""
     pytest.importorskip("torch")
     r = torchrun(nproc, "--dir", diskdir, "--steps", "2", "--width", "64",
                  "--layers", "2", "--context", "16", *mode)
     assert r.returncode == 0, r.stdout + r.stderr
+    if "--activations" in mode:
+        m = re.search(r"activations: (\d+) tensors, (\d+) bytes to NVMe on "
+                      r"rank 0, 0 left; (\d+) read back", r.stdout)
+        assert m and int(m.group(1)) > 0, r.stdout
+        assert int(m.group(3)) >= int(m.group(1)), r.stdout
     assert verdict(r.stdout) == (
         f"verdict: after 2 steps on {nproc} ranks every rank's weights and "
         "AdamW state are equal to the single-process reference, bit for "

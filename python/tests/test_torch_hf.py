@@ -115,3 +115,41 @@ def test_trainer_bf16_with_fp32_masters_is_bit_for_bit(swapdir, diskdir):
     got = trainer_run(off, nvt.AdamW, diskdir + "/off", **kw)
     assert got == want
     same(ref.state_dict(), off.state_dict())
+
+
+@pytest.mark.parametrize("checkpointing,accumulate,bf16", [
+    (False, 1, False), (True, 2, False), (True, 1, True)],
+    ids=["llama", "llama-ckpt-accum", "llama-ckpt-bf16"])
+def test_trainer_with_activations_on_nvme_is_bit_for_bit(
+        swapdir, diskdir, checkpointing, accumulate, bf16):
+    """offload(activations=) a store taking every saved tensor (threshold
+    0: the test model's are small), in the Trainer: losses, grad_norm
+    and weights as the same recipe in memory, with checkpointing and
+    accumulation, and with bf16 weights and fp32 masters; every tensor
+    the store held is freed by the end."""
+    torch.manual_seed(0)
+    src = llama()
+    ref = copy.deepcopy(src)
+    if bf16:
+        ref = ref.to(torch.bfloat16)
+
+    def opt_ref(params, lr):
+        if bf16:
+            return MasterAdamW(params, src.parameters(), lr=lr)
+        return torch.optim.AdamW(params, lr=lr)
+    off = copy.deepcopy(src)
+    act = nvt.save_on_nvme(diskdir + "/act", memory="256K",
+                           buffer_size="16K", threshold=0)
+    nvt.offload(off, nvme_path=swapdir, buffer_size="64K", buffer_count=4,
+                dtype=torch.bfloat16 if bf16 else None, activations=act)
+    kw = {"gradient_checkpointing": checkpointing,
+          "gradient_accumulation_steps": accumulate}
+    want = trainer_run(ref, opt_ref, diskdir + "/ref", **kw)
+    got = trainer_run(off, nvt.AdamW, diskdir + "/off", **kw)
+    assert got == want
+    same(ref.state_dict(), off.state_dict())
+    st = act.stats()
+    assert st["saved"] > 0 and st["live"] == 0, st
+    assert st["restored"] == st["saved"] + st["shared"], st
+    nvt.restore(off)
+    act.close()

@@ -18,7 +18,10 @@ forward. Its unpack in backward copies it back into a new tensor of the
 same shape and dtype (contiguous, as save_on_cpu's: the bytes are the
 same, strides are not kept), and asks the pieces saved just before it
 (the next the backward walk unpacks) to be read ahead into the free
-buffers (try_prefetch: never waits for one). A tensor's space is freed
+buffers (try_prefetch: never waits for one). A tensor saved again while
+the one saved first is alive and unchanged (a Linear's input, saved by
+q, k and v projections each) is written once and read back for each
+unpack. A tensor's space is freed
 when autograd lets it go (after the backward that used it, or when a
 graph is dropped without one); the swap file's space is reused by the
 next step's tensors, and the file goes with close() or the process.
@@ -30,6 +33,11 @@ the CPU, layouts other than strided, nested tensors, and a parameter
 in nvswap's pools for an offloaded model, whose own hooks keep them by
 reference before these see them). A module's buffers are not told apart
 from activations: one above the threshold is copied.
+
+Under offload(activations=) the engine marks where each layer of its
+walk begins (_mark): the tensors saved from there to the next layer's
+start are that layer's, and a forward whose layer saves more than the
+pool raises nvswap.Error(ENOBUFS) naming the layer and both sizes.
 
 Autograd drops a saved tensor on any thread, inside the cycle collector
 too: _Packed.__del__ takes no lock and calls nothing; it queues its
@@ -51,6 +59,7 @@ import nvswap
 from . import _sizes
 
 THRESHOLD = 1 << 20  # bytes below which a saved tensor stays in memory
+SCAN = 1024  # places in the save order the read-ahead looks through
 MEMORY = 256 << 20  # offload(activations="nvme")'s pool: these bytes
 BUFFER = 32 << 20  # in buffers of these
 
@@ -82,17 +91,22 @@ def _kept(t, threshold):
 
 class _Packed:
     """What autograd holds for a saved tensor: its pieces' ids in the
-    store, its shape and dtype. Its pieces are queued to be freed when
-    autograd drops it (no lock taken here: see the module docstring)."""
+    store, its place in the save order (seq), its shape and dtype; uses:
+    the saves it stands for (a tensor saved again while alive and
+    unchanged is not written again), unpacks: the reads so far. Its
+    pieces are queued to be freed when autograd drops it (no lock taken
+    here: see the module docstring)."""
 
-    __slots__ = ("store", "ids", "shape", "dtype", "nbytes")
+    __slots__ = ("store", "ids", "seq", "shape", "dtype", "nbytes", "uses",
+                 "unpacks", "__weakref__")
 
-    def __init__(self, store, ids, shape, dtype, nbytes):
-        self.store, self.ids = store, ids
+    def __init__(self, store, ids, seq, shape, dtype, nbytes):
+        self.store, self.ids, self.seq = store, ids, seq
         self.shape, self.dtype, self.nbytes = shape, dtype, nbytes
+        self.uses, self.unpacks = 1, 0
 
     def __del__(self):
-        self.store._dead.append(self.ids)  # atomic; freed by _reap()
+        self.store._dead.append((self.seq, self.ids))  # atomic: _reap()
 
 
 def _nonneg(name, value):
@@ -132,14 +146,24 @@ class ActivationStore:
         _OPEN.add(self)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        # first id of each tensor on NVMe -> its ids, in the order saved
+        self._seqs = itertools.count()
+        # each tensor on NVMe, by its place in the save order: its ids
         self._groups = {}
-        self._dead = []  # ids lists autograd dropped, to free (_reap)
+        # the first seq saved since the store last held nothing: the
+        # read-ahead looks no lower
+        self._low = 0
+        # a tensor saved, by what it views: (its base, weakly; the base's
+        # version and data pointer; its _Packed, weakly): _again
+        self._recent = {}
+        self._prune = 256  # entries at which _recent is pruned
+        self._span = None  # [the layer saving now: describe(), bytes]
+        self._dead = []  # (seq, ids) autograd dropped, to free (_reap)
         self._writing = collections.deque()  # ids evicted, write not seen
         self._ctx = []
         self._failed = None  # the error a pack raised in this with
-        self.st = {"saved": 0, "saved_bytes": 0, "kept": 0,
-                   "kept_bytes": 0, "restored": 0, "restored_bytes": 0,
+        self.st = {"saved": 0, "saved_bytes": 0, "shared": 0,
+                   "shared_bytes": 0, "kept": 0, "kept_bytes": 0,
+                   "restored": 0, "restored_bytes": 0,
                    "write_wait_s": 0.0, "read_wait_s": 0.0}
 
     def _count(self, **add):
@@ -161,12 +185,17 @@ class ActivationStore:
         try:
             return self._save(t)
         except nvswap.Error as e:
-            self._failed = e  # for __exit__ (torch < 2 wraps it)
+            # for __exit__ or the offloaded forward: torch < 2 wraps it
+            # (let go by them, or by the forward's end: it holds frames)
+            self._failed = e
             raise
 
     def _save(self, t):
         self._open("saving a tensor")
         self._reap()
+        key, packed = self._again(t)
+        if packed is not None:
+            return packed
         src = t.detach()
         if src.is_conj() or src.is_neg():  # lazy bits: the values
             src = src.resolve_conj().resolve_neg()
@@ -174,6 +203,7 @@ class ActivationStore:
             src = src.contiguous()
         flat = src.reshape(-1).view(torch.uint8)
         nbytes = flat.numel()
+        self._fits(nbytes)
         ids = []
         try:
             for at in range(0, nbytes, self.buffer_size):
@@ -193,10 +223,84 @@ class ActivationStore:
             self._free(ids)  # what this tensor registered, quietly
             raise
         with self._lock:
-            self._groups[ids[0]] = ids
+            seq = next(self._seqs)
+            if not self._groups:
+                self._low = seq
+            self._groups[seq] = ids
             self.st["saved"] += 1
             self.st["saved_bytes"] += nbytes
-        return _Packed(self, ids, t.shape, t.dtype, nbytes)
+        packed = _Packed(self, ids, seq, t.shape, t.dtype, nbytes)
+        if key is not None:
+            base = t._base if t._base is not None else t
+            with self._lock:
+                if len(self._recent) >= self._prune:  # the dead ones
+                    self._recent = {k: e for k, e in self._recent.items()
+                                    if e[0]() is not None and
+                                    e[3]() is not None}
+                    self._prune = max(256, 2 * len(self._recent))
+                self._recent[key] = (weakref.ref(base), base._version,
+                                     base.data_ptr(), weakref.ref(packed))
+        return packed
+
+    def _again(self, t):
+        """(t's key, the _Packed of t when t was saved before, counted as
+        shared, else None): the same view (data pointer, shape, strides,
+        dtype, conj and neg bits) of the same base tensor (t itself when
+        not a view), that base still alive, on the same memory (its data
+        pointer) and unchanged (its version counter, which its views
+        share). The input of q, k and v projections (or the view of it
+        each matmul saves) is written once, read back for each. A change
+        autograd does not count (through .data, or another tensor on the
+        same memory) is not seen: as autograd's own saved tensors do not
+        see it. Key None: a tensor without a data pointer (a subclass)."""
+        try:
+            key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()),
+                   t.dtype, t.is_conj(), t.is_neg())
+        except RuntimeError:
+            return None, None
+        base = t._base if t._base is not None else t
+        with self._lock:
+            e = self._recent.get(key)
+            if e is None:
+                return key, None
+            packed = e[3]()
+            if packed is None or e[0]() is not base or \
+                    base._version != e[1] or base.data_ptr() != e[2]:
+                self._recent.pop(key, None)
+                return key, None
+            packed.uses += 1
+            self.st["shared"] += 1
+            self.st["shared_bytes"] += packed.nbytes
+        return key, packed
+
+    def _mark(self, describe):
+        """The engine's walk entering a layer (offload(activations=)), or
+        leaving its forward (None): the bytes saved until the next mark
+        are that layer's (_fits)."""
+        self._span = None if describe is None else [describe, 0]
+        if describe is None:
+            self._failed = None
+
+    def _fits(self, nbytes):
+        """Refuse (ENOBUFS, naming both sizes) the layer whose saved
+        tensors outgrow the pool: the backward's read-ahead holds one
+        layer's at least, as the parameter pool holds one layer."""
+        span = self._span
+        if span is None:
+            return
+        span[1] += nbytes
+        pool = self.count * self.buffer_size
+        if span[1] > pool:
+            self._span = None
+            raise nvswap.Error(
+                errno.ENOBUFS,
+                f"nvswap.torch: {span[0]()}, with what runs after it "
+                f"until the next layer, saves {span[1]} bytes for "
+                f"backward, more than the activation pool holds ({pool} "
+                f"bytes: memory={self.memory}, {self.count} buffers of "
+                f"{self.buffer_size}); one layer's saved tensors must fit "
+                "it: a larger memory= (nvswap.torch.save_on_nvme), or "
+                "activation checkpointing")
 
     def unpack(self, packed):
         if not isinstance(packed, _Packed):
@@ -205,18 +309,22 @@ class ActivationStore:
         self._reap()
         out = torch.empty(packed.shape, dtype=packed.dtype)
         flat = out.reshape(-1).view(torch.uint8)
-        self._read_ahead(packed.ids[0])
+        with self._lock:
+            packed.unpacks += 1
+            # read again soon (a tensor saved by several) or not before
+            # the graph goes: its buffers to the read-ahead
+            done = packed.unpacks % packed.uses == 0
+        self._read_ahead(packed.seq)
         t0 = time.perf_counter_ns()
         at = 0
         for i in packed.ids:
             n = min(self.buffer_size, packed.nbytes - at)
             self.swapper.read(i, flat[at:at + n])
-            try:
-                # not needed again before the graph goes: its buffer to
-                # the read-ahead (only that: a failure here loses nothing)
-                self.swapper.evict(i)
-            except nvswap.Error:
-                pass
+            if done:
+                try:
+                    self.swapper.evict(i)
+                except nvswap.Error:
+                    pass  # only a hint: a failure here loses nothing
             at += n
         self._count(read_wait_s=(time.perf_counter_ns() - t0) / 1e9,
                     restored=1, restored_bytes=packed.nbytes)
@@ -243,24 +351,21 @@ class ActivationStore:
                 self._count(write_wait_s=(time.perf_counter_ns() - t0)
                             / 1e9)
 
-    def _read_ahead(self, first):
-        """Start reading the tensors saved before the one starting at
-        first (the next ones the backward unpacks: the nearest first,
-        each one's pieces in order), up to lookahead pieces, into free
-        buffers; stops at the first that finds none."""
+    def _read_ahead(self, seq):
+        """Start reading the tensors saved before seq (the next ones the
+        backward unpacks: the nearest first, each one's pieces in order),
+        up to lookahead pieces, into free buffers; stops at the first
+        that finds none. Looks at no more than SCAN places below seq."""
         if not self.lookahead:
             return
+        todo = []
         with self._lock:
-            firsts = list(self._groups)
-            try:
-                k = firsts.index(first)
-            except ValueError:
-                return
-            todo = []
-            for g in reversed(firsts[:k]):
-                todo += self._groups[g]
-                if len(todo) >= self.lookahead:
-                    break
+            for s in range(seq - 1, max(self._low, seq - SCAN) - 1, -1):
+                ids = self._groups.get(s)
+                if ids is not None:
+                    todo += ids
+                    if len(todo) >= self.lookahead:
+                        break
         for i in todo[:self.lookahead]:
             try:
                 if not self.swapper.try_prefetch(i):
@@ -272,11 +377,11 @@ class ActivationStore:
         """Free the pieces of the tensors autograd dropped."""
         while self._dead:
             try:
-                ids = self._dead.pop()
+                seq, ids = self._dead.pop()
             except IndexError:  # another thread took the last
                 return
             with self._lock:
-                self._groups.pop(ids[0], None)
+                self._groups.pop(seq, None)
             self._free(ids)
 
     def _free(self, ids):
@@ -288,15 +393,17 @@ class ActivationStore:
 
     def stats(self):
         """Counts of this store: tensors and bytes saved to NVMe
-        (saved, saved_bytes), kept in memory (kept, kept_bytes), read back
-        (restored, restored_bytes); the exposed waits: write_wait_s (the
-        forward waiting for writes, the pool full of them), read_wait_s
-        (the backward waiting in unpack for reads and copies); live (the
-        tensors on NVMe now); the Swapper's bytes_written and bytes_read,
-        and pool_wait_s (its acquires waiting for a buffer or a read:
-        the forward waiting for a buffer a write still holds, the read
-        in unpack of a piece not read ahead); closed. Totals since the
-        store was made."""
+        (saved, saved_bytes), saves of a tensor already there, alive and
+        unchanged (shared, shared_bytes: not written again), kept in
+        memory (kept, kept_bytes), read back (restored, restored_bytes:
+        once per unpack, a shared tensor's too); the exposed waits:
+        write_wait_s (the forward waiting for writes, the pool full of
+        them), read_wait_s (the backward waiting in unpack for reads and
+        copies); live (the tensors on NVMe now); the Swapper's
+        bytes_written and bytes_read, and pool_wait_s (its acquires
+        waiting for a buffer or a read: the forward waiting for a buffer
+        a write still holds, the read in unpack of a piece not read
+        ahead); closed. Totals since the store was made."""
         closed = self.swapper.closed
         if not closed:
             self._reap()
@@ -319,6 +426,7 @@ class ActivationStore:
             self._groups.clear()
             self._writing.clear()
         self._dead.clear()
+        self._recent.clear()
         _OPEN.discard(self)
         self.swapper.close()
 
@@ -331,13 +439,20 @@ class ActivationStore:
 
     def __exit__(self, kind, exc, tb):
         self._ctx.pop().__exit__(kind, exc, tb)
+        failed = self._unwrapped(exc)
+        if failed is not None:
+            raise failed from exc
+        return False
+
+    def _unwrapped(self, exc):
+        """The nvswap.Error a pack raised, where exc is torch < 2's
+        RuntimeError carrying its text (torch before 2.0 turns an
+        exception in a pack hook into one); else None. Forgets it."""
         failed, self._failed = self._failed, None
         if failed is not None and isinstance(exc, RuntimeError) and \
                 str(failed) in str(exc):
-            # torch before 2.0 turns an exception in a pack hook into a
-            # RuntimeError carrying its text: the nvswap.Error again
-            raise failed from exc
-        return False
+            return failed
+        return None
 
 
 def save_on_nvme(nvme_path, memory="256M", buffer_size="32M",

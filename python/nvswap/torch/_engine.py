@@ -392,9 +392,7 @@ class Engine(Passes, Grads):
         out = []
         for layer in sorted(self._unmoved_now()):
             if directory in self.place_dirs[layer]:
-                names = self.names[layer]
-                out.append(f"layer {layer} ({', '.join(names[:2])}"
-                           f"{', ...' if len(names) > 2 else ''})")
+                out.append(self.describe(layer))
         return out
 
     def _layer_error(self, layer, e, names=None, what=None):

@@ -301,7 +301,10 @@ def offload(model, config=None, rank=None, *, nvme_path=None,
     buffers), or a store made by nvt.save_on_nvme() (its path, memory,
     buffer_size and threshold; the caller closes it). The store's
     counters are stats(model)["activations"]; the one "nvme" makes
-    closes with the model's offload (restore(), exit). Not with
+    closes with the model's offload (restore(), exit). A layer of the
+    walk (with what runs after it until the next) saving more than the
+    store's pool raises nvswap.Error(ENOBUFS) in that forward, naming it
+    and both sizes. Not with
     inference=True. Default None: they stay in memory (docs/torch.md,
     "Activations to NVMe").
 
@@ -679,8 +682,12 @@ def _install(model, eng):
     def unwinding_forward(*args, **kwargs):
         try:
             return forward(*args, **kwargs)
-        except BaseException:
+        except BaseException as e:
+            # activations=: a failed save, torch < 2's RuntimeError
+            failed = eng.act._unwrapped(e) if eng.act is not None else None
             eng.unwind()
+            if failed is not None:
+                raise failed from e
             raise
 
     model.forward = unwinding_forward

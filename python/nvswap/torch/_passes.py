@@ -135,6 +135,11 @@ class Passes:
             ctx.__enter__()
         frame = [module, [], ctx]
         self.frames.append(frame)
+        layers = self.fwd_layers.get(module)
+        if layers and self.act is not None and not self.recomputing:
+            # the tensors saved from here on are this layer's (refused by
+            # the store when more than its pool)
+            self.act._mark(lambda: self.describe(layers[0]))
         try:
             for layer in self.fwd_layers.get(module, ()):
                 self.need(layer)
@@ -165,6 +170,12 @@ class Passes:
                 # always-call hooks), whose exception must not wait for
                 # a deferred step's I/O, nor be replaced by its failure
                 self._exit(settle=out is not None)
+
+    def describe(self, layer):
+        """'layer 3 (model.h.0.attn.q.weight, ...)', for errors."""
+        names = self.names[layer]
+        return (f"layer {layer} ({', '.join(names[:2])}"
+                f"{', ...' if len(names) > 2 else ''})")
 
     def unwind(self):
         """Release what a forward that raised left held (torch < 2.1 has no
@@ -201,6 +212,8 @@ class Passes:
         if self.recomputing:
             self.recomputing = False
             return
+        if self.act is not None:
+            self.act._mark(None)  # what is saved after: no layer's
         trace, self.trace = self.trace, []
         self.forwards += 1
         self.last_forward_read = self.param_bytes_read() - self.fwd_read0
