@@ -20,6 +20,10 @@ must equal the in-memory run's (checked; the run fails otherwise).
         [--checkpointing off,on] [--hidden 256] [--layers 8]
         [--inter 688] [--vocab 4096] [--memory 128M] [--buffer-size 8M]
         [--steps 3] [--warmup 1] [--repeats 3] [--json FILE]
+        [--plot FILE.svg]
+
+--plot writes the peak RSS against tokens per step, a line for each
+kind (in memory, NVMe) and checkpointing, as an SVG.
 
 --dir must be on the disk to test (not /tmp, which may be tmpfs).
 """
@@ -36,7 +40,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchutil import fs_type, loadavg, parse_size, spread  # noqa: E402
+from benchutil import (fs_type, loadavg, parse_size, spread,  # noqa: E402
+                       svg_lines)
 
 
 def rss_kib(field):
@@ -97,7 +102,8 @@ def child(a, v):
             if act is not None:
                 s1 = act.stats()
                 per_step.append({k: s1[k] - s0[k] for k in (
-                    "saved_bytes", "kept_bytes", "write_wait_s",
+                    "saved_bytes", "shared_bytes", "kept_bytes",
+                    "write_wait_s",
                     "read_wait_s", "pool_wait_s", "bytes_written",
                     "bytes_read")})
     out = {"times": times, "losses": losses,
@@ -124,6 +130,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--plot")
     ap.add_argument("--child")
     a = ap.parse_args()
     if a.child:
@@ -155,8 +162,9 @@ def main():
                   f"{res['peak_mib']:.0f} MiB", flush=True)
     print("\n| tokens | checkpointing | in memory: step s | nvme: step s | "
           "nvme / memory | peak MiB, memory | peak MiB, nvme | saved to "
-          "NVMe per step MB | write wait s | read wait s | pool wait s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "NVMe per step MB | saved again, not written MB | write wait s "
+          "| read wait s | pool wait s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     table = []
     for t in tokens:
         for c in ckpt:
@@ -179,17 +187,30 @@ def main():
                    "per_step": steps}
             table.append(row)
             mb = spread([s['saved_bytes'] / 1e6 for s in steps], "{:.0f}")
+            sh = spread([s['shared_bytes'] / 1e6 for s in steps], "{:.0f}")
             print(f"| {t} | {'on' if c else 'off'} | {spread(mt)} | "
                   f"{spread(nt)} | {row['ratio']:.2f} | "
                   f"{statistics.median(row['peak_memory_mib']):.0f} | "
                   f"{statistics.median(row['peak_nvme_mib']):.0f} | {mb}"
-                  f" | {spread([s['write_wait_s'] for s in steps])} | "
+                  f" | {sh} | {spread([s['write_wait_s'] for s in steps])} | "
                   f"{spread([s['read_wait_s'] for s in steps])} | "
                   f"{spread([s['pool_wait_s'] for s in steps])} |")
     print("\nlosses equal to the in-memory run's in every run: yes")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": table, "args": vars(a)}, f, indent=1)
+    if a.plot:
+        series = {}
+        for row in table:
+            for kind in ("memory", "nvme"):
+                name = (f"{'in memory' if kind == 'memory' else 'NVMe'}"
+                        f"{', ckpt' if row['checkpointing'] else ''}")
+                series.setdefault(name, []).append((row["tokens"], (
+                    statistics.median(row[f"peak_{kind}_mib"]))))
+        svg_lines(a.plot, f"Peak host memory of a step: Llama hidden "
+                  f"{a.hidden}, {a.layers} layers", "tokens per step",
+                  "peak RSS above start, MiB", series, logx=True)
+        print(f"plot: {a.plot}")
     return 0
 
 
