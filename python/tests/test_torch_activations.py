@@ -18,6 +18,7 @@ import torch.utils.checkpoint
 import nvswap
 import nvswap.torch as nvt
 
+import torchhelp
 from torchhelp import GPT, CheckpointedGPT, batches, same
 
 SMALL = dict(memory=4 * 16384, buffer_size=16384, threshold=0)
@@ -207,15 +208,8 @@ def test_an_offloaded_model_hands_its_saved_activations_down(diskdir):
     data = batches(4)
     act = nvt.save_on_nvme(os.path.join(diskdir, "act"), **SMALL)
     want, _ = train(ref, data)
-    opt = nvt.AdamW(off.parameters(), lr=1e-2)
-    got = []
-    for tok in data:
-        with act:
-            loss = loss_of(off, tok)
-        got.append(loss.item())
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+    got = torchhelp.train(off, nvt.AdamW(off.parameters(), lr=1e-2), data,
+                          act)
     assert got == want
     assert act.stats()["saved"] > 0 and act.stats()["live"] == 0
     nvt.restore(off)

@@ -19,10 +19,9 @@ import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 from nvswap.torch import _weights  # noqa: E402
 
-from torchhelp import GPT, batches, same  # noqa: E402
+from torchhelp import (GPT, batches, memcgroup_or_skip, same,  # noqa: E402
+                       train)
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
-                        "python")
 MIB = 1 << 20
 
 
@@ -30,17 +29,6 @@ def loss_of(model, tok):
     out = model(tok[:, :-1])
     return torch.nn.functional.cross_entropy(out.flatten(0, 1),
                                              tok[:, 1:].flatten())
-
-
-def steps(model, opt, data):
-    losses = []
-    for tok in data:
-        loss = loss_of(model, tok)
-        losses.append(loss.item())
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    return losses
 
 
 def test_a_layer_saving_more_than_the_pool_is_refused_naming_both(
@@ -81,8 +69,8 @@ def test_a_layer_saving_more_than_the_pool_is_refused_naming_both(
                            buffer_size="16K", threshold=0)
     nvt.offload(off, nvme_path=diskdir, buffer_size=1 << 20,
                 buffer_count=4, activations=big)
-    want = steps(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), data)
-    assert steps(off, nvt.AdamW(off.parameters(), lr=1e-2), data) == want
+    want = train(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), data)
+    assert train(off, nvt.AdamW(off.parameters(), lr=1e-2), data) == want
     assert big.stats()["saved"] > 0
     nvt.restore(off)
     same(ref.state_dict(), off.state_dict())
@@ -99,17 +87,9 @@ def test_a_standalone_store_has_no_layers_and_refuses_nothing(diskdir):
     act = nvt.save_on_nvme(diskdir, memory=2048, buffer_size=1024,
                            threshold=0)
     data = batches(2)
-    want = steps(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), data)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    got = []
-    for tok in data:
-        with act:
-            loss = loss_of(model, tok)
-        got.append(loss.item())
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    assert got == want
+    want = train(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), data)
+    assert train(model, torch.optim.AdamW(model.parameters(), lr=1e-2),
+                 data, act) == want
     assert act.stats()["saved_bytes"] > 2 * 2048
     act.close()
 
@@ -179,14 +159,7 @@ def test_activations_larger_than_memory_train_bit_equal_in_a_cgroup(
     store), the model trains inside the cgroup, its losses and trained
     weights equal the run in memory's bit for bit, and the cgroup's peak
     stays under its limit."""
-    sys.path.insert(0, EXAMPLES)
-    try:
-        import memcgroup
-    finally:
-        sys.path.remove(EXAMPLES)
-    why = memcgroup.why_not()
-    if why:
-        pytest.skip(f"no memory cgroup: {why}")
+    memcgroup = memcgroup_or_skip()
     ns = {}
     exec(RECIPE, ns)
     torch.manual_seed(0)

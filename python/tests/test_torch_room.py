@@ -17,10 +17,9 @@ import nvswap.torch as nvt  # noqa: E402
 from filehelp import fd_direct, held_direct  # noqa: E402
 from nvswap.torch import _room  # noqa: E402
 from nvswap.torch._engine import engine_of  # noqa: E402
+from torchhelp import memcgroup_or_skip  # noqa: E402
 
 MIB = 1 << 20
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
-                        "python")
 
 
 def model():
@@ -169,14 +168,7 @@ def test_cgroup_room_reads_v1_and_v2_up_to_the_root(tmp_path):
 def test_cgroup_room_in_a_real_memory_cgroup():
     """A child in a 512 MiB memory cgroup reads its room: above zero and
     below the limit by what the child already uses."""
-    sys.path.insert(0, EXAMPLES)
-    try:
-        import memcgroup
-    finally:
-        sys.path.remove(EXAMPLES)
-    why = memcgroup.why_not()
-    if why:
-        pytest.skip(f"no memory cgroup: {why}")
+    memcgroup = memcgroup_or_skip()
     # _room.py alone (it needs only os): a child without torch stays
     # small in the cgroup, under ASan's preload too
     code = ("import importlib.util as u\n"

@@ -3,8 +3,11 @@
 decoder of torch.nn layers, token batches, a training loop, state dicts
 compared bit for bit, the mixed-precision reference optimizer, and
 transformers where it is installed."""
+import contextlib
 import copy
 import errno
+import os
+import sys
 
 import pytest
 import torch
@@ -57,10 +60,13 @@ def batches(n, seed=1):
     return [torch.randint(0, V, (B, T + 1), generator=g) for _ in range(n)]
 
 
-def train(model, opt, data):
+def train(model, opt, data, act=None):
+    """Steps of model on data; act: a store (save_on_nvme) whose `with`
+    each forward runs in."""
     losses = []
     for tok in data:
-        out = model(tok[:, :-1])
+        with act if act is not None else contextlib.nullcontext():
+            out = model(tok[:, :-1])
         loss = torch.nn.functional.cross_entropy(out.flatten(0, 1),
                                                  tok[:, 1:].flatten())
         loss.backward()
@@ -315,3 +321,19 @@ def clip_train(model, opt, data, clip, accumulate=1, **kw):
             opt.step()
             opt.zero_grad()
     return losses, norms
+
+
+def memcgroup_or_skip():
+    """examples/python/memcgroup.py (a child in a memory cgroup), or the
+    test skipped saying why none can be made here."""
+    examples = os.path.join(os.path.dirname(__file__), "..", "..",
+                            "examples", "python")
+    sys.path.insert(0, examples)
+    try:
+        import memcgroup
+    finally:
+        sys.path.remove(examples)
+    why = memcgroup.why_not()
+    if why:
+        pytest.skip(f"no memory cgroup: {why}")
+    return memcgroup
