@@ -18,13 +18,14 @@ forward. Its unpack in backward copies it back into a new tensor of the
 same shape and dtype (contiguous, as save_on_cpu's: the bytes are the
 same, strides are not kept), and asks the pieces saved just before it
 (the next the backward walk unpacks) to be read ahead into the free
-buffers (try_prefetch: never waits for one). A tensor saved again while
-the one saved first is alive and unchanged (a Linear's input, saved by
-q, k and v projections each) is written once and read back for each
-unpack. A tensor's space is freed
-when autograd lets it go (after the backward that used it, or when a
-graph is dropped without one); the swap file's space is reused by the
-next step's tensors, and the file goes with close() or the process.
+buffers (try_prefetch: never waits for one). A tensor saved again (the
+same view of the same base tensor, that base alive, on the same memory
+and unchanged: a Linear's input, saved by q, k and v projections each)
+is written once and read back for each unpack (_again). A tensor's
+space is freed when autograd lets it go (after the backward that used
+it, or when a graph is dropped without one); the swap file's space is
+reused by the next step's tensors, and the file goes with close() or
+the process.
 
 Kept in memory, as given: tensors below the threshold, tensors not on
 the CPU, layouts other than strided, nested tensors, and a parameter

@@ -106,7 +106,8 @@ def _parse_layer(opt, layer, entries, amsgrad):
         miss = [k for k in need if k not in st]
         if miss:
             raise ValueError(f"loaded state {key!r} ('{name}') lacks "
-                             f"{miss}: {type(opt).__name__} keeps {list(need)}")
+                             f"{miss}: {type(opt).__name__} keeps "
+                             f"{list(need)}")
         order[p] = list(st)
         scalars[p] = {}
         for k, v in st.items():
