@@ -263,3 +263,28 @@ def test_parameters_on_the_cpu_and_a_gpu_are_refused(swapdir, cuda):
     with pytest.raises(ValueError, match="several devices"):
         nvt.offload(m, nvme_path=swapdir, buffer_size="64K", buffer_count=4)
     assert getattr(m[0].weight, "_nvswap", None) is None
+
+
+@pytest.mark.gpu
+def test_activations_on_the_gpu_go_to_nvme_and_back(swapdir, cuda):
+    """save_on_nvme with a model on the GPU: every saved activation
+    (threshold 0; 16 KiB buffers, the larger ones in pieces) copied from
+    the device into the pool, written, and read back onto the device;
+    losses and gradients as the same steps on the GPU in memory, bit for
+    bit, every piece freed."""
+    torch.manual_seed(0)
+    ref = GPT().to(cuda)
+    model = copy.deepcopy(ref)
+    data = [t.to(cuda) for t in batches(3)]
+    want = train(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2), data)
+    act = nvt.save_on_nvme(swapdir, memory=4 * 16384, buffer_size=16384,
+                           threshold=0)
+    got = train(model, torch.optim.AdamW(model.parameters(), lr=1e-2),
+                data, act)
+    assert got == want
+    same(ref.state_dict(), model.state_dict())
+    st = act.stats()
+    assert st["saved"] > 0 and st["live"] == 0, st
+    assert st["restored"] == st["saved"] + st["shared"], st
+    assert st["bytes_written"] >= st["saved_bytes"], st
+    act.close()

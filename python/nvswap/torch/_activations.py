@@ -10,12 +10,14 @@ torch.autograd.graph.save_on_cpu).
             loss = model(batch)
         loss.backward()
 
-Each saved tensor on the CPU of at least `threshold` bytes is copied into
-a buffer of a scratch Swapper of its own (`memory` / `buffer_size`
-buffers; a tensor larger than a buffer goes in buffer-sized pieces, one
-id each), released dirty and evicted at once: the write runs behind the
+Each saved tensor on the CPU or a CUDA device of at least `threshold`
+bytes is copied into a buffer of a scratch Swapper of its own (`memory`
+/ `buffer_size` buffers, pinned; a tensor larger than a buffer goes in
+buffer-sized pieces, one id each; from a device, copy_ waits for the
+DMA), released dirty and evicted at once: the write runs behind the
 forward. Its unpack in backward copies it back into a new tensor of the
-same shape and dtype (contiguous, as save_on_cpu's: the bytes are the
+same shape, dtype and device (from a buffer acquired for the piece, for
+a device; contiguous, as save_on_cpu's: the bytes are the
 same, strides are not kept), and asks the pieces saved just before it
 (the next the backward walk unpacks) to be read ahead into the free
 buffers (try_prefetch: never waits for one). A tensor saved again (the
@@ -27,8 +29,9 @@ it, or when a graph is dropped without one); the swap file's space is
 reused by the next step's tensors, and the file goes with close() or
 the process.
 
-Kept in memory, as given: tensors below the threshold, tensors not on
-the CPU, layouts other than strided, nested tensors, and a parameter
+Kept in memory, as given: tensors below the threshold, tensors on
+other devices (meta, mps...), layouts other than strided, nested
+tensors, and a parameter
 (trained or frozen), a leaf that requires grad, or a view of one
 (autograd saves the weights of a Linear: they are in memory anyway, or
 in nvswap's pools for an offloaded model, whose own hooks keep them by
@@ -80,7 +83,8 @@ def _close_at_exit():
 
 def _kept(t, threshold):
     """True when t is saved as it is (module docstring)."""
-    if t.layout is not torch.strided or t.device.type != "cpu" or \
+    if t.layout is not torch.strided or \
+            t.device.type not in ("cpu", "cuda") or \
             getattr(t, "is_nested", False):
         return True
     if t.numel() * t.element_size() < threshold:
@@ -98,12 +102,13 @@ class _Packed:
     pieces are queued to be freed when autograd drops it (no lock taken
     here: see the module docstring)."""
 
-    __slots__ = ("store", "ids", "seq", "shape", "dtype", "nbytes", "uses",
-                 "unpacks", "__weakref__")
+    __slots__ = ("store", "ids", "seq", "shape", "dtype", "device",
+                 "nbytes", "uses", "unpacks", "__weakref__")
 
-    def __init__(self, store, ids, seq, shape, dtype, nbytes):
+    def __init__(self, store, ids, seq, t, nbytes):
         self.store, self.ids, self.seq = store, ids, seq
-        self.shape, self.dtype, self.nbytes = shape, dtype, nbytes
+        self.shape, self.dtype, self.device = t.shape, t.dtype, t.device
+        self.nbytes = nbytes
         self.uses, self.unpacks = 1, 0
 
     def __del__(self):
@@ -230,7 +235,7 @@ class ActivationStore:
             self._groups[seq] = ids
             self.st["saved"] += 1
             self.st["saved_bytes"] += nbytes
-        packed = _Packed(self, ids, seq, t.shape, t.dtype, nbytes)
+        packed = _Packed(self, ids, seq, t, nbytes)
         if key is not None:
             base = t._base if t._base is not None else t
             with self._lock:
@@ -308,8 +313,10 @@ class ActivationStore:
             return packed
         self._open("reading a saved tensor back")
         self._reap()
-        out = torch.empty(packed.shape, dtype=packed.dtype)
+        out = torch.empty(packed.shape, dtype=packed.dtype,
+                          device=packed.device)
         flat = out.reshape(-1).view(torch.uint8)
+        cuda = out.device.type == "cuda"
         with self._lock:
             packed.unpacks += 1
             # read again soon (a tensor saved by several) or not before
@@ -320,7 +327,14 @@ class ActivationStore:
         at = 0
         for i in packed.ids:
             n = min(self.buffer_size, packed.nbytes - at)
-            self.swapper.read(i, flat[at:at + n])
+            if cuda:  # from the pinned buffer to the device, one DMA
+                buf = self.swapper.acquire(i, torch.uint8, (n,))
+                try:
+                    flat[at:at + n].copy_(buf)
+                finally:
+                    self.swapper.release(i, False)
+            else:
+                self.swapper.read(i, flat[at:at + n])
             if done:
                 try:
                     self.swapper.evict(i)
