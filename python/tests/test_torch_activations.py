@@ -118,8 +118,7 @@ def test_a_tensor_saved_twice_a_view_and_pieces_come_back_equal(
         diskdir, dtype):
     """A non-contiguous view (a transpose of a computed tensor) saved
     twice, four buffers long: written once, the backward gets the same
-    values (contiguous, as save_on_cpu gives them; each slot its own
-    copy) and
+    values (each slot its own copy, the transpose's strides kept) and
     the gradients equal the run in memory's; the leaf w stays as it
     is."""
     g = torch.Generator().manual_seed(3)
@@ -581,8 +580,11 @@ def test_a_checkpointed_hugging_face_llama_sends_its_checkpoints(
 
 def test_pack_and_unpack_keep_values_of_every_kind(diskdir):
     """pack() then unpack() by hand: complex with its lazy conjugate
-    bit, bool, int8 of an odd size (4099 bytes), a transposed view: the
-    same values, shape and dtype back, contiguous."""
+    bit, bool, int8 of an odd size (4099 bytes), a transposed view and
+    a padded one (strides kept), an expanded row (zero strides kept: its
+    64 elements saved, not 512 x 64), a few columns of a wide matrix
+    (contiguous: saving its span would cost 100 x): the same values,
+    shape and dtype back."""
     act = nvt.save_on_nvme(diskdir, memory=4 * 4096, buffer_size=4096,
                            threshold=0)
     g = torch.Generator().manual_seed(5)
@@ -590,14 +592,22 @@ def test_pack_and_unpack_keep_values_of_every_kind(diskdir):
     cases = [z.conj(), torch.randn(33, 17, generator=g) > 0,
              torch.randint(-128, 127, (4099,), dtype=torch.int8,
                            generator=g),
-             torch.randn(9, 513, generator=g).t()]
+             torch.randn(9, 513, generator=g).t(),
+             torch.randn(2, 3, 8, 16, generator=g)[..., :13],
+             torch.randn(1, 64, generator=g).expand(512, 64),
+             torch.randn(40, 300, generator=g)[:, :3]]
+    kept = [True, True, True, True, True, True, False]  # the strides
     assert cases[0].is_conj()
     packed = [act.pack(t) for t in cases]
-    assert act.stats()["saved"] == len(cases)
-    for t, p in zip(cases, packed):
+    st = act.stats()
+    assert st["saved"] == len(cases), st
+    assert packed[5].nbytes == 64 * 4  # the row, once
+    for t, p, strided in zip(cases, packed, kept):
         out = act.unpack(p)
         assert out.dtype == t.dtype and out.shape == t.shape
-        assert out.is_contiguous() and not out.is_conj()
+        assert not out.is_conj()
+        assert out.stride() == (t.stride() if strided
+                                else torch.empty(t.shape).stride())
         assert torch.equal(out, t)
     del packed, p
     assert act.stats()["live"] == 0

@@ -16,9 +16,10 @@ bytes is copied into a buffer of a scratch Swapper of its own (`memory`
 buffer-sized pieces, one id each; from a device, copy_ waits for the
 DMA), released dirty and evicted at once: the write runs behind the
 forward. Its unpack in backward copies it back into a new tensor of the
-same shape, dtype and device (from a buffer acquired for the piece, for
-a device; contiguous, as save_on_cpu's: the bytes are the
-same, strides are not kept), and asks the pieces saved just before it
+same shape, dtype, device and strides (from a buffer acquired for the
+piece, for a device; the strides kept where the view covers its span
+of memory densely, padded or broadcast, else contiguous: _as_lies),
+and asks the pieces saved just before it
 (the next the backward walk unpacks) to be read ahead into the free
 buffers (try_prefetch: never waits for one). A tensor saved again (the
 same view of the same base tensor, that base alive, on the same memory
@@ -87,6 +88,8 @@ def _kept(t, threshold):
             t.device.type not in ("cpu", "cuda") or \
             getattr(t, "is_nested", False):
         return True
+    if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return True  # a CUDA graph being captured: no copy may wait
     if t.numel() * t.element_size() < threshold:
         return True
     base = t._base if t._base is not None else t
@@ -103,16 +106,31 @@ class _Packed:
     here: see the module docstring)."""
 
     __slots__ = ("store", "ids", "seq", "shape", "dtype", "device",
-                 "nbytes", "uses", "unpacks", "__weakref__")
+                 "strides", "nbytes", "uses", "unpacks", "__weakref__")
 
-    def __init__(self, store, ids, seq, t, nbytes):
+    def __init__(self, store, ids, seq, t, strides, nbytes):
         self.store, self.ids, self.seq = store, ids, seq
         self.shape, self.dtype, self.device = t.shape, t.dtype, t.device
-        self.nbytes = nbytes
+        self.strides, self.nbytes = strides, nbytes
         self.uses, self.unpacks = 1, 0
 
     def __del__(self):
         self.store._dead.append((self.seq, self.ids))  # atomic: _reap()
+
+
+def _as_lies(t):
+    """(a 1-D view of what t's elements cover in its storage, its strides)
+    when that span is at most twice t's elements (dense in any order,
+    padded, or broadcast: a transpose, an expanded mask, a padded
+    attention bias come back with their strides, zero strides too);
+    else (t made contiguous, flattened; None): a few columns of a larger
+    matrix come back contiguous."""
+    if t.is_contiguous() or t.numel() == 0:
+        return t.reshape(-1), None
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    if span > 2 * t.numel():
+        return t.contiguous().reshape(-1), None
+    return t.as_strided((span,), (1,), t.storage_offset()), t.stride()
 
 
 def _nonneg(name, value):
@@ -205,9 +223,8 @@ class ActivationStore:
         src = t.detach()
         if src.is_conj() or src.is_neg():  # lazy bits: the values
             src = src.resolve_conj().resolve_neg()
-        if not src.is_contiguous():
-            src = src.contiguous()
-        flat = src.reshape(-1).view(torch.uint8)
+        elems, strides = _as_lies(src)
+        flat = elems.view(torch.uint8)
         nbytes = flat.numel()
         self._fits(nbytes)
         ids = []
@@ -235,7 +252,7 @@ class ActivationStore:
             self._groups[seq] = ids
             self.st["saved"] += 1
             self.st["saved_bytes"] += nbytes
-        packed = _Packed(self, ids, seq, t, nbytes)
+        packed = _Packed(self, ids, seq, t, strides, nbytes)
         if key is not None:
             base = t._base if t._base is not None else t
             with self._lock:
@@ -313,9 +330,15 @@ class ActivationStore:
             return packed
         self._open("reading a saved tensor back")
         self._reap()
-        out = torch.empty(packed.shape, dtype=packed.dtype,
-                          device=packed.device)
-        flat = out.reshape(-1).view(torch.uint8)
+        if packed.strides is None:
+            out = torch.empty(packed.shape, dtype=packed.dtype,
+                              device=packed.device)
+            flat = out.reshape(-1).view(torch.uint8)
+        else:  # the span saved, the view rebuilt on it
+            span = torch.empty(packed.nbytes, dtype=torch.uint8,
+                               device=packed.device).view(packed.dtype)
+            out = span.as_strided(packed.shape, packed.strides)
+            flat = span.view(torch.uint8)
         cuda = out.device.type == "cuda"
         with self._lock:
             packed.unpacks += 1
@@ -474,7 +497,8 @@ def save_on_nvme(nvme_path, memory="256M", buffer_size="32M",
                  threshold=THRESHOLD, lookahead=None, backend=None,
                  rank=None):
     """An ActivationStore: `with` it around forwards, and the tensors
-    autograd saves for backward (on the CPU, threshold bytes and up)
+    autograd saves for backward (on the CPU or a CUDA device, threshold
+    bytes and up)
     go to a swap file in nvme_path, written behind the forward and read
     back ahead of the backward, through memory bytes of pinned buffers
     of buffer_size each (see nvswap/torch/_activations.py); the swap
