@@ -115,7 +115,23 @@ struct nvs_swapper_opts {
 				  the pool (memory no budget counts): a
 				  server with memory to spare reads
 				  recent tensors at memory speed */
-	uint8_t reserved8[3];
+	bool keep_blocks;      /* default false: unregister gives a
+				  written tensor's disk blocks back to
+				  the filesystem at once (a hole
+				  punched). true: they stay allocated
+				  in the swap file, and the next tensor
+				  placed there overwrites them in place:
+				  for tensors that come and go every
+				  step (activations), where punching and
+				  allocating again cost more than the
+				  I/O; the swap file then holds its
+				  high-water mark of disk until destroy.
+				  Scratch swappers only (-EINVAL with a
+				  persistent set, which frees by
+				  generation). A tensor placed on such
+				  blocks still reads as zeros until
+				  written */
+	uint8_t reserved8[2];
 	/* How long prefetch/acquire wait at most for another thread to give
 	 * a buffer back (evict, or release when auto_evict is on) when the
 	 * pool is empty; then -ETIMEDOUT. Default (and 0)
@@ -441,6 +457,21 @@ NVS_API int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id);
  * @ptr is NULL on failure.
  */
 NVS_API int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr);
+
+/**
+ * nvs_swapper_acquire_blank() - nvs_swapper_acquire() of a tensor the
+ * caller overwrites whole: a tensor on NVMe gets a pool buffer as it is,
+ * not read and not zeroed (the bytes another tensor left there), and
+ * counts as changed (dirty) from then on. Fill all its bytes before the
+ * release; nvs_swapper_evict() writes what the buffer holds then. For a
+ * tensor resident or being written it is nvs_swapper_acquire(). For
+ * stores that register a tensor and fill it at once (activations): no
+ * zero-fill of a never-written tensor, no read of a written one.
+ * Return: as nvs_swapper_acquire() (no read: no read error), and
+ *   -EROFS on a read-only set.
+ */
+NVS_API int nvs_swapper_acquire_blank(struct nvs_swapper *s, uint64_t id,
+				      void **ptr);
 
 /**
  * nvs_swapper_release() - end one acquire of @id.

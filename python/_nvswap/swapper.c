@@ -308,24 +308,25 @@ static int held_set(PyObject *e, long count)
 static PyObject *swapper_acquire(PyObject *o, PyObject *const *args,
 				 Py_ssize_t nargs, PyObject *kw)
 {
-	static const char *const names[] = {"id", "dtype", "shape",
-					    "memoryview", NULL};
+	static const char *const names[] = {"id",	  "dtype", "shape",
+					    "memoryview", "blank", NULL};
 	struct ext_swapper *self = SW(o);
 	char msg[NVS_ERRMSG_MAX] = "";
 	struct nvs_tensor_info info;
-	PyObject *a[4], *key, *e, *tmp, *obj = NULL;
+	PyObject *a[5], *key, *e, *tmp, *obj = NULL;
 	PyThreadState *ts;
 	void *ptr = NULL;
 	uint64_t id;
-	bool mv;
+	bool mv, blank;
 	int rc;
 
 	if (ext_bind("acquire", args, nargs, kw, names, 3, 1, a) ||
 	    id_arg(a[0], &id) || ext_arg_bool(a[3], false, &mv) ||
-	    ext_swapper_enter(self))
+	    ext_arg_bool(a[4], false, &blank) || ext_swapper_enter(self))
 		return NULL;
 	ts = PyEval_SaveThread();
-	rc = nvs_swapper_acquire(self->s, id, &ptr);
+	rc = blank ? nvs_swapper_acquire_blank(self->s, id, &ptr)
+		   : nvs_swapper_acquire(self->s, id, &ptr);
 	if (rc == 0) {
 		/* Acquired: cannot be unregistered, so info succeeds. */
 		rc = nvs_swapper_info(self->s, id, &info);
@@ -540,7 +541,8 @@ static PyMethodDef swapper_methods[] = {
 	  "was free (nothing changed). Raises nvswap.Error ENOENT or a\n"
 	  "submit error."),
 	M(acquire, FAST,
-	  "acquire(id, dtype=None, shape=None, *, memoryview=False)\n"
+	  "acquire(id, dtype=None, shape=None, *, memoryview=False,\n"
+	  "        blank=False)\n"
 	  "    -> torch.Tensor | memoryview\n\n"
 	  "Tensor id's data in its pinned pool buffer, the caller's until\n"
 	  "release(id, dirty). Reads it first when it is on NVMe and waits\n"
@@ -552,6 +554,9 @@ static PyMethodDef swapper_methods[] = {
 	  "(writable; dtype is then a struct format such as 'f', and shape\n"
 	  "goes to memoryview.cast()). Write into it and release with\n"
 	  "dirty=True to keep the change.\n\n"
+	  "blank=True: the caller overwrites every byte, so a tensor on\n"
+	  "NVMe gets its buffer as it is, neither read nor zero-filled\n"
+	  "(nvs_swapper_acquire_blank()), and counts as changed.\n\n"
 	  "Raises nvswap.Error: ENOENT (nvswap.FileNotFoundError; unknown\n"
 	  "id), EDEADLK, ETIMEDOUT as prefetch(), EIO (the read failed; a\n"
 	  "later acquire retries), EBADMSG (checksum mismatch). A bad\n"
@@ -669,7 +674,7 @@ PyTypeObject ext_SwapperType = {
 		"        elem_size=None, stripe_size=None, pin_memory=None,\n"
 		"        auto_evict=None, checksum=None, wait_ms=None,\n"
 		"        backend=None, persist=None, keep_generations=None,\n"
-		"        generation=None, page_cache=None)\n\n"
+		"        generation=None, page_cache=None, keep_blocks=None)\n\n"
 		"The swap manager: tensors registered under caller-chosen ids,\n"
 		"kept in swap files on one or more NVMe paths and brought\n"
 		"into a fixed pool of pinned buffers on demand.\n\n"
@@ -691,7 +696,12 @@ PyTypeObject ext_SwapperType = {
 		"a buffer is waited for; default 60000, WAIT_FOREVER for no\n"
 		"limit), backend ('auto', 'io_uring', 'libaio', 'psync'),\n"
 		"page_cache (True: swap files without O_DIRECT, so the\n"
-		"kernel may cache them beside the pool; default False).\n"
+		"kernel may cache them beside the pool; default False),\n"
+		"keep_blocks (True: unregister leaves a tensor's disk blocks\n"
+		"allocated for the next tensor placed there to overwrite, no\n"
+		"hole punched: for tensors that come and go every step; the\n"
+		"file keeps its high-water mark until close; scratch only;\n"
+		"default False).\n"
 		"kind is ignored without a config.\n\n"
 		"persist ('scratch', the default: files removed at close;\n"
 		"'persistent': a swap set kept across runs, reopened when\n"

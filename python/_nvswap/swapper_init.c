@@ -143,31 +143,20 @@ static int keep_arg(PyObject *v, uint32_t *out)
 
 int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"config",
-				 "kind",
-				 "rank",
-				 "nvme_path",
-				 "name",
-				 "buffer_size",
-				 "buffer_count",
-				 "elem_size",
-				 "stripe_size",
-				 "pin_memory",
-				 "auto_evict",
-				 "checksum",
-				 "wait_ms",
-				 "backend",
-				 "persist",
-				 "keep_generations",
-				 "generation",
-				 "page_cache",
-				 NULL};
+	static char *kwlist[] = {
+		"config",	    "kind",	  "rank",
+		"nvme_path",	    "name",	  "buffer_size",
+		"buffer_count",	    "elem_size",  "stripe_size",
+		"pin_memory",	    "auto_evict", "checksum",
+		"wait_ms",	    "backend",	  "persist",
+		"keep_generations", "generation", "page_cache",
+		"keep_blocks",	    NULL};
 	struct ext_swapper *self = SW(o);
 	PyObject *config = Py_None, *kind = NULL, *rank = NULL, *paths = NULL,
 		 *name = NULL, *bsize = NULL, *bcount = NULL, *esize = NULL,
 		 *ssize = NULL, *pin = NULL, *autoev = NULL, *csum = NULL,
 		 *wait = NULL, *backend = NULL, *persist = NULL, *keep = NULL,
-		 *gen = NULL, *pcache = NULL;
+		 *gen = NULL, *pcache = NULL, *kblocks = NULL;
 	PyObject *bpaths[NVS_SWAPPER_MAX_PATHS] = {NULL};
 	char msg[NVS_ERRMSG_MAX] = "";
 	struct nvs_swapper_opts opts;
@@ -176,11 +165,11 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	uint64_t r = 0, count, elem = 0, wms;
 	int rc = -1, rk;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$OOOOOOOOOOOOOOO",
-					 kwlist, &config, &kind, &rank, &paths,
-					 &name, &bsize, &bcount, &esize, &ssize,
-					 &pin, &autoev, &csum, &wait, &backend,
-					 &persist, &keep, &gen, &pcache))
+	if (!PyArg_ParseTupleAndKeywords(
+		    args, kwds, "|OOO$OOOOOOOOOOOOOOOO", kwlist, &config, &kind,
+		    &rank, &paths, &name, &bsize, &bcount, &esize, &ssize, &pin,
+		    &autoev, &csum, &wait, &backend, &persist, &keep, &gen,
+		    &pcache, &kblocks))
 		return -1;
 	if (self->s || self->gate.closing) {
 		PyErr_SetString(PyExc_RuntimeError,
@@ -257,6 +246,7 @@ int ext_swapper_tp_init(PyObject *o, PyObject *args, PyObject *kwds)
 	    opt_bool(autoev, &opts.auto_evict) ||
 	    opt_bool(csum, &opts.checksum) ||
 	    opt_bool(pcache, &opts.page_cache) ||
+	    opt_bool(kblocks, &opts.keep_blocks) ||
 	    opt_uint(wait, "wait_ms", UINT32_MAX, &wms) ||
 	    ext_parse_backend(backend, &opts.aio.backend) ||
 	    persist_arg(persist, &opts.persist) ||

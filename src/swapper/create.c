@@ -198,6 +198,14 @@ static int create(const struct nvs_swapper_opts *o,
 				"nvs_swapper_create: stripe_size %" PRIu64
 				" is not a positive multiple of 4096",
 				o->stripe_size);
+	if (o->keep_blocks && o->persist != NVS_PERSIST_SCRATCH)
+		return nvs__err(-EINVAL,
+				"nvs_swapper_create: keep_blocks is for "
+				"scratch swap files; a %s set gives blocks "
+				"back when no kept generation uses them",
+				nvs_persist_name(o->persist)
+					? nvs_persist_name(o->persist)
+					: "persistent");
 	if ((ret = make_paths(o)) < 0)
 		return ret;
 	if ((ret = nvs__paths_distinct(o->nvme_paths, o->npaths)) < 0) {
@@ -229,6 +237,7 @@ static int create(const struct nvs_swapper_opts *o,
 	s->auto_evict = o->auto_evict;
 	s->checksum = o->checksum;
 	s->page_cache = o->page_cache;
+	s->keep_blocks = o->keep_blocks;
 	s->readonly = o->persist == NVS_PERSIST_READONLY;
 	s->wait_ms = o->wait_ms ? o->wait_ms : NVS_SWAPPER_WAIT_MS_DEFAULT;
 	for (unsigned i = 0; i < o->npaths; i++) {

@@ -169,10 +169,11 @@ void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
 }
 
 /* A written tensor's blocks back to the filesystem (see
- * nvs__punch_extents()). */
+ * nvs__punch_extents()), unless opts.keep_blocks keeps them for the next
+ * tensor placed there to overwrite. */
 static void punch(struct nvs_swapper *s, const struct tensor *t)
 {
-	if (t->on_disk || t->stale)
+	if (!s->keep_blocks && (t->on_disk || t->stale))
 		nvs__punch_extents(s, t->ext, t->nexts);
 }
 

@@ -130,9 +130,11 @@ int nvs_swapper_discard(struct nvs_swapper *s)
 /* Bring ON_NVME @id toward residence. Lock held; loops until the tensor
  * is READING, RESIDENT or WRITING-with-revive, or fails. @brought (or
  * NULL) is set when this call started the read or kept the buffer of a
- * write-back. */
+ * write-back. @blank: no read: the buffer as it is, RESIDENT and dirty
+ * (its bytes are not the disk's), for a caller that overwrites it. */
 static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
-		       bool *waited, bool prefetch, bool try, bool *brought)
+		       bool *waited, bool prefetch, bool try, bool *brought,
+		       bool blank)
 {
 	uint64_t deadline = nvs__room_deadline(s->wait_ms), t0 = 0;
 	int ret;
@@ -164,6 +166,14 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 			t->err = 0; /* a new read: an old failure is moot */
 			nvs__free(t->errmsg);
 			t->errmsg = NULL;
+			if (blank) {
+				t->buf = buf;
+				t->state = NVS_TENSOR_RESIDENT;
+				t->dirty = true;
+				nvs__tlist_push(&s->lru, t);
+				ret = 0;
+				break;
+			}
 			ret = nvs__start_read(s, t, buf);
 			if (ret == 0 && prefetch)
 				s->st.prefetches++;
@@ -206,7 +216,7 @@ int nvs_swapper_prefetch(struct nvs_swapper *s, uint64_t id)
 	nvs__share_tick(s);
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_prefetch", &waited, true, false,
-			  NULL);
+			  NULL, false);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -223,7 +233,7 @@ int nvs_swapper_try_prefetch(struct nvs_swapper *s, uint64_t id)
 	nvs__share_tick(s);
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
-			  true, NULL);
+			  true, NULL, false);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -237,7 +247,7 @@ int nvs__swapper_readahead(struct nvs_swapper *s, uint64_t id)
 	nvs__share_tick(s);
 	pthread_mutex_lock(&s->lock);
 	ret = start_fetch(s, id, "nvs_swapper_try_prefetch", &waited, true,
-			  true, &brought);
+			  true, &brought, false);
 	pthread_mutex_unlock(&s->lock);
 	return ret < 0 ? ret : brought;
 }
@@ -291,7 +301,10 @@ static void hand_out(struct nvs_swapper *s, struct tensor *t, void **ptr,
 		s->st.acquire_hits++;
 }
 
-int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
+/* nvs_swapper_acquire(), or with @blank nvs_swapper_acquire_blank(),
+ * named @call. */
+static int acquire(struct nvs_swapper *s, uint64_t id, void **ptr, bool blank,
+		   const char *call)
 {
 	uint64_t t0 = nvs__now_ns();
 	bool waited = false;
@@ -300,14 +313,15 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 	if (ptr)
 		*ptr = NULL;
 	if (!s || !ptr)
-		return nvs__err(-EINVAL, "nvs_swapper_acquire: NULL argument");
-	NVS__PARENT_ONLY(s, "nvs_swapper_acquire", "swapper");
+		return nvs__err(-EINVAL, "%s: NULL argument", call);
+	NVS__PARENT_ONLY(s, call, "swapper");
+	if (blank && nvs__refuse_readonly(s, call) < 0)
+		return -EROFS;
 	nvs__share_tick(s); /* the disks' sharers counted again, each second */
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		struct tensor *t = NULL;
-		ret = nvs__tensor_idle(s, id, "nvs_swapper_acquire", &t,
-				       &waited);
+		ret = nvs__tensor_idle(s, id, call, &t, &waited);
 		if (ret < 0)
 			break;
 		if (t->state == NVS_TENSOR_RESIDENT) {
@@ -333,15 +347,15 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 			ret = 0;
 			break;
 		}
-		if (t->state == NVS_TENSOR_ON_NVME && t->err) {
+		if (t->state == NVS_TENSOR_ON_NVME && t->err && !blank) {
 			/* The failed prefetch is this acquire's answer; the
 			 * next one retries. */
 			ret = nvs__take_error(t);
 			break;
 		}
 		if (t->state == NVS_TENSOR_ON_NVME) {
-			ret = start_fetch(s, id, "nvs_swapper_acquire", &waited,
-					  false, false, NULL);
+			ret = start_fetch(s, id, call, &waited, false, false,
+					  NULL, blank);
 			if (ret < 0)
 				break;
 			continue;
@@ -357,6 +371,16 @@ int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
 		s->st.acquire_wait_ns += nvs__now_ns() - t0;
 	pthread_mutex_unlock(&s->lock);
 	return ret;
+}
+
+int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr)
+{
+	return acquire(s, id, ptr, false, "nvs_swapper_acquire");
+}
+
+int nvs_swapper_acquire_blank(struct nvs_swapper *s, uint64_t id, void **ptr)
+{
+	return acquire(s, id, ptr, true, "nvs_swapper_acquire_blank");
 }
 
 int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)

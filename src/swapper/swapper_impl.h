@@ -132,6 +132,7 @@ struct nvs_swapper {
 	size_t buf_size;  /* pool buffer: max_bytes rounded to align */
 	bool auto_evict, checksum;
 	bool page_cache; /* opts.page_cache: swap files without O_DIRECT */
+	bool keep_blocks; /* opts.keep_blocks: unregister punches no hole */
 	uint32_t wait_ms;
 	struct tensor *table;
 	struct tlist lru;    /* least recently released first */

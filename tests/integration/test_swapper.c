@@ -87,6 +87,67 @@ Test(swapper, a_tensor_registered_without_data_reads_as_zeros_without_io)
 	free(zero);
 }
 
+/* nvs_swapper_acquire_blank(): a buffer as it is for a tensor the caller
+ * fills whole: a never-written one is not zero-filled (the bytes another
+ * tensor left are there), a written one is not read; either counts as
+ * changed, so even a clean release writes what the caller put there. A
+ * resident tensor is handed out with its data, as acquire does. */
+Test(swapper, acquire_blank_neither_reads_nor_zero_fills_and_counts_as_dirty)
+{
+	struct nvs_swapper *s = mk(1);
+	static unsigned char ref[BUF], got[BUF];
+	struct nvs_tensor_info info;
+	struct nvs_swap_stats a, b;
+	void *p;
+
+	cr_assert_eq(nvs_swapper_register(s, 1, BUF, NULL), 0);
+	cr_assert_eq(nvs_swapper_register(s, 2, BUF, NULL), 0);
+	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0);
+	memset(p, 0xAB, BUF);
+	cr_assert_eq(nvs_swapper_release(s, 2, false), 0);
+	cr_assert_eq(nvs_swapper_evict(s, 2), 0);
+	a = stats(s);
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0, "%s",
+		     nvs_last_error());
+	b = stats(s);
+	cr_assert_eq(((unsigned char *)p)[0], 0xAB, "not zero-filled");
+	cr_assert_eq(((unsigned char *)p)[BUF - 1], 0xAB);
+	cr_assert_eq(b.zero_fills, a.zero_fills);
+	cr_assert_eq(b.acquires, a.acquires + 1);
+	tu_fill(ref, BUF, 41);
+	memcpy(p, ref, BUF);
+	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
+	cr_assert_eq(nvs_swapper_info(s, 1, &info), 0);
+	cr_assert(info.dirty, "blank: changed, whatever the release says");
+	cr_assert_eq(nvs_swapper_evict(s, 1), 0);
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	cr_assert_eq(stats(s).bytes_written, BUF, "written at eviction");
+	cr_assert_eq(nvs_swapper_read(s, 1, got, BUF), 0);
+	cr_assert(!memcmp(got, ref, BUF));
+	/* written, on NVMe: overwritten without a read */
+	a = stats(s);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0);
+	cr_assert_eq(stats(s).bytes_read, a.bytes_read, "no read");
+	tu_fill(ref, BUF, 42);
+	memcpy(p, ref, BUF);
+	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
+	/* resident: its data, as acquire */
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0);
+	cr_assert(!memcmp(p, ref, BUF));
+	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
+	cr_assert_eq(nvs_swapper_evict(s, 1), 0);
+	cr_assert_eq(nvs_swapper_wait_all(s), 0);
+	cr_assert_eq(stats(s).bytes_read, a.bytes_read);
+	cr_assert_eq(nvs_swapper_read(s, 1, got, BUF), 0);
+	cr_assert(!memcmp(got, ref, BUF), "the second fill read back");
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 9, &p), -ENOENT);
+	cr_assert_null(p);
+	cr_assert(strstr(nvs_last_error(), "nvs_swapper_acquire_blank"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(nvs_swapper_destroy(s), 0);
+}
+
 /* nvs_swapper_read(): a tensor's bytes as they stand, its state kept: a
  * resident one changed and not written (from its buffer, no I/O), one on
  * NVMe (read, counted, still on NVMe, no buffer taken). */

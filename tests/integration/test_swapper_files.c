@@ -3,8 +3,8 @@
  * The swap manager's files and processes: the scratch directory removed
  * at destroy, a second swapper on the same rank, stale files of a killed
  * process reclaimed, every failed allocation, and the param and optimizer
- * swappers of one config sharing a path, and page_cache's swap files
- * without O_DIRECT.
+ * swappers of one config sharing a path, page_cache's swap files
+ * without O_DIRECT, and keep_blocks's space kept for the next tensor.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -307,4 +307,84 @@ Test(swapper, page_cache_opens_the_swap_files_without_o_direct)
 				cr_assert_eq(nvs_swapper_destroy(s), 0);
 		}
 	}
+}
+
+/* ------------------------------------------------------ keep_blocks */
+
+/* The 512-byte blocks swap.0 of @s holds. */
+static long long blocks0(struct nvs_swapper *s)
+{
+	char file[PATH_MAX + 16];
+	struct stat st;
+
+	snprintf(file, sizeof(file), "%s/swap.0", nvs_swapper_dir(s, 0));
+	cr_assert_eq(stat(file, &st), 0, "%s", file);
+	return (long long)st.st_blocks;
+}
+
+Test(swapper, keep_blocks_leaves_the_blocks_for_the_next_tensor_to_overwrite)
+{
+	static unsigned char ref[BUF], zero[BUF], got[BUF];
+
+	for (int keep = 0; keep < 2; keep++) {
+		struct nvs_swapper_opts o;
+		struct nvs_swapper *s;
+		struct nvs_tensor_info info;
+		long long written, freed;
+
+		opts(&o, 2);
+		o.keep_blocks = keep;
+		s = mk_with(&o);
+		tu_fill(ref, BUF, 21u + (unsigned)keep);
+		cr_assert_eq(nvs_swapper_register(s, 1, BUF, ref), 0, "%s",
+			     nvs_last_error());
+		cr_assert_eq(nvs_swapper_wait_all(s), 0);
+		written = blocks0(s);
+		cr_assert_geq(written, BUF / 512, "keep %d", keep);
+		cr_assert_eq(nvs_swapper_unregister(s, 1), 0);
+		freed = blocks0(s);
+		if (keep)
+			cr_assert_eq(freed, written, "no hole punched");
+		else
+			cr_assert_eq(freed, written - BUF / 512,
+				     "punched at unregister");
+		/* placed where the first was: zeros until written, not
+		 * the bytes the blocks still hold */
+		cr_assert_eq(nvs_swapper_register(s, 2, BUF, NULL), 0);
+		cr_assert_eq(nvs_swapper_info(s, 2, &info), 0);
+		cr_assert(!info.on_disk);
+		memset(got, 0xa5, sizeof(got));
+		cr_assert_eq(nvs_swapper_read(s, 2, got, BUF), 0);
+		cr_assert(!memcmp(got, zero, BUF), "keep %d: zeros", keep);
+		modify(s, 2, ref, BUF, 31u + (unsigned)keep);
+		cr_assert_eq(nvs_swapper_evict(s, 2), 0);
+		cr_assert_eq(nvs_swapper_wait_all(s), 0);
+		cr_assert_eq(blocks0(s), written,
+			     "keep %d: written over the same blocks' room",
+			     keep);
+		cr_assert_eq(nvs_swapper_read(s, 2, got, BUF), 0);
+		cr_assert(!memcmp(got, ref, BUF), "keep %d: read back", keep);
+		cr_assert_eq(nvs_swapper_destroy(s), 0);
+	}
+}
+
+Test(swapper, keep_blocks_is_refused_for_a_persistent_set)
+{
+	struct nvs_swapper_opts o;
+	struct nvs_swapper *s = (struct nvs_swapper *)&s;
+	char dir[PATH_MAX];
+	struct stat st;
+
+	opts(&o, 2);
+	o.keep_blocks = true;
+	o.persist = NVS_PERSIST_PERSISTENT;
+	o.name = "kept";
+	snprintf(dir, sizeof(dir), "%s/nvswap/kept", o.nvme_paths[0]);
+	cr_assert_eq(nvs_swapper_create(&o, &s), -EINVAL);
+	cr_assert_null(s);
+	cr_assert(strstr(nvs_last_error(), "keep_blocks is for scratch"), "%s",
+		  nvs_last_error());
+	cr_assert(strstr(nvs_last_error(), "a persistent set"), "%s",
+		  nvs_last_error());
+	cr_assert_eq(stat(dir, &st), -1, "%s made", dir);
 }

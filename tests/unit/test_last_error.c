@@ -96,6 +96,7 @@ ROW(nvs_swapper_unregister, nvs_swapper_unregister(NULL, 1))
 ROW(nvs_swapper_prefetch, nvs_swapper_prefetch(NULL, 1))
 ROW(nvs_swapper_try_prefetch, nvs_swapper_try_prefetch(NULL, 1))
 ROW(nvs_swapper_acquire, nvs_swapper_acquire(NULL, 1, NULL))
+ROW(nvs_swapper_acquire_blank, nvs_swapper_acquire_blank(NULL, 1, NULL))
 ROW(nvs_swapper_release, nvs_swapper_release(NULL, 1, false))
 ROW(nvs_swapper_evict, nvs_swapper_evict(NULL, 1))
 ROW(nvs_swapper_wait, nvs_swapper_wait(NULL, 1))
@@ -229,6 +230,7 @@ static const struct row rows[] = {
 	R(nvs_swapper_prefetch),
 	R(nvs_swapper_try_prefetch),
 	R(nvs_swapper_acquire),
+	R(nvs_swapper_acquire_blank),
 	R(nvs_swapper_release),
 	R(nvs_swapper_evict),
 	R(nvs_swapper_wait),
