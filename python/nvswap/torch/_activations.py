@@ -13,15 +13,20 @@ torch.autograd.graph.save_on_cpu).
 Each saved tensor on the CPU or a CUDA device of at least `threshold`
 bytes is copied into a buffer of a scratch Swapper of its own (`memory`
 / `buffer_size` buffers, pinned; a tensor larger than a buffer goes in
-buffer-sized pieces, one id each; from a device, copy_ waits for the
-DMA), released dirty and evicted at once: the write runs behind the
-forward. Its unpack in backward copies it back into a new tensor of the
-same shape, dtype, device and strides (from a buffer acquired for the
-piece, for a device; the strides kept where the view covers its span
-of memory densely, padded or broadcast, else contiguous: _as_lies),
-and asks the pieces saved just before it
-(the next the backward walk unpacks) to be read ahead into the free
-buffers (try_prefetch: never waits for one). A tensor saved again (the
+buffer-sized pieces, one id each, each buffer taken blank: neither read
+nor zero-filled; from a device, copy_ waits for the DMA) and released
+dirty. The newest `hold` pieces ((buffers - 1) // 2) stay in the pool
+unwritten; each new one evicts the oldest held: the write runs behind
+the forward, and the pieces the backward needs first are in memory (a
+short forward's never reach the disk). The Swapper keeps its blocks
+(keep_blocks): a freed piece's space is overwritten in place by the
+next step's. Its unpack in backward copies it back into a new tensor
+of the same shape, dtype, device and strides (from a buffer acquired
+for the piece, for a device; the strides kept where the view covers
+its span of memory densely, padded or broadcast, else contiguous:
+_as_lies), and asks its own pieces and those saved just before it (the
+next the backward walk unpacks) to be read ahead into the free buffers
+(try_prefetch: never waits for one). A tensor saved again (the
 same view of the same base tensor, that base alive, on the same memory
 and unchanged: a Linear's input, saved by q, k and v projections each)
 is written once and read back for each unpack (_again). A tensor's
@@ -162,10 +167,15 @@ class ActivationStore:
         self.count = count
         self.lookahead = count - 1 if lookahead is None else \
             _nonneg("lookahead", lookahead)
+        # pieces the newest saves keep in the pool unwritten: the first
+        # the backward reads back, and maybe never written (_held)
+        self.hold = (count - 1) // 2
+        # keep_blocks: the space each step frees is the next one's, its
+        # blocks overwritten in place (no hole punched, none allocated)
         self.swapper = nvswap.Swapper(
             nvme_path=nvme_path, name="activations", rank=rank,
             buffer_size=self.buffer_size, buffer_count=count,
-            auto_evict=True, backend=backend)
+            auto_evict=True, backend=backend, keep_blocks=True)
         self.path = self.swapper.dirs[0]
         _OPEN.add(self)
         self._lock = threading.Lock()
@@ -183,6 +193,7 @@ class ActivationStore:
         self._span = None  # [the layer saving now: describe(), bytes]
         self._dead = []  # (seq, ids) autograd dropped, to free (_reap)
         self._writing = collections.deque()  # ids evicted, write not seen
+        self._held = {}  # ids released dirty, not evicted: oldest first
         self._ctx = []
         self._failed = None  # the error a pack raised in this with
         self.st = {"saved": 0, "saved_bytes": 0, "shared": 0,
@@ -234,14 +245,13 @@ class ActivationStore:
                 i = next(self._ids)
                 ids.append(i)
                 self.swapper.register(i, n)
-                buf = self.swapper.acquire(i, torch.uint8, (n,))
+                buf = self.swapper.acquire(i, torch.uint8, (n,),
+                                           blank=True)
                 try:
                     buf.copy_(flat[at:at + n])
                 finally:
                     self.swapper.release(i, True)
-                self._writing.append(i)
-                self.swapper.evict(i)  # written behind the forward
-                self._written(self.count - 1)
+                self._behind(i)
         except BaseException:
             self._free(ids)  # what this tensor registered, quietly
             raise
@@ -345,7 +355,7 @@ class ActivationStore:
             # read again soon (a tensor saved by several) or not before
             # the graph goes: its buffers to the read-ahead
             done = packed.unpacks % packed.uses == 0
-        self._read_ahead(packed.seq)
+        self._read_ahead(packed.seq, packed.ids)
         t0 = time.perf_counter_ns()
         at = 0
         for i in packed.ids:
@@ -358,7 +368,7 @@ class ActivationStore:
                     self.swapper.release(i, False)
             else:
                 self.swapper.read(i, flat[at:at + n])
-            if done:
+            if done and i not in self._held:  # (held: freed unwritten)
                 try:
                     self.swapper.evict(i)
                 except nvswap.Error:
@@ -369,6 +379,29 @@ class ActivationStore:
         return out
 
     # ------------------------------------------------------- the store
+    def _behind(self, i):
+        """Piece i was filled: hold it unwritten, and start the write of
+        the oldest held beyond self.hold (behind the forward, the pool's
+        rest in flight at most). The newest pieces stay in the pool: the
+        backward reads them first, from memory, and when it frees them
+        they were never written."""
+        with self._lock:
+            self._held[i] = None
+            out = []
+            while len(self._held) > self.hold:
+                j = next(iter(self._held))
+                del self._held[j]
+                out.append(j)
+        for j in out:
+            with self._lock:
+                self._writing.append(j)
+            try:
+                self.swapper.evict(j)
+            except nvswap.Error as e:
+                if e.errno != errno.ENOENT:  # not freed meanwhile
+                    raise
+        self._written(self.count - 1 - self.hold)
+
     def _written(self, keep):
         """Wait for the oldest writes until at most keep are in flight:
         the forward runs ahead of the disk by the pool, no more, and a
@@ -389,14 +422,16 @@ class ActivationStore:
                 self._count(write_wait_s=(time.perf_counter_ns() - t0)
                             / 1e9)
 
-    def _read_ahead(self, seq):
-        """Start reading the tensors saved before seq (the next ones the
-        backward unpacks: the nearest first, each one's pieces in order),
-        up to lookahead pieces, into free buffers; stops at the first
-        that finds none. Looks at no more than SCAN places below seq."""
+    def _read_ahead(self, seq, own):
+        """Start reading the pieces own (of the tensor being unpacked,
+        read one after another next) and those of the tensors saved
+        before seq (the next ones the backward unpacks: the nearest
+        first, each one's pieces in order), up to lookahead pieces, into
+        free buffers; stops at the first that finds none. Looks at no
+        more than SCAN places below seq."""
         if not self.lookahead:
             return
-        todo = []
+        todo = list(own)
         with self._lock:
             for s in range(seq - 1, max(self._low, seq - SCAN) - 1, -1):
                 ids = self._groups.get(s)
@@ -423,6 +458,9 @@ class ActivationStore:
             self._free(ids)
 
     def _free(self, ids):
+        with self._lock:
+            for i in ids:
+                self._held.pop(i, None)
         for i in ids:
             try:
                 self.swapper.unregister(i)
@@ -463,6 +501,7 @@ class ActivationStore:
         with self._lock:
             self._groups.clear()
             self._writing.clear()
+            self._held.clear()
         self._dead.clear()
         self._recent.clear()
         _OPEN.discard(self)
