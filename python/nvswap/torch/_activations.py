@@ -360,7 +360,10 @@ class ActivationStore:
         at = 0
         for i in packed.ids:
             n = min(self.buffer_size, packed.nbytes - at)
-            if cuda:  # from the pinned buffer to the device, one DMA
+            # from its buffer (read ahead, held): torch's copy_, on the
+            # device one DMA, on the CPU on all of torch's threads; not
+            # there: read() straight into the tensor, no buffer taken
+            if cuda or self.swapper.info(i)["state"] != "on_nvme":
                 buf = self.swapper.acquire(i, torch.uint8, (n,))
                 try:
                     flat[at:at + n].copy_(buf)
