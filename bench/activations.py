@@ -11,8 +11,10 @@ steps (forward in the store's `with`, backward, AdamW step). Reported:
 the step's median seconds [min-max] over every timed step of every
 repeat, nvme over memory (the ratio of medians), the process's peak RSS
 (VmHWM) above its RSS before the first step (median over repeats), and
-for nvme the bytes each step saved to NVMe and the exposed waits (the
-forward waiting for writes, the backward for reads). Every run's losses
+for nvme the bytes each step saved to NVMe (saved again and not
+written apart), the bytes that reached the disk and came back from it
+(the pieces the pool held unwritten never do), and the exposed waits
+(the forward waiting for writes, the backward for reads). Every run's losses
 must equal the in-memory run's (checked; the run fails otherwise).
 
     PYTHONPATH=build/python python3 bench/activations.py
@@ -162,9 +164,10 @@ def main():
                   f"{res['peak_mib']:.0f} MiB", flush=True)
     print("\n| tokens | checkpointing | in memory: step s | nvme: step s | "
           "nvme / memory | peak MiB, memory | peak MiB, nvme | saved to "
-          "NVMe per step MB | saved again, not written MB | write wait s "
-          "| read wait s | pool wait s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "NVMe per step MB | saved again, not written MB | written to "
+          "the disk MB | read from the disk MB | write wait s | read wait "
+          "s | pool wait s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     table = []
     for t in tokens:
         for c in ckpt:
@@ -188,11 +191,14 @@ def main():
             table.append(row)
             mb = spread([s['saved_bytes'] / 1e6 for s in steps], "{:.0f}")
             sh = spread([s['shared_bytes'] / 1e6 for s in steps], "{:.0f}")
+            wr = spread([s['bytes_written'] / 1e6 for s in steps], "{:.0f}")
+            rd = spread([s['bytes_read'] / 1e6 for s in steps], "{:.0f}")
             print(f"| {t} | {'on' if c else 'off'} | {spread(mt)} | "
                   f"{spread(nt)} | {row['ratio']:.2f} | "
                   f"{statistics.median(row['peak_memory_mib']):.0f} | "
                   f"{statistics.median(row['peak_nvme_mib']):.0f} | {mb}"
-                  f" | {sh} | {spread([s['write_wait_s'] for s in steps])} | "
+                  f" | {sh} | {wr} | {rd} | "
+                  f"{spread([s['write_wait_s'] for s in steps])} | "
                   f"{spread([s['read_wait_s'] for s in steps])} | "
                   f"{spread([s['pool_wait_s'] for s in steps])} |")
     print("\nlosses equal to the in-memory run's in every run: yes")
