@@ -42,6 +42,8 @@ extern "C" {
  *   RESIDENT --evict, dirty-->  WRITING  --write done-->  ON_NVME
  *   RESIDENT --evict, clean-->  ON_NVME (no I/O)
  *
+ *   ON_NVME  --acquire_blank-->  RESIDENT (pinned; no I/O: see there)
+ *
  * A failed read goes back to ON_NVME (retry with prefetch or acquire); a
  * failed write goes back to RESIDENT, still dirty (nothing is lost; retry
  * with evict). A prefetch or acquire of a WRITING tensor keeps its buffer
@@ -461,14 +463,18 @@ NVS_API int nvs_swapper_acquire(struct nvs_swapper *s, uint64_t id, void **ptr);
 /**
  * nvs_swapper_acquire_blank() - nvs_swapper_acquire() of a tensor the
  * caller overwrites whole: a tensor on NVMe gets a pool buffer as it is,
- * not read and not zeroed (the bytes another tensor left there), and
- * counts as changed (dirty) from then on. Fill all its bytes before the
- * release; nvs_swapper_evict() writes what the buffer holds then. For a
- * tensor resident or being written it is nvs_swapper_acquire(). For
- * stores that register a tensor and fill it at once (activations): no
- * zero-fill of a never-written tensor, no read of a written one.
- * Return: as nvs_swapper_acquire() (no read: no read error), and
- *   -EROFS on a read-only set.
+ * not read and not zeroed (the bytes another tensor left there). Fill
+ * all its bytes and release it dirty; a last release without dirty (the
+ * caller changed its mind, or failed) gives the buffer back and leaves
+ * the tensor as it was, on NVMe. Until then another acquire or
+ * nvs_swapper_read() of it sees what the buffer holds. A tensor resident
+ * or being written is handed out as nvs_swapper_acquire() does (its
+ * data; release dirty to keep a change), one being read is waited for
+ * (a failed read is not reported: it was not needed). For stores that
+ * register a tensor and fill it at once (activations): no zero-fill of
+ * a never-written tensor, no read of a written one.
+ * Return: as nvs_swapper_acquire(), but no read error; -EROFS on a
+ *   read-only set.
  */
 NVS_API int nvs_swapper_acquire_blank(struct nvs_swapper *s, uint64_t id,
 				      void **ptr);

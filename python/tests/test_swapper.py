@@ -154,6 +154,45 @@ def test_a_clean_release_drops_changes_at_eviction(swapper):
     swapper.release(1, False)
 
 
+def test_a_blank_acquire_reads_nothing_and_a_failed_one_changes_nothing(
+        swapper):
+    """acquire(blank=True) of a written tensor on NVMe: its buffer as it
+    is, no read; filled and released dirty, the new bytes are the
+    tensor's. One whose view cannot be made (a shape that does not fit
+    its bytes) raises and leaves the tensor as it was, on NVMe."""
+    data = pattern(4096, seed=7)
+    swapper.register(1, data)
+    with pytest.raises((ValueError, TypeError, RuntimeError)):
+        swapper.acquire(1, "B", (3,), memoryview=True, blank=True)
+    assert swapper.info(1)["state"] == "on_nvme"
+    assert swapper.info(1)["acquired"] == 0
+    swapper.evict(1)  # nothing to write
+    assert swap_read(swapper, 1) == data
+    before = swapper.stats()["bytes_read"]
+    swapper.evict(1)
+    mv = swapper.acquire(1, memoryview=True, blank=True)
+    assert swapper.stats()["bytes_read"] == before  # no read
+    new = pattern(4096, seed=8)
+    mv[:] = new
+    swapper.release(1, True)
+    swapper.evict(1)
+    swapper.wait_all()
+    assert swap_read(swapper, 1) == new
+
+
+def test_keep_blocks_is_for_scratch_swappers(swapdir):
+    """keep_blocks=True with a persistent set: EINVAL naming it."""
+    with pytest.raises(nvswap.Error) as e:
+        nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=2,
+                       persist="persistent", keep_blocks=True)
+    assert e.value.errno == errno.EINVAL
+    assert "keep_blocks is for scratch" in str(e.value)
+    with nvswap.Swapper(nvme_path=swapdir, buffer_size=MiB, buffer_count=2,
+                        keep_blocks=True) as s:
+        s.register(1, pattern(5000))
+        assert swap_read(s, 1) == pattern(5000)
+
+
 def test_register_an_int_reads_as_zeros_without_io(swapper):
     swapper.register(3, 10000)
     assert swapper.info(3)["on_disk"] is False

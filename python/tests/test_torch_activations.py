@@ -71,9 +71,9 @@ def test_a_gpt_trains_bit_equal_with_its_saved_tensors_on_nvme(
     assert st["saved"] > 0, st
     assert st["restored"] == st["saved"] + st["shared"], st
     assert st["live"] == 0
-    # the newest piece of each backward's forwards stays in the pool
-    # unwritten (act.hold): the rest went to the disk and came back
-    assert 0 < st["bytes_written"] < st["saved_bytes"], st
+    # the newest piece of a forward may stay in the pool unwritten
+    # (act.hold; exactly: test_torch_activations_pool.py)
+    assert 0 < st["bytes_written"] <= st["saved_bytes"], st
     assert st["bytes_read"] > 0, st  # not all from resident buffers
     assert st["kept"] > 0  # the parameters autograd saved: not copied
     # the backward read ahead: pieces asked before their unpack

@@ -78,6 +78,33 @@ def test_retain_graph_reads_unwritten_pieces_back_twice(diskdir):
     act.close()
 
 
+def test_pieces_held_past_the_backward_go_to_the_disk(diskdir):
+    """Two forwards, then the first one's backward alone, with no
+    read-ahead (lookahead=0): the first unpack reads from the disk, and
+    the second forward's pieces the pool holds unwritten (saved after
+    everything this backward reads) are written to free their buffers;
+    both backwards give the gradients computed in memory."""
+    act = nvt.save_on_nvme(diskdir, memory=8 * PIECE, buffer_size=PIECE,
+                           threshold=PIECE, lookahead=0)
+    g = torch.Generator().manual_seed(3)
+    xa = torch.randn(PIECE // 4, generator=g, requires_grad=True)
+    xb = torch.randn(PIECE // 4, generator=g, requires_grad=True)
+    with act:
+        ya = chain(xa, 10)
+        yb = chain(xb, 3)
+    act.swapper.wait_all()
+    assert act.swapper.stats()["bytes_written"] == 10 * PIECE
+    ya.backward()
+    act.stats()
+    act.swapper.wait_all()
+    assert act.swapper.stats()["bytes_written"] == 13 * PIECE
+    yb.backward()
+    assert torch.equal(xa.grad, grads(xa, 10))
+    assert torch.equal(xb.grad, grads(xb, 3))
+    assert act.stats()["live"] == 0
+    act.close()
+
+
 def blocks(act):
     return sum(os.stat(os.path.join(d, f)).st_blocks
                for d in act.swapper.dirs for f in os.listdir(d)

@@ -160,6 +160,8 @@ static void unplace(struct nvs_swapper *s, struct tensor *t)
 void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
 			size_t n)
 {
+	if (s->keep_blocks)
+		return; /* kept for the next tensor placed there */
 	for (size_t i = 0; i < n; i++) {
 		const struct nvs_extent *e = &ext[i];
 		fallocate(s->path[e->path].fd,
@@ -169,11 +171,10 @@ void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
 }
 
 /* A written tensor's blocks back to the filesystem (see
- * nvs__punch_extents()), unless opts.keep_blocks keeps them for the next
- * tensor placed there to overwrite. */
+ * nvs__punch_extents(): not with opts.keep_blocks). */
 static void punch(struct nvs_swapper *s, const struct tensor *t)
 {
-	if (!s->keep_blocks && (t->on_disk || t->stale))
+	if (t->on_disk || t->stale)
 		nvs__punch_extents(s, t->ext, t->nexts);
 }
 

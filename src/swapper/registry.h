@@ -87,7 +87,8 @@ int nvs__grow_files(struct nvs_swapper *s);
 
 /* Give the blocks of @n extents back to the filesystem, so that freeing
  * tensors frees disk space (a full disk recovers). Best effort: a
- * filesystem without hole punching keeps them until destroy. */
+ * filesystem without hole punching keeps them until destroy. Nothing
+ * with opts.keep_blocks (the next tensor placed there overwrites them). */
 void nvs__punch_extents(struct nvs_swapper *s, const struct nvs_extent *ext,
 			size_t n);
 

@@ -130,8 +130,8 @@ int nvs_swapper_discard(struct nvs_swapper *s)
 /* Bring ON_NVME @id toward residence. Lock held; loops until the tensor
  * is READING, RESIDENT or WRITING-with-revive, or fails. @brought (or
  * NULL) is set when this call started the read or kept the buffer of a
- * write-back. @blank: no read: the buffer as it is, RESIDENT and dirty
- * (its bytes are not the disk's), for a caller that overwrites it. */
+ * write-back. @blank: no read: the buffer as it is, RESIDENT and blank
+ * (none of its bytes are the tensor's), for a caller that overwrites it. */
 static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 		       bool *waited, bool prefetch, bool try, bool *brought,
 		       bool blank)
@@ -169,7 +169,7 @@ static int start_fetch(struct nvs_swapper *s, uint64_t id, const char *call,
 			if (blank) {
 				t->buf = buf;
 				t->state = NVS_TENSOR_RESIDENT;
-				t->dirty = true;
+				t->blank = true;
 				nvs__tlist_push(&s->lru, t);
 				ret = 0;
 				break;
@@ -362,7 +362,7 @@ static int acquire(struct nvs_swapper *s, uint64_t id, void **ptr, bool blank,
 		}
 		waited = true; /* READING */
 		nvs__collect(s, t);
-		if (t->state == NVS_TENSOR_ON_NVME && t->err) {
+		if (t->state == NVS_TENSOR_ON_NVME && t->err && !blank) {
 			ret = nvs__take_error(t);
 			break;
 		}
@@ -406,14 +406,21 @@ int nvs_swapper_release(struct nvs_swapper *s, uint64_t id, bool dirty)
 				id);
 	}
 	t->dirty |= dirty;
+	t->blank &= !dirty;
 	if (dirty && nvs__step_covers(s, t))
 		nvs__step_touch(s, t);
 	if (dirty && t->state == NVS_TENSOR_WRITING)
 		t->redirty = true; /* the write in flight may miss it */
 	unpin_owner(t);
 	if (--t->pins == 0) {
-		if (t->state == NVS_TENSOR_RESIDENT)
+		if (t->blank) {
+			/* taken blank and not filled: as it was, on NVMe */
+			t->blank = false;
+			t->state = NVS_TENSOR_ON_NVME;
+			nvs__buffer_put(s, t);
+		} else if (t->state == NVS_TENSOR_RESIDENT) {
 			nvs__tlist_push(&s->lru, t);
+		}
 		pthread_cond_broadcast(&s->cond);
 	}
 	pthread_mutex_unlock(&s->lock);

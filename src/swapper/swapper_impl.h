@@ -51,6 +51,9 @@ struct tensor {
 	bool revive;  /* WRITING: keep the buffer when the write ends */
 	bool redirty; /* WRITING: released dirty since the write started (it
 			 was acquired meanwhile): still dirty when it ends */
+	bool blank;   /* RESIDENT, acquired blank from NVMe: the buffer holds
+			 none of its data until a release says dirty; the
+			 last release without it gives the buffer back */
 	/* A thread works on this tensor with the lock dropped (collects its
 	 * tickets, checksums, writes its init data); others wait on cond and
 	 * look the tensor up again. */
@@ -131,7 +134,7 @@ struct nvs_swapper {
 	size_t max_bytes; /* largest tensor (opts.buffer_size) */
 	size_t buf_size;  /* pool buffer: max_bytes rounded to align */
 	bool auto_evict, checksum;
-	bool page_cache; /* opts.page_cache: swap files without O_DIRECT */
+	bool page_cache;  /* opts.page_cache: swap files without O_DIRECT */
 	bool keep_blocks; /* opts.keep_blocks: unregister punches no hole */
 	uint32_t wait_ms;
 	struct tensor *table;

@@ -171,6 +171,10 @@ Test(readonly, every_change_is_erofs_and_changes_nothing)
 	cr_assert_eq(nvs_swapper_unregister(s, 1), -EROFS);
 	cr_assert(strstr(nvs_last_error(), "nvs_swapper_unregister"));
 	cr_assert_eq(nvs_swapper_set_tag(s, 1, "x", 1), -EROFS);
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 2, &p), -EROFS);
+	cr_assert_null(p);
+	cr_assert(strstr(nvs_last_error(), "nvs_swapper_acquire_blank"), "%s",
+		  nvs_last_error());
 	cr_assert_eq(nvs_swapper_acquire(s, 2, &p), 0, "%s", nvs_last_error());
 	memset(p, 0x5a, SZ); /* changed in memory: never written */
 	cr_assert_eq(nvs_swapper_release(s, 2, true), -EROFS);

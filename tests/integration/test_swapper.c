@@ -89,14 +89,13 @@ Test(swapper, a_tensor_registered_without_data_reads_as_zeros_without_io)
 
 /* nvs_swapper_acquire_blank(): a buffer as it is for a tensor the caller
  * fills whole: a never-written one is not zero-filled (the bytes another
- * tensor left are there), a written one is not read; either counts as
- * changed, so even a clean release writes what the caller put there. A
- * resident tensor is handed out with its data, as acquire does. */
-Test(swapper, acquire_blank_neither_reads_nor_zero_fills_and_counts_as_dirty)
+ * tensor left are there), a written one is not read; a release without
+ * dirty gives the buffer back and the tensor is as it was. A resident
+ * tensor is handed out with its data, one being read is waited for. */
+Test(swapper, acquire_blank_neither_reads_nor_zero_fills_and_can_be_undone)
 {
 	struct nvs_swapper *s = mk(1);
 	static unsigned char ref[BUF], got[BUF];
-	struct nvs_tensor_info info;
 	struct nvs_swap_stats a, b;
 	void *p;
 
@@ -116,31 +115,40 @@ Test(swapper, acquire_blank_neither_reads_nor_zero_fills_and_counts_as_dirty)
 	cr_assert_eq(b.acquires, a.acquires + 1);
 	tu_fill(ref, BUF, 41);
 	memcpy(p, ref, BUF);
-	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
-	cr_assert_eq(nvs_swapper_info(s, 1, &info), 0);
-	cr_assert(info.dirty, "blank: changed, whatever the release says");
+	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
 	cr_assert_eq(nvs_swapper_evict(s, 1), 0);
 	cr_assert_eq(nvs_swapper_wait_all(s), 0);
 	cr_assert_eq(stats(s).bytes_written, BUF, "written at eviction");
-	cr_assert_eq(nvs_swapper_read(s, 1, got, BUF), 0);
-	cr_assert(!memcmp(got, ref, BUF));
-	/* written, on NVMe: overwritten without a read */
+	/* written, on NVMe: no read; released clean, it is as it was */
 	a = stats(s);
-	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME);
 	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0);
 	cr_assert_eq(stats(s).bytes_read, a.bytes_read, "no read");
+	memset(p, 0x5C, BUF);
+	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_ON_NVME, "the buffer given back");
+	cr_assert_eq(stats(s).buffers_in_use, 0);
+	cr_assert_eq(nvs_swapper_read(s, 1, got, BUF), 0);
+	cr_assert(!memcmp(got, ref, BUF), "the undone fill left no trace");
+	/* filled and released dirty: the new bytes, without a read */
+	a = stats(s);
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0);
 	tu_fill(ref, BUF, 42);
 	memcpy(p, ref, BUF);
 	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
 	/* resident: its data, as acquire */
 	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0);
 	cr_assert(!memcmp(p, ref, BUF));
-	cr_assert_eq(nvs_swapper_release(s, 1, true), 0);
+	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_RESIDENT, "still its data");
 	cr_assert_eq(nvs_swapper_evict(s, 1), 0);
 	cr_assert_eq(nvs_swapper_wait_all(s), 0);
 	cr_assert_eq(stats(s).bytes_read, a.bytes_read);
-	cr_assert_eq(nvs_swapper_read(s, 1, got, BUF), 0);
-	cr_assert(!memcmp(got, ref, BUF), "the second fill read back");
+	/* being read: waited for, its data handed out */
+	cr_assert_eq(nvs_swapper_prefetch(s, 1), 0);
+	cr_assert_eq(nvs_swapper_acquire_blank(s, 1, &p), 0);
+	cr_assert(!memcmp(p, ref, BUF), "the read ahead's bytes");
+	cr_assert_eq(nvs_swapper_release(s, 1, false), 0);
+	cr_assert_eq(state(s, 1), NVS_TENSOR_RESIDENT);
 	cr_assert_eq(nvs_swapper_acquire_blank(s, 9, &p), -ENOENT);
 	cr_assert_null(p);
 	cr_assert(strstr(nvs_last_error(), "nvs_swapper_acquire_blank"), "%s",

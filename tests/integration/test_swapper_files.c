@@ -356,6 +356,8 @@ Test(swapper, keep_blocks_leaves_the_blocks_for_the_next_tensor_to_overwrite)
 		memset(got, 0xa5, sizeof(got));
 		cr_assert_eq(nvs_swapper_read(s, 2, got, BUF), 0);
 		cr_assert(!memcmp(got, zero, BUF), "keep %d: zeros", keep);
+		expect(s, 2, zero, BUF); /* and through a buffer */
+		cr_assert_eq(nvs_swapper_evict(s, 2), 0);
 		modify(s, 2, ref, BUF, 31u + (unsigned)keep);
 		cr_assert_eq(nvs_swapper_evict(s, 2), 0);
 		cr_assert_eq(nvs_swapper_wait_all(s), 0);

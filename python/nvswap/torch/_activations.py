@@ -239,6 +239,7 @@ class ActivationStore:
         nbytes = flat.numel()
         self._fits(nbytes)
         ids = []
+        seq = next(self._seqs)
         try:
             for at in range(0, nbytes, self.buffer_size):
                 n = min(self.buffer_size, nbytes - at)
@@ -247,16 +248,17 @@ class ActivationStore:
                 self.swapper.register(i, n)
                 buf = self.swapper.acquire(i, torch.uint8, (n,),
                                            blank=True)
+                filled = False
                 try:
                     buf.copy_(flat[at:at + n])
-                finally:
-                    self.swapper.release(i, True)
-                self._behind(i)
+                    filled = True
+                finally:  # not filled: the buffer goes back unwritten
+                    self.swapper.release(i, filled)
+                self._behind(i, seq)
         except BaseException:
             self._free(ids)  # what this tensor registered, quietly
             raise
         with self._lock:
-            seq = next(self._seqs)
             if not self._groups:
                 self._low = seq
             self._groups[seq] = ids
@@ -357,20 +359,24 @@ class ActivationStore:
             done = packed.unpacks % packed.uses == 0
         self._read_ahead(packed.seq, packed.ids)
         t0 = time.perf_counter_ns()
-        at = 0
+        at, starved = 0, False
         for i in packed.ids:
             n = min(self.buffer_size, packed.nbytes - at)
             # from its buffer (read ahead, held): torch's copy_, on the
             # device one DMA, on the CPU on all of torch's threads; not
             # there: read() straight into the tensor, no buffer taken
             if cuda or self.swapper.info(i)["state"] != "on_nvme":
-                buf = self.swapper.acquire(i, torch.uint8, (n,))
+                try:
+                    buf = self.swapper.acquire(i, torch.uint8, (n,))
+                except nvswap.Error:  # a read ahead failed: again
+                    buf = self.swapper.acquire(i, torch.uint8, (n,))
                 try:
                     flat[at:at + n].copy_(buf)
                 finally:
                     self.swapper.release(i, False)
             else:
                 self.swapper.read(i, flat[at:at + n])
+                starved = True
             if done and i not in self._held:  # (held: freed unwritten)
                 try:
                     self.swapper.evict(i)
@@ -379,31 +385,42 @@ class ActivationStore:
             at += n
         self._count(read_wait_s=(time.perf_counter_ns() - t0) / 1e9,
                     restored=1, restored_bytes=packed.nbytes)
+        if starved and self._held:
+            self._starved(packed.seq)
         return out
 
     # ------------------------------------------------------- the store
-    def _behind(self, i):
-        """Piece i was filled: hold it unwritten, and start the write of
-        the oldest held beyond self.hold (behind the forward, the pool's
-        rest in flight at most). The newest pieces stay in the pool: the
-        backward reads them first, from memory, and when it frees them
-        they were never written."""
+    def _behind(self, i, seq):
+        """Piece i of the tensor saved at seq was filled: hold it
+        unwritten, and start the write of the oldest held beyond
+        self.hold (behind the forward, the pool's rest in flight at
+        most). The newest pieces stay in the pool: the backward reads
+        them first, from memory, and when it frees them they were never
+        written."""
         with self._lock:
-            self._held[i] = None
+            self._held[i] = seq
             out = []
             while len(self._held) > self.hold:
                 j = next(iter(self._held))
                 del self._held[j]
                 out.append(j)
-        for j in out:
+        self._write(out, quiet=False)
+        self._written(self.count - 1 - self.hold)
+
+    def _write(self, ids, quiet):
+        """Start the writes of held pieces (taken out of _held). A piece
+        freed meanwhile (ENOENT) or being read back on another thread
+        (EBUSY: that unpack evicts it) is passed over; another error
+        raises unless quiet (the piece stays in its buffer, dirty: a
+        later eviction writes it)."""
+        for j in ids:
             with self._lock:
                 self._writing.append(j)
             try:
                 self.swapper.evict(j)
             except nvswap.Error as e:
-                if e.errno != errno.ENOENT:  # not freed meanwhile
+                if not quiet and e.errno not in (errno.ENOENT, errno.EBUSY):
                     raise
-        self._written(self.count - 1 - self.hold)
 
     def _written(self, keep):
         """Wait for the oldest writes until at most keep are in flight:
@@ -448,6 +465,19 @@ class ActivationStore:
                     return
             except nvswap.Error:
                 return  # freed meanwhile: the next unpack looks again
+
+    def _starved(self, seq):
+        """An unpack of the tensor saved at seq read a piece the
+        read-ahead had no buffer for: pieces held unwritten that the
+        backward has passed (saved after seq and not freed: a later
+        forward's whose backward comes after, or kept for a second
+        backward by retain_graph) go to the disk, and their buffers to
+        the read-ahead."""
+        with self._lock:
+            late = [j for j, s in self._held.items() if s > seq]
+            for j in late:
+                del self._held[j]
+        self._write(late, quiet=True)
 
     def _reap(self):
         """Free the pieces of the tensors autograd dropped."""
@@ -545,7 +575,10 @@ def save_on_nvme(nvme_path, memory="256M", buffer_size="32M",
     back ahead of the backward, through memory bytes of pinned buffers
     of buffer_size each (see nvswap/torch/_activations.py); the swap
     directory is <nvme_path>/nvswap/activations/rank<rank> (rank: the
-    launcher's by default, as nvswap.Swapper's)."""
+    launcher's by default, as nvswap.Swapper's). lookahead: the pieces
+    an unpack asks to be read ahead, its tensor's own first, then those
+    of the tensors saved before it (default: the buffers less one; 0:
+    none, every piece not in the pool read when its unpack comes)."""
     return ActivationStore(nvme_path, memory=memory, buffer_size=buffer_size,
                            threshold=threshold, lookahead=lookahead,
                            backend=backend, rank=rank)
