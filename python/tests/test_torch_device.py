@@ -288,5 +288,6 @@ def test_activations_on_the_gpu_go_to_nvme_and_back(swapdir, cuda):
     # the device's activations went, not only CPU scalars (a seed)
     assert st["saved_bytes"] > 4 * 16384, st
     assert st["restored"] == st["saved"] + st["shared"], st
-    assert st["bytes_written"] >= st["saved_bytes"], st
+    # all but the newest piece of each forward (held in the pool)
+    assert 0 < st["bytes_written"] <= st["saved_bytes"], st
     act.close()
