@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -123,11 +124,14 @@ def memory_cgroup():
         yield (os.path.join(path, "cgroup.procs"),
                lambda: int(open(os.path.join(path, peak)).read())
                if peak else None)
-        try:
-            os.rmdir(path)
-        except OSError as e:
-            if e.errno != errno.EBUSY:
-                raise
+        for _ in range(50):  # the child may take a moment to leave it
+            try:
+                os.rmdir(path)
+                break
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    raise
+                time.sleep(0.1)
         return
     pytest.skip("cannot make a memory cgroup here: " + "; ".join(tried))
 
