@@ -139,14 +139,15 @@ static int preallocate(int fd, const struct stat *st,
  * Deleted files whose descriptors were just closed give their blocks
  * back when the kernel drops its last reference to them, which io_uring
  * may leave to a kernel worker a moment later (and the engine's own hold
- * goes when the worker next submits). Ask again a few times, 255 ms at
- * most; then the write decides. Only on a full disk, never on the fast
- * path.
+ * goes when the worker next submits). Ask again a few times, 1023 ms at
+ * most (255 ms was once too little on a loaded machine: fresh CI saw the
+ * write fail); then the write decides. Only on a full disk, after
+ * descriptors of deleted files were closed, never on the fast path.
  */
 static void wait_for_space(int fd, const struct stat *st,
 			   const struct nvs_aio_io *io)
 {
-	for (unsigned i = 0; i < 8; i++) {
+	for (unsigned i = 0; i < 10; i++) {
 		struct timespec ts = {0, (long)(1000000L << i)};
 		nanosleep(&ts, NULL);
 		if (preallocate(fd, st, io) == 0)
