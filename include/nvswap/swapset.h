@@ -3,7 +3,8 @@
  * nvswap/swapset.h - persistent swap sets on disk, without a live
  * swapper: nvs_swapset_check() (nvswap-fsck), nvs_swapset_list() and
  * nvs_swapset_relocate(). Included by nvswap/swapper.h; the sets
- * themselves are described there ("Persistent swap sets").
+ * themselves are described in nvswap/persist.h ("Persistent swap
+ * sets").
  */
 #ifndef NVSWAP_SWAPSET_H
 #define NVSWAP_SWAPSET_H

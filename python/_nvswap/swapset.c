@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * nvswap.Swapper's persistent swap set calls (nvswap/swapper.h,
+ * nvswap.Swapper's persistent swap set calls (nvswap/persist.h,
  * "Persistent swap sets"): checkpoint and its wait, the kept generations,
  * tensor tags and the registered ids. Added to the type's methods by
  * ext_swapper_init().

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Persistent swap sets: the swapper's side of a set that outlives the
- * process (see "Persistent swap sets" in nvswap/swapper.h).
+ * process (see "Persistent swap sets" in nvswap/persist.h).
  *
  * Every tensor's placement (its extents, allocated as one unit) has a
  * reference record: whether it is a tensor's current placement, and how
