@@ -4,11 +4,13 @@ the newest pieces a forward saves stay in the pool unwritten and the
 backward reads them from there (what a short forward saves never
 touches the disk), and the space the steps free is overwritten in place
 (the swap file's blocks stay allocated and do not grow)."""
+import errno
 import os
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="nvswap.torch needs torch")
+import nvswap  # noqa: E402
 import nvswap.torch as nvt  # noqa: E402
 
 PIECE = 16384  # bytes: a buffer, each saved tensor below, the threshold
@@ -102,6 +104,49 @@ def test_pieces_held_past_the_backward_go_to_the_disk(diskdir):
     assert torch.equal(xa.grad, grads(xa, 10))
     assert torch.equal(xb.grad, grads(xb, 3))
     assert act.stats()["live"] == 0
+    act.close()
+
+
+class FailOnce:
+    """The store's Swapper with one call (name, when its keywords match)
+    failing once with err: a fault injected."""
+
+    def __init__(self, real, name, err, **match):
+        self.real, self.name, self.err, self.match = real, name, err, match
+        self.fired = 0
+
+    def __getattr__(self, name):
+        call = getattr(self.real, name)
+        if name != self.name:
+            return call
+
+        def once(*a, **kw):
+            if not self.fired and all(kw.get(k, False) == v
+                                      for k, v in self.match.items()):
+                self.fired += 1
+                raise nvswap.Error(self.err, f"injected: {name}")
+            return call(*a, **kw)
+        return once
+
+
+@pytest.mark.parametrize("name,err,match", [
+    ("evict", errno.EBUSY, {}),  # a held piece read on another thread
+    ("acquire", errno.EIO, {"blank": False}),  # a read ahead that failed
+])
+def test_a_busy_write_or_a_failed_read_ahead_is_passed_over(
+        diskdir, name, err, match):
+    """The write of a held piece refused as busy (another thread reads it
+    back: its unpack evicts it) is passed over, and a piece whose read
+    ahead failed is acquired again: either way the forward and the
+    backward go on, the gradients those computed in memory."""
+    act = nvt.save_on_nvme(diskdir, memory=8 * PIECE, buffer_size=PIECE,
+                           threshold=PIECE)
+    act.swapper = fault = FailOnce(act.swapper, name, err, **match)
+    x = torch.randn(PIECE // 4, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(grads(x, 10, act), grads(x, 10))
+    assert fault.fired == 1
+    assert act.stats()["live"] == 0
+    act.swapper = fault.real
     act.close()
 
 
